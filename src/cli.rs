@@ -1,0 +1,62 @@
+//! Command-line arguments. No logic here: [`crate::commands`] acts on them.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Explore, check and quantize .safetensors model files.
+///
+/// PATH may be a .safetensors file, a sharded model's model.safetensors.index.json, or a folder
+/// holding either. `stui PATH` shows the model; the subcommands serve scripts and CI, each with
+/// --json output and exit codes: 0 when nothing is wrong, 1 when the model has problems, 2 when
+/// stui could not run (bad arguments, unreadable path).
+#[derive(Debug, Parser)]
+#[command(
+    name = "stui",
+    version,
+    args_conflicts_with_subcommands = true,
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    /// The model to open: a .safetensors file, an index .json, or a folder.
+    pub path: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Summarize a model: files, tensors, parameters, dtypes, metadata, and the layer tree.
+    Inspect(InspectArgs),
+    /// Validate a model: every problem found, and whether the reference implementation accepts it.
+    ///
+    /// Exits 1 when any error is found (with --strict: only when the reference would reject a file).
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The model: a .safetensors file, an index .json, or a folder.
+    pub path: PathBuf,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// List tensors one per line instead of as a tree.
+    #[arg(long)]
+    pub flat: bool,
+    /// Show only tensors whose name contains TEXT (case-insensitive).
+    #[arg(long, value_name = "TEXT")]
+    pub filter: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The model: a .safetensors file, an index .json, or a folder.
+    pub path: PathBuf,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Judge only by the reference implementation's verdict: exit 1 only when it rejects a file.
+    #[arg(long)]
+    pub strict: bool,
+}

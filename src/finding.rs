@@ -1,0 +1,198 @@
+//! Findings: every problem or notable fact stui reports about a model, with a stable code.
+
+use serde::Serialize;
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Error,
+    Warning,
+    Info,
+}
+
+impl Severity {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        }
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+macro_rules! codes {
+    ($($variant:ident => $text:literal, $meaning:literal;)*) => {
+        /// A stable identifier for a kind of finding. The kebab-case text never changes meaning.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Code {
+            $($variant,)*
+        }
+
+        impl Code {
+            pub const ALL: &'static [Code] = &[$(Code::$variant,)*];
+
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Code::$variant => $text,)*
+                }
+            }
+
+            /// One line on what the code means, for documentation and help screens.
+            pub const fn meaning(self) -> &'static str {
+                match self {
+                    $(Code::$variant => $meaning,)*
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    FileEmpty => "file-empty", "the file has no bytes at all";
+    FileTooSmall => "file-too-small", "the file is shorter than the 8-byte header length";
+    NotSafetensors => "not-safetensors", "the file is another format (LFS pointer, HTML, zip, pickle, GGUF, JSON, ...)";
+    HeaderTooLarge => "header-too-large", "the declared header length is over the 100,000,000-byte limit";
+    HeaderPastEnd => "header-past-end", "the declared header length runs past the end of the file";
+    HeaderNotUtf8 => "header-not-utf8", "the header is not valid UTF-8";
+    HeaderJson => "header-json", "the header is not valid JSON";
+    HeaderNulPadding => "header-nul-padding", "the header is padded with NUL bytes, which only JSON whitespace may be";
+    HeaderNotObject => "header-not-object", "the header is JSON but not an object";
+    HeaderLeadingWhitespace => "header-leading-whitespace", "the header starts with whitespace (accepted, but unusual)";
+    HeaderLengthUnaligned => "header-length-unaligned", "the header length is not a multiple of 8, so the data is not 8-byte aligned";
+    MetadataInvalid => "metadata-invalid", "__metadata__ is not an object of string values";
+    MetadataDuplicate => "metadata-duplicate", "__metadata__ appears twice";
+    TensorEntryInvalid => "tensor-entry-invalid", "a tensor entry is not an object with dtype, shape and data_offsets";
+    TensorEntryPositional => "tensor-entry-positional", "a tensor entry is written as a [dtype, shape, offsets] array (accepted quirk)";
+    TensorFieldUnknown => "tensor-field-unknown", "a tensor entry has a field the format does not define (ignored)";
+    DtypeUnknown => "dtype-unknown", "a dtype name the format does not define";
+    DtypeEnumForm => "dtype-enum-form", "a dtype written as {\"NAME\": null} (accepted quirk)";
+    DuplicateTensorName => "duplicate-tensor-name", "the same tensor name appears twice in the header";
+    OffsetReversed => "offset-reversed", "a tensor's data_offsets end before they begin";
+    OffsetGap => "offset-gap", "bytes of the data section that no tensor claims, before a tensor";
+    OffsetOverlap => "offset-overlap", "a tensor's bytes overlap another tensor's";
+    OffsetPastEnd => "offset-past-end", "a tensor's bytes run past the end of the file";
+    ShapeOverflow => "shape-overflow", "the element count or bit count of a shape overflows 64 bits";
+    SubByteMisaligned => "sub-byte-misaligned", "a sub-byte tensor (F4, F6) does not fill a whole number of bytes";
+    SizeMismatch => "size-mismatch", "data_offsets span a different number of bytes than shape and dtype need";
+    DataTruncated => "data-truncated", "the file ends before the last tensor's data: a truncated download or copy";
+    TrailingBytes => "trailing-bytes", "bytes after the last tensor's data that no tensor claims";
+    IndexInvalid => "index-invalid", "a sharded model's index.json cannot be read or has the wrong form";
+    IndexPathEscapes => "index-path-escapes", "an index names a shard outside its own folder (refused)";
+    ShardMissing => "shard-missing", "a shard named by the index does not exist";
+    ShardUnreadable => "shard-unreadable", "a shard exists but cannot be read";
+    IndexTensorMissing => "index-tensor-missing", "the index maps a tensor to a shard that does not hold it";
+    TensorNotInIndex => "tensor-not-in-index", "a shard holds a tensor the index does not map (loaders will not find it)";
+    TensorInTwoShards => "tensor-in-two-shards", "the same tensor name is stored in two shards";
+    IndexTotalSize => "index-total-size", "metadata.total_size in the index differs from the tensors' bytes";
+    MetadataMismatch => "metadata-mismatch", "shards disagree on a __metadata__ value";
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl Serialize for Code {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// One problem or notable fact, about a file and perhaps one tensor in it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub severity: Severity,
+    pub code: Code,
+    /// The tensor concerned, if the finding is about one.
+    pub tensor: Option<String>,
+    /// The file concerned, for models made of several files.
+    pub file: Option<String>,
+    /// What is wrong, in a user's words.
+    pub message: String,
+}
+
+impl Finding {
+    pub fn new(severity: Severity, code: Code, message: impl Into<String>) -> Self {
+        Finding {
+            severity,
+            code,
+            tensor: None,
+            file: None,
+            message: message.into(),
+        }
+    }
+
+    pub fn error(code: Code, message: impl Into<String>) -> Self {
+        Finding::new(Severity::Error, code, message)
+    }
+
+    pub fn warning(code: Code, message: impl Into<String>) -> Self {
+        Finding::new(Severity::Warning, code, message)
+    }
+
+    pub fn info(code: Code, message: impl Into<String>) -> Self {
+        Finding::new(Severity::Info, code, message)
+    }
+
+    #[must_use]
+    pub fn for_tensor(mut self, name: impl Into<String>) -> Self {
+        self.tensor = Some(name.into());
+        self
+    }
+
+    #[must_use]
+    pub fn in_file(mut self, file: impl Into<String>) -> Self {
+        self.file = Some(file.into());
+        self
+    }
+}
+
+/// Counts of findings by severity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Tally {
+    pub errors: usize,
+    pub warnings: usize,
+    pub info: usize,
+}
+
+impl Tally {
+    pub fn of<'a>(findings: impl IntoIterator<Item = &'a Finding>) -> Tally {
+        let mut tally = Tally::default();
+        for finding in findings {
+            match finding.severity {
+                Severity::Error => tally.errors += 1,
+                Severity::Warning => tally.warnings += 1,
+                Severity::Info => tally.info += 1,
+            }
+        }
+        tally
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn codes_are_unique_kebab_case() {
+        let mut seen = HashSet::new();
+        for code in Code::ALL {
+            let text = code.as_str();
+            assert!(seen.insert(text), "{text} twice");
+            assert!(
+                text.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            );
+            assert!(!code.meaning().is_empty());
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! The safetensors format: reading headers leniently, the reference's strict verdict, sharded
+//! models, and writing files laid out as the reference writer lays them out.
+
+pub mod dtype;
+pub mod file;
+pub mod header;
+pub mod index;
+pub mod layout;
+pub mod model;
+pub mod sniff;
+pub mod writer;
+
+pub use dtype::{Dtype, TensorDtype};
+pub use file::SafetensorsFile;
+pub use model::{Model, Tensor};
+
+use std::fmt;
+
+/// The largest header the reference accepts: 100,000,000 bytes (decimal).
+pub const MAX_HEADER_LEN: u64 = 100_000_000;
+
+/// Bytes of the little-endian header length that starts every file.
+pub const LENGTH_PREFIX: u64 = 8;
+
+/// One tensor entry of a header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    pub name: String,
+    pub dtype: TensorDtype,
+    pub shape: Vec<u64>,
+    /// `[begin, end)`, relative to the start of the data section.
+    pub data_offsets: [u64; 2],
+}
+
+impl TensorInfo {
+    /// The number of elements, `None` if the product overflows 64 bits. Multiplied left to right,
+    /// as the reference does, so a zero dimension only rescues the dimensions after it.
+    pub fn element_count(&self) -> Option<u64> {
+        self.shape
+            .iter()
+            .try_fold(1u64, |count, &dim| count.checked_mul(dim))
+    }
+
+    /// Bytes the entry claims in the data section.
+    pub fn byte_len(&self) -> u64 {
+        self.data_offsets[1].saturating_sub(self.data_offsets[0])
+    }
+}
+
+/// Why the reference implementation rejects a file: its error variants that a file's bytes can
+/// raise, in the order it checks them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rejection {
+    HeaderTooSmall,
+    HeaderTooLarge,
+    InvalidHeaderLength,
+    InvalidHeader,
+    InvalidHeaderDeserialization,
+    InvalidOffset(String),
+    ValidationOverflow,
+    MisalignedSlice,
+    TensorInvalidInfo,
+    MetadataIncompleteBuffer,
+}
+
+impl Rejection {
+    /// The reference's variant name, as in the conformance labels.
+    pub const fn variant(&self) -> &'static str {
+        match self {
+            Rejection::HeaderTooSmall => "HeaderTooSmall",
+            Rejection::HeaderTooLarge => "HeaderTooLarge",
+            Rejection::InvalidHeaderLength => "InvalidHeaderLength",
+            Rejection::InvalidHeader => "InvalidHeader",
+            Rejection::InvalidHeaderDeserialization => "InvalidHeaderDeserialization",
+            Rejection::InvalidOffset(_) => "InvalidOffset",
+            Rejection::ValidationOverflow => "ValidationOverflow",
+            Rejection::MisalignedSlice => "MisalignedSlice",
+            Rejection::TensorInvalidInfo => "TensorInvalidInfo",
+            Rejection::MetadataIncompleteBuffer => "MetadataIncompleteBuffer",
+        }
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rejection::HeaderTooSmall => f.write_str("header too small"),
+            Rejection::HeaderTooLarge => f.write_str("header too large"),
+            Rejection::InvalidHeaderLength => f.write_str("invalid header length"),
+            Rejection::InvalidHeader => f.write_str("invalid UTF-8 in header"),
+            Rejection::InvalidHeaderDeserialization => f.write_str("invalid JSON in header"),
+            Rejection::InvalidOffset(name) => {
+                write!(
+                    f,
+                    "invalid offset for tensor `{}`",
+                    crate::text::escape(name)
+                )
+            }
+            Rejection::ValidationOverflow => {
+                f.write_str("overflow computing buffer size from shape and/or element type")
+            }
+            Rejection::MisalignedSlice => {
+                f.write_str("sub-byte tensor does not end on a byte boundary")
+            }
+            Rejection::TensorInvalidInfo => {
+                f.write_str("invalid shape, data type, or offset for tensor")
+            }
+            Rejection::MetadataIncompleteBuffer => {
+                f.write_str("incomplete metadata, file not fully covered")
+            }
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! Opening one `.safetensors` file: its header only, never its tensor data.
+
+use super::header::{self, ParsedHeader};
+use super::layout::{self, data_order};
+use super::sniff::{self, SNIFF_LEN};
+use super::{LENGTH_PREFIX, MAX_HEADER_LEN, Rejection, TensorInfo};
+use crate::finding::{Code, Finding, Severity};
+use crate::text::format_bytes;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// A file's header as read, with every finding about its structure and the reference's verdict.
+#[derive(Debug)]
+pub struct SafetensorsFile {
+    pub path: PathBuf,
+    pub file_len: u64,
+    /// The header length the first 8 bytes declare, if the file has 8 bytes.
+    pub header_len: Option<u64>,
+    /// `__metadata__`, `None` when absent or null.
+    pub metadata: Option<BTreeMap<String, String>>,
+    /// Every tensor whose entry could be read, in header order.
+    pub tensors: Vec<TensorInfo>,
+    pub findings: Vec<Finding>,
+    /// Why the reference rejects the file; `None` when it accepts it.
+    pub rejection: Option<Rejection>,
+}
+
+impl SafetensorsFile {
+    /// Reads the header of the file at `path`. Only I/O failures are errors: every problem with
+    /// the file's contents is a finding.
+    pub fn open(path: &Path) -> io::Result<SafetensorsFile> {
+        let mut file = File::open(path)?;
+        let file_len = file.metadata()?.len();
+        read(path, &mut file, file_len)
+    }
+
+    /// Reads a whole file held in memory, exactly as [`SafetensorsFile::open`] reads one on disk.
+    pub fn from_bytes(path: &Path, bytes: &[u8]) -> SafetensorsFile {
+        let mut cursor = io::Cursor::new(bytes);
+        match read(path, &mut cursor, bytes.len() as u64) {
+            Ok(file) => file,
+            Err(error) => unreachable!("reading from memory cannot fail: {error}"),
+        }
+    }
+
+    pub fn is_valid(&self) -> bool {
+        self.rejection.is_none()
+    }
+
+    /// Where the data section starts in the file.
+    pub fn data_start(&self) -> u64 {
+        LENGTH_PREFIX.saturating_add(self.header_len.unwrap_or(0))
+    }
+
+    /// Bytes of the file after the header.
+    pub fn data_len(&self) -> u64 {
+        self.file_len.saturating_sub(self.data_start())
+    }
+}
+
+fn read<R: Read + Seek>(path: &Path, reader: &mut R, file_len: u64) -> io::Result<SafetensorsFile> {
+    let mut file = SafetensorsFile {
+        path: path.to_owned(),
+        file_len,
+        header_len: None,
+        metadata: None,
+        tensors: Vec::new(),
+        findings: Vec::new(),
+        rejection: None,
+    };
+    let mut prefix = [0u8; LENGTH_PREFIX as usize];
+    if file_len < LENGTH_PREFIX {
+        let bytes = read_up_to(reader, 0, file_len)?;
+        file.findings.extend(sniff::identify(&bytes));
+        file.findings.push(if file_len == 0 {
+            Finding::error(
+                Code::FileEmpty,
+                "the file is empty (0 bytes): an interrupted download or a failed save",
+            )
+        } else {
+            Finding::error(
+                Code::FileTooSmall,
+                format!(
+                    "the file has only {file_len} bytes; a safetensors file starts with an 8-byte header length"
+                ),
+            )
+        });
+        file.rejection = Some(Rejection::HeaderTooSmall);
+        return Ok(file);
+    }
+    reader.read_exact(&mut prefix)?;
+    let header_len = u64::from_le_bytes(prefix);
+    file.header_len = Some(header_len);
+    let available = file_len - LENGTH_PREFIX;
+
+    if header_len > MAX_HEADER_LEN {
+        let bytes = read_up_to(reader, 0, SNIFF_LEN as u64)?;
+        file.findings.extend(sniff::identify(&bytes));
+        file.findings.push(Finding::error(
+            Code::HeaderTooLarge,
+            format!(
+                "the first 8 bytes declare a header of {header_len} bytes, over the format's limit of \
+                 {MAX_HEADER_LEN}: this is not the start of a safetensors file"
+            ),
+        ));
+        file.rejection = Some(Rejection::HeaderTooLarge);
+        return Ok(file);
+    }
+
+    let truncated = header_len > available;
+    let header_bytes = read_up_to(reader, LENGTH_PREFIX, header_len.min(available))?;
+    if truncated {
+        let mut whole = prefix.to_vec();
+        whole.extend_from_slice(&header_bytes[..header_bytes.len().min(SNIFF_LEN)]);
+        file.findings.extend(sniff::identify(&whole));
+        file.findings.push(Finding::error(
+            Code::HeaderPastEnd,
+            format!(
+                "the header is declared as {header_len} bytes but only {available} follow the length \
+                 prefix: the file is cut short by at least {} (a truncated download?)",
+                format_bytes(header_len - available)
+            ),
+        ));
+        file.rejection = Some(Rejection::InvalidHeaderLength);
+    }
+
+    let mut complete = !truncated;
+    let text = match std::str::from_utf8(&header_bytes) {
+        Ok(text) => text,
+        Err(error) => {
+            file.findings.push(Finding::error(
+                Code::HeaderNotUtf8,
+                format!("the header is not valid UTF-8: {error}"),
+            ));
+            file.rejection.get_or_insert(Rejection::InvalidHeader);
+            complete = false;
+            let valid = &header_bytes[..error.valid_up_to()];
+            std::str::from_utf8(valid).unwrap_or_default()
+        }
+    };
+    let parsed = header::parse(text, complete);
+    let json_failed = parsed.first_error().is_some();
+    complete &= parsed.all_entries_read;
+    if json_failed && file.rejection.is_none() {
+        file.rejection = Some(Rejection::InvalidHeaderDeserialization);
+        if parsed.tensors.is_empty() && parsed.metadata.is_none() {
+            let mut whole = prefix.to_vec();
+            whole.extend_from_slice(&header_bytes[..header_bytes.len().min(SNIFF_LEN)]);
+            file.findings.extend(sniff::identify(&whole));
+        }
+    }
+    let ParsedHeader {
+        metadata,
+        tensors,
+        findings,
+        ..
+    } = parsed;
+    file.findings.extend(findings);
+    file.metadata = metadata;
+    file.tensors = tensors;
+
+    if complete {
+        let order = data_order(&file.tensors);
+        if file.rejection.is_none() {
+            file.rejection =
+                layout::strict_check(&file.tensors, &order, header_len, file_len).err();
+        }
+        let data_len = available - header_len;
+        file.findings
+            .extend(layout::lenient_check(&file.tensors, &order, data_len));
+        if header_len % 8 != 0 && !file.tensors.is_empty() {
+            file.findings.push(Finding::info(
+                Code::HeaderLengthUnaligned,
+                format!(
+                    "the header is {header_len} bytes, not a multiple of 8, so tensor data is not \
+                     8-byte aligned in the file (the reference writer pads to 8)"
+                ),
+            ));
+        }
+    }
+    debug_assert_eq!(
+        file.rejection.is_some(),
+        file.findings.iter().any(|f| f.severity == Severity::Error),
+        "{}: every rejection is explained by an error finding",
+        path.display()
+    );
+    Ok(file)
+}
+
+/// Reads up to `len` bytes at `offset`, fewer if the file ends first.
+fn read_up_to<R: Read + Seek>(reader: &mut R, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+    reader.seek(SeekFrom::Start(offset))?;
+    let mut bytes = Vec::new();
+    reader.take(len).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_with_header(header: &str, data: &[u8]) -> Vec<u8> {
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend_from_slice(data);
+        bytes
+    }
+
+    fn open(bytes: &[u8]) -> SafetensorsFile {
+        SafetensorsFile::from_bytes(Path::new("test.safetensors"), bytes)
+    }
+
+    #[test]
+    fn a_valid_file_has_no_errors() {
+        let file = open(&file_with_header(
+            r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}    "#,
+            &[1, 2, 3, 4],
+        ));
+        assert!(file.is_valid(), "{:?}", file.findings);
+        assert_eq!(file.data_start(), 8 + 60);
+        assert_eq!(file.tensors.len(), 1);
+    }
+
+    #[test]
+    fn a_truncated_header_still_lists_what_it_holds() {
+        let mut bytes = file_with_header(
+            r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}}"#,
+            &[0; 8],
+        );
+        bytes.truncate(70);
+        let file = open(&bytes);
+        assert_eq!(file.rejection, Some(Rejection::InvalidHeaderLength));
+        assert_eq!(file.tensors.len(), 1);
+        assert_eq!(file.findings.last().map(|f| f.code), Some(Code::HeaderJson));
+    }
+
+    #[test]
+    fn invalid_utf8_keeps_the_tensors_before_it() {
+        let mut bytes = file_with_header(
+            r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b?":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}"#,
+            &[0; 2],
+        );
+        let at = bytes.iter().position(|&b| b == b'?').unwrap();
+        bytes[at] = 0xff;
+        let file = open(&bytes);
+        assert_eq!(file.rejection, Some(Rejection::InvalidHeader));
+        assert_eq!(file.tensors.len(), 1);
+    }
+
+    #[test]
+    fn an_lfs_pointer_is_named() {
+        let file = open(b"version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 10\n");
+        assert_eq!(file.rejection, Some(Rejection::HeaderTooLarge));
+        assert_eq!(file.findings[0].code, Code::NotSafetensors);
+    }
+}

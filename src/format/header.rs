@@ -1,0 +1,843 @@
+//! Lenient parsing of the JSON header.
+//!
+//! The header is read with `serde_json`, the parser the reference uses, so syntax, string escapes,
+//! number forms and the 128-level nesting limit behave exactly as they do there. The schema is
+//! checked by visitors that never give up on a bad entry: each problem becomes a finding and
+//! parsing goes on, and entries are stored as they are read, so a header cut short by a syntax
+//! error still yields every tensor before the cut.
+
+use super::TensorInfo;
+use super::dtype::{Dtype, TensorDtype};
+use crate::finding::{Code, Finding};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::marker::PhantomData;
+
+const METADATA_KEY: &str = "__metadata__";
+
+/// What the header holds, as far as it could be read.
+#[derive(Debug, Default)]
+pub struct ParsedHeader {
+    /// `None` when `__metadata__` is absent or null.
+    pub metadata: Option<BTreeMap<String, String>>,
+    /// Every tensor entry that could be read, in header order; a repeated name keeps the last entry,
+    /// at the place of the first.
+    pub tensors: Vec<TensorInfo>,
+    /// Problems found. Any error here means the reference rejects the header as a whole.
+    pub findings: Vec<Finding>,
+    /// False when some entry could not be read (a syntax error, or an entry without its fields),
+    /// so where the tensors lie cannot be judged from the ones that were.
+    pub all_entries_read: bool,
+}
+
+impl ParsedHeader {
+    /// The first error, which is what makes the reference reject the header.
+    pub fn first_error(&self) -> Option<&Finding> {
+        self.findings
+            .iter()
+            .find(|f| f.severity == crate::finding::Severity::Error)
+    }
+}
+
+/// Parses header text (already known to be UTF-8). `complete` is false when the text is only the
+/// start of the header (the file was cut short, or the rest is not UTF-8): running out of text is
+/// then not reported, as the cut has been already.
+pub fn parse(text: &str, complete: bool) -> ParsedHeader {
+    let mut parsed = ParsedHeader {
+        all_entries_read: true,
+        ..ParsedHeader::default()
+    };
+    if text.starts_with([' ', '\t', '\n', '\r']) {
+        parsed.findings.push(Finding::info(
+            Code::HeaderLeadingWhitespace,
+            "the header starts with whitespace before '{' (accepted by the reference, unusual)",
+        ));
+    }
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let outcome = HeaderSeed {
+        out: &mut parsed,
+        seen: HashMap::new(),
+    }
+    .deserialize(&mut deserializer)
+    .and_then(|()| deserializer.end());
+    if let Err(error) = outcome {
+        parsed.all_entries_read = false;
+        if complete || !error.is_eof() {
+            parsed.findings.push(describe_json_error(text, &error));
+        }
+    }
+    parsed
+}
+
+fn describe_json_error(text: &str, error: &serde_json::Error) -> Finding {
+    if error.is_data() {
+        return Finding::error(
+            Code::HeaderNotObject,
+            format!("the header must be a JSON object: {error}"),
+        );
+    }
+    let nul_padding = text.trim_end_matches('\0');
+    if nul_padding.len() < text.len()
+        && serde_json::from_str::<serde::de::IgnoredAny>(nul_padding).is_ok()
+    {
+        let count = text.len() - nul_padding.len();
+        return Finding::error(
+            Code::HeaderNulPadding,
+            format!(
+                "the header JSON is followed by {count} NUL bytes of padding; the format allows only \
+                 spaces there, so the reference rejects the file (the writer padded with zeros)"
+            ),
+        );
+    }
+    let hint = if text.starts_with('\u{feff}') {
+        " (the header starts with a UTF-8 byte-order mark)"
+    } else {
+        ""
+    };
+    Finding::error(
+        Code::HeaderJson,
+        format!("the header is not valid JSON: {error}{hint}"),
+    )
+}
+
+/// A JSON object key, borrowed from the header text when it holds no escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> de::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// The outcome of reading one JSON value leniently: the value, or what was found instead.
+/// Either way the whole value has been consumed and checked for syntax.
+enum Lenient<T> {
+    Good(T),
+    Bad(Cow<'static, str>),
+}
+
+/// A type read leniently from any JSON value. Each method handles one JSON form; the defaults
+/// consume the value and report it as the wrong form.
+trait FromJson<'de>: Sized {
+    fn from_str(_: Cow<'de, str>) -> Lenient<Self> {
+        Lenient::Bad("a string".into())
+    }
+    fn from_u64(value: u64) -> Lenient<Self> {
+        Lenient::Bad(format!("the number {value}").into())
+    }
+    fn from_i64(value: i64) -> Lenient<Self> {
+        Lenient::Bad(format!("the number {value}").into())
+    }
+    fn from_f64(value: f64) -> Lenient<Self> {
+        Lenient::Bad(format!("the number {value:?}").into())
+    }
+    fn from_bool(value: bool) -> Lenient<Self> {
+        Lenient::Bad(format!("`{value}`").into())
+    }
+    fn from_null() -> Lenient<Self> {
+        Lenient::Bad("null".into())
+    }
+    fn from_seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Lenient<Self>, A::Error> {
+        while seq.next_element::<Lenient<Ignored>>()?.is_some() {}
+        Ok(Lenient::Bad("an array".into()))
+    }
+    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Lenient<Self>, A::Error> {
+        while map
+            .next_entry::<Lenient<Ignored>, Lenient<Ignored>>()?
+            .is_some()
+        {}
+        Ok(Lenient::Bad("an object".into()))
+    }
+}
+
+impl<'de, T: FromJson<'de>> de::Deserialize<'de> for Lenient<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(LenientVisitor(PhantomData))
+    }
+}
+
+struct LenientVisitor<T>(PhantomData<T>);
+
+impl<'de, T: FromJson<'de>> Visitor<'de> for LenientVisitor<T> {
+    type Value = Lenient<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(T::from_bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(T::from_i64(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(T::from_u64(v))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(T::from_f64(v))
+    }
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(T::from_str(Cow::Borrowed(v)))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(T::from_str(Cow::Owned(v.to_owned())))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(T::from_str(Cow::Owned(v)))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(T::from_null())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        T::from_seq(seq)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        T::from_map(map)
+    }
+}
+
+/// Any value, read in full (unlike `serde::de::IgnoredAny`, which skips nesting-limit checks).
+struct Ignored;
+
+impl FromJson<'_> for Ignored {}
+
+/// A string value.
+struct Text(String);
+
+impl<'de> FromJson<'de> for Text {
+    fn from_str(value: Cow<'de, str>) -> Lenient<Self> {
+        Lenient::Good(Text(value.into_owned()))
+    }
+}
+
+/// A non-negative integer, as the reference's `usize` fields accept.
+struct Count(u64);
+
+impl FromJson<'_> for Count {
+    fn from_u64(value: u64) -> Lenient<Self> {
+        Lenient::Good(Count(value))
+    }
+}
+
+/// An array of non-negative integers (a shape or data_offsets).
+struct Counts(Vec<u64>);
+
+impl<'de> FromJson<'de> for Counts {
+    fn from_seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Lenient<Self>, A::Error> {
+        let mut values = Vec::with_capacity(seq.size_hint().unwrap_or(4));
+        let mut bad = None;
+        while let Some(element) = seq.next_element::<Lenient<Count>>()? {
+            match element {
+                Lenient::Good(Count(value)) => values.push(value),
+                Lenient::Bad(found) => {
+                    bad.get_or_insert(found);
+                }
+            }
+        }
+        Ok(match bad {
+            None => Lenient::Good(Counts(values)),
+            Some(found) => Lenient::Bad(
+                format!("an array holding {found}, where only non-negative integers fit").into(),
+            ),
+        })
+    }
+}
+
+/// A dtype: its name as a string, or the enum-map form `{"NAME": null}` serde also accepts.
+struct DtypeSpec {
+    name: String,
+    enum_form: bool,
+}
+
+impl<'de> FromJson<'de> for DtypeSpec {
+    fn from_str(value: Cow<'de, str>) -> Lenient<Self> {
+        Lenient::Good(DtypeSpec {
+            name: value.into_owned(),
+            enum_form: false,
+        })
+    }
+
+    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Lenient<Self>, A::Error> {
+        let Some(Key(name)) = map.next_key::<Key>()? else {
+            return Ok(Lenient::Bad("an empty object".into()));
+        };
+        let unit = map.next_value::<Lenient<UnitValue>>()?;
+        let mut extra_keys = false;
+        while map
+            .next_entry::<Lenient<Ignored>, Lenient<Ignored>>()?
+            .is_some()
+        {
+            extra_keys = true;
+        }
+        Ok(match (extra_keys, unit) {
+            (true, _) => Lenient::Bad("an object with more than one key".into()),
+            (false, Lenient::Bad(found)) => {
+                Lenient::Bad(format!("{{\"{name}\": ...}} holding {found} instead of null").into())
+            }
+            (false, Lenient::Good(UnitValue)) => Lenient::Good(DtypeSpec {
+                name: name.into_owned(),
+                enum_form: true,
+            }),
+        })
+    }
+}
+
+/// The value of an enum-map dtype: serde accepts null and, for a unit variant, an empty object.
+struct UnitValue;
+
+impl<'de> FromJson<'de> for UnitValue {
+    fn from_null() -> Lenient<Self> {
+        Lenient::Good(UnitValue)
+    }
+
+    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Lenient<Self>, A::Error> {
+        let mut empty = true;
+        while map
+            .next_entry::<Lenient<Ignored>, Lenient<Ignored>>()?
+            .is_some()
+        {
+            empty = false;
+        }
+        Ok(if empty {
+            Lenient::Good(UnitValue)
+        } else {
+            Lenient::Bad("an object".into())
+        })
+    }
+}
+
+/// One field of a tensor entry as read.
+enum Field<T> {
+    Missing,
+    Present(T),
+    Invalid(Cow<'static, str>),
+}
+
+impl<T> Field<T> {
+    fn set(&mut self, value: Lenient<T>) {
+        *self = match value {
+            Lenient::Good(value) => Field::Present(value),
+            Lenient::Bad(found) => Field::Invalid(found),
+        };
+    }
+}
+
+/// A tensor entry as read, with every problem in it.
+struct Entry {
+    dtype: Field<DtypeSpec>,
+    shape: Field<Counts>,
+    offsets: Field<Counts>,
+    positional: bool,
+    duplicate_fields: Vec<&'static str>,
+    unknown_fields: Vec<String>,
+    extra_elements: usize,
+}
+
+impl Entry {
+    fn new(positional: bool) -> Self {
+        Entry {
+            dtype: Field::Missing,
+            shape: Field::Missing,
+            offsets: Field::Missing,
+            positional,
+            duplicate_fields: Vec::new(),
+            unknown_fields: Vec::new(),
+            extra_elements: 0,
+        }
+    }
+}
+
+impl<'de> FromJson<'de> for Entry {
+    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Lenient<Self>, A::Error> {
+        let mut entry = Entry::new(false);
+        while let Some(Key(key)) = map.next_key::<Key>()? {
+            let (name, present) = match key.as_ref() {
+                "dtype" => ("dtype", !matches!(entry.dtype, Field::Missing)),
+                "shape" => ("shape", !matches!(entry.shape, Field::Missing)),
+                "data_offsets" => ("data_offsets", !matches!(entry.offsets, Field::Missing)),
+                _ => {
+                    map.next_value::<Lenient<Ignored>>()?;
+                    entry.unknown_fields.push(key.into_owned());
+                    continue;
+                }
+            };
+            if present {
+                entry.duplicate_fields.push(name);
+            }
+            match name {
+                "dtype" => entry.dtype.set(map.next_value()?),
+                "shape" => entry.shape.set(map.next_value()?),
+                _ => entry.offsets.set(map.next_value()?),
+            }
+        }
+        Ok(Lenient::Good(entry))
+    }
+
+    fn from_seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Lenient<Self>, A::Error> {
+        let mut entry = Entry::new(true);
+        if let Some(dtype) = seq.next_element()? {
+            entry.dtype.set(dtype);
+            if let Some(shape) = seq.next_element()? {
+                entry.shape.set(shape);
+                if let Some(offsets) = seq.next_element()? {
+                    entry.offsets.set(offsets);
+                }
+            }
+        }
+        while seq.next_element::<Lenient<Ignored>>()?.is_some() {
+            entry.extra_elements += 1;
+        }
+        Ok(Lenient::Good(entry))
+    }
+}
+
+/// The `__metadata__` value: null, or an object of strings (bad values are reported one by one).
+struct MetadataValue {
+    map: Option<BTreeMap<String, String>>,
+    bad_values: Vec<(String, Cow<'static, str>)>,
+}
+
+impl<'de> FromJson<'de> for MetadataValue {
+    fn from_null() -> Lenient<Self> {
+        Lenient::Good(MetadataValue {
+            map: None,
+            bad_values: Vec::new(),
+        })
+    }
+
+    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Lenient<Self>, A::Error> {
+        let mut entries = BTreeMap::new();
+        let mut bad_values = Vec::new();
+        while let Some(Key(key)) = map.next_key::<Key>()? {
+            match map.next_value::<Lenient<Text>>()? {
+                Lenient::Good(Text(value)) => {
+                    entries.insert(key.into_owned(), value);
+                }
+                Lenient::Bad(found) => bad_values.push((key.into_owned(), found)),
+            }
+        }
+        Ok(Lenient::Good(MetadataValue {
+            map: Some(entries),
+            bad_values,
+        }))
+    }
+}
+
+/// Reads the top-level object, storing what it reads into `out` as it goes.
+struct HeaderSeed<'a, 'de> {
+    out: &'a mut ParsedHeader,
+    /// Tensor name to its index in `out.tensors`.
+    seen: HashMap<Cow<'de, str>, usize>,
+}
+
+impl<'de> DeserializeSeed<'de> for HeaderSeed<'_, 'de> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for HeaderSeed<'_, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object of tensor entries")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        let mut metadata_seen = false;
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            if key == METADATA_KEY {
+                let value = map.next_value::<Lenient<MetadataValue>>()?;
+                self.metadata(value, metadata_seen);
+                metadata_seen = true;
+            } else {
+                let entry = map.next_value::<Lenient<Entry>>()?;
+                self.tensor(key, entry);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<'de> HeaderSeed<'_, 'de> {
+    fn metadata(&mut self, value: Lenient<MetadataValue>, seen_before: bool) {
+        let findings = &mut self.out.findings;
+        if seen_before {
+            findings.push(Finding::error(
+                Code::MetadataDuplicate,
+                "`__metadata__` appears twice in the header; the reference rejects it (the last one is shown)",
+            ));
+        }
+        match value {
+            Lenient::Good(metadata) => {
+                for (key, found) in metadata.bad_values {
+                    findings.push(Finding::error(
+                        Code::MetadataInvalid,
+                        format!(
+                            "`__metadata__` value of `{key}` is {found}; every value must be a string"
+                        ),
+                    ));
+                }
+                self.out.metadata = metadata.map;
+            }
+            Lenient::Bad(found) => findings.push(Finding::error(
+                Code::MetadataInvalid,
+                format!("`__metadata__` is {found}; it must be an object of strings or null"),
+            )),
+        }
+    }
+
+    fn tensor(&mut self, name: Cow<'de, str>, entry: Lenient<Entry>) {
+        let findings = &mut self.out.findings;
+        let entry = match entry {
+            Lenient::Good(entry) => entry,
+            Lenient::Bad(found) => {
+                findings.push(
+                    Finding::error(
+                        Code::TensorEntryInvalid,
+                        format!(
+                            "the entry is {found}; a tensor entry must be an object with dtype, shape and data_offsets"
+                        ),
+                    )
+                    .for_tensor(name.as_ref()),
+                );
+                self.out.all_entries_read = false;
+                return;
+            }
+        };
+        let Some(info) = check_entry(&name, entry, findings) else {
+            self.out.all_entries_read = false;
+            return;
+        };
+        if let Some(&index) = self.seen.get(&name) {
+            let earlier = &mut self.out.tensors[index];
+            let finding = if *earlier == info {
+                Finding::warning(
+                    Code::DuplicateTensorName,
+                    "the name appears twice in the header with identical entries",
+                )
+            } else {
+                Finding::warning(
+                    Code::DuplicateTensorName,
+                    "the name appears twice in the header with different entries; the last one wins \
+                     (as in the reference), so the first entry is ignored",
+                )
+            };
+            findings.push(finding.for_tensor(name.as_ref()));
+            *earlier = info;
+        } else {
+            self.seen.insert(name, self.out.tensors.len());
+            self.out.tensors.push(info);
+        }
+    }
+}
+
+/// Turns a read entry into a tensor, or reports why it cannot be one.
+fn check_entry(name: &str, entry: Entry, findings: &mut Vec<Finding>) -> Option<TensorInfo> {
+    let tensor_error = |code, message: String| Finding::error(code, message).for_tensor(name);
+    for field in &entry.duplicate_fields {
+        findings.push(tensor_error(
+            Code::TensorEntryInvalid,
+            format!("the field `{field}` is given twice"),
+        ));
+    }
+    if entry.extra_elements > 0 {
+        findings.push(tensor_error(
+            Code::TensorEntryInvalid,
+            format!(
+                "the positional entry has {} elements; it must be exactly [dtype, shape, data_offsets]",
+                3 + entry.extra_elements
+            ),
+        ));
+    }
+    if entry.positional {
+        findings.push(
+            Finding::warning(
+                Code::TensorEntryPositional,
+                "the entry is written as a [dtype, shape, data_offsets] array; the reference accepts it, \
+                 other readers may not",
+            )
+            .for_tensor(name),
+        );
+    }
+    for field in &entry.unknown_fields {
+        findings.push(
+            Finding::info(
+                Code::TensorFieldUnknown,
+                format!(
+                    "the entry has a field `{}` that the format does not define",
+                    field.escape_debug()
+                ),
+            )
+            .for_tensor(name),
+        );
+    }
+
+    let mut usable = true;
+    let dtype = match entry.dtype {
+        Field::Present(spec) => {
+            if spec.enum_form {
+                findings.push(
+                    Finding::warning(
+                        Code::DtypeEnumForm,
+                        format!(
+                            "the dtype is written as {{\"{}\": null}}; the reference accepts it, other readers may not",
+                            spec.name.escape_debug()
+                        ),
+                    )
+                    .for_tensor(name),
+                );
+            }
+            match Dtype::from_name(&spec.name) {
+                Some(dtype) => TensorDtype::Known(dtype),
+                None => {
+                    findings.push(tensor_error(
+                        Code::DtypeUnknown,
+                        format!(
+                            "the dtype `{}` is not one the format defines",
+                            spec.name.escape_debug()
+                        ),
+                    ));
+                    TensorDtype::Unknown(spec.name.into_boxed_str())
+                }
+            }
+        }
+        Field::Missing => {
+            findings.push(tensor_error(
+                Code::TensorEntryInvalid,
+                "the field `dtype` is missing".into(),
+            ));
+            usable = false;
+            TensorDtype::Unknown("?".into())
+        }
+        Field::Invalid(found) => {
+            findings.push(tensor_error(
+                Code::TensorEntryInvalid,
+                format!("`dtype` is {found}; it must be a dtype name such as \"F32\""),
+            ));
+            usable = false;
+            TensorDtype::Unknown("?".into())
+        }
+    };
+    let shape = match entry.shape {
+        Field::Present(Counts(shape)) => shape,
+        Field::Missing => {
+            findings.push(tensor_error(
+                Code::TensorEntryInvalid,
+                "the field `shape` is missing".into(),
+            ));
+            usable = false;
+            Vec::new()
+        }
+        Field::Invalid(found) => {
+            findings.push(tensor_error(
+                Code::TensorEntryInvalid,
+                format!("`shape` is {found}; it must be an array of non-negative integers"),
+            ));
+            usable = false;
+            Vec::new()
+        }
+    };
+    let data_offsets = match entry.offsets {
+        Field::Present(Counts(offsets)) => {
+            if let [begin, end] = offsets[..] {
+                Some([begin, end])
+            } else {
+                findings.push(tensor_error(
+                    Code::TensorEntryInvalid,
+                    format!(
+                        "`data_offsets` has {} values; it must be exactly [begin, end]",
+                        offsets.len()
+                    ),
+                ));
+                None
+            }
+        }
+        Field::Missing => {
+            findings.push(tensor_error(
+                Code::TensorEntryInvalid,
+                "the field `data_offsets` is missing".into(),
+            ));
+            None
+        }
+        Field::Invalid(found) => {
+            findings.push(tensor_error(
+                Code::TensorEntryInvalid,
+                format!(
+                    "`data_offsets` is {found}; it must be [begin, end] as non-negative integers"
+                ),
+            ));
+            None
+        }
+    };
+    let data_offsets = data_offsets.filter(|_| usable)?;
+    Some(TensorInfo {
+        name: name.to_owned(),
+        dtype,
+        shape,
+        data_offsets,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::finding::Severity;
+
+    fn parse_all(text: &str) -> ParsedHeader {
+        parse(text, true)
+    }
+
+    fn codes(parsed: &ParsedHeader) -> Vec<&'static str> {
+        parsed.findings.iter().map(|f| f.code.as_str()).collect()
+    }
+
+    #[test]
+    fn reads_a_plain_header() {
+        let parsed = parse_all(
+            r#"{"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}}"#,
+        );
+        assert!(parsed.findings.is_empty(), "{:?}", parsed.findings);
+        assert_eq!(parsed.metadata.unwrap()["format"], "pt");
+        assert_eq!(parsed.tensors.len(), 1);
+        let tensor = &parsed.tensors[0];
+        assert_eq!(tensor.name, "a");
+        assert_eq!(tensor.dtype, TensorDtype::Known(Dtype::F32));
+        assert_eq!(tensor.shape, [2, 2]);
+        assert_eq!(tensor.data_offsets, [0, 16]);
+    }
+
+    #[test]
+    fn keeps_going_after_a_bad_entry() {
+        let parsed = parse_all(
+            r#"{"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]},
+                "b":{"dtype":"F128","shape":[1],"data_offsets":[0,16]},
+                "c":{"dtype":"F32","shape":[1],"data_offsets":[16,20]}}"#,
+        );
+        assert_eq!(codes(&parsed), ["tensor-entry-invalid", "dtype-unknown"]);
+        let names: Vec<_> = parsed.tensors.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["b", "c"]);
+        assert_eq!(parsed.tensors[0].dtype.name(), "F128");
+    }
+
+    #[test]
+    fn keeps_tensors_read_before_a_syntax_error() {
+        let parsed =
+            parse_all(r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype""#);
+        assert_eq!(parsed.tensors.len(), 1);
+        assert_eq!(codes(&parsed), ["header-json"]);
+    }
+
+    #[test]
+    fn accepts_the_reference_quirks() {
+        let parsed = parse_all(
+            "\t\n{\"a\":[\"F32\",[1],[0,4]],\"b\":{\"dtype\":{\"F32\":null},\"shape\":[1],\"data_offsets\":[4,8]},\
+             \"c\":{\"dtype\":{\"F32\":{}},\"shape\":[],\"data_offsets\":[8,12],\"x\":[[1]]},\
+             \"\\u005f_metadata__\":{\"k\":\"1\",\"k\":\"2\"}}",
+        );
+        assert!(parsed.first_error().is_none(), "{:?}", parsed.findings);
+        assert_eq!(parsed.tensors.len(), 3);
+        assert_eq!(parsed.metadata.unwrap()["k"], "2");
+        assert_eq!(
+            codes(&parsed),
+            [
+                "header-leading-whitespace",
+                "tensor-entry-positional",
+                "dtype-enum-form",
+                "tensor-field-unknown",
+                "dtype-enum-form"
+            ]
+        );
+    }
+
+    #[test]
+    fn rejects_what_serde_rejects() {
+        for (header, code) in [
+            (
+                r#"{"a":{"dtype":{"F32":[]},"shape":[1],"data_offsets":[0,4]}}"#,
+                "tensor-entry-invalid",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","shape":[-0],"data_offsets":[0,4]}}"#,
+                "tensor-entry-invalid",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+                "tensor-entry-invalid",
+            ),
+            (r#"{"a":["F32",[1],[0,4],0]}"#, "tensor-entry-invalid"),
+            (r#"{"a":"F32"}"#, "tensor-entry-invalid"),
+            (r#"{"__metadata__":{"a":1}}"#, "metadata-invalid"),
+            (
+                r#"{"__metadata__":{},"__metadata__":{}}"#,
+                "metadata-duplicate",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1e400}}"#,
+                "header-json",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":"\ud800"}}"#,
+                "header-json",
+            ),
+            ("null", "header-not-object"),
+            ("{}\0\0\0", "header-nul-padding"),
+        ] {
+            let parsed = parse_all(header);
+            let error = parsed
+                .first_error()
+                .unwrap_or_else(|| panic!("accepted {header}"));
+            assert_eq!(error.code.as_str(), code, "{header}");
+        }
+    }
+
+    #[test]
+    fn nesting_limit_matches_serde_json() {
+        let nested = |depth: usize| {
+            format!(
+                r#"{{"a":{{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":{}{}}}}}"#,
+                "[".repeat(depth),
+                "]".repeat(depth)
+            )
+        };
+        assert!(parse_all(&nested(125)).first_error().is_none());
+        assert_eq!(
+            parse_all(&nested(126)).first_error().unwrap().code,
+            Code::HeaderJson
+        );
+        assert_eq!(
+            parse_all(&nested(10_000)).first_error().unwrap().code,
+            Code::HeaderJson
+        );
+    }
+
+    #[test]
+    fn duplicate_names_keep_the_last_entry() {
+        let parsed = parse_all(
+            r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}"#,
+        );
+        assert_eq!(parsed.tensors.len(), 1);
+        assert_eq!(parsed.tensors[0].data_offsets, [4, 8]);
+        assert_eq!(parsed.findings[0].severity, Severity::Warning);
+    }
+}

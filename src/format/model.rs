@@ -1,0 +1,396 @@
+//! A model: one `.safetensors` file, or the shards named by an index, or a folder's files, read
+//! as one set of tensors that each know their shard.
+
+use super::index::{INDEX_FILE_NAME, ShardIndex};
+use super::{Rejection, SafetensorsFile, TensorInfo};
+use crate::error::{Error, Result};
+use crate::finding::{Code, Finding};
+use crate::text::{escape, natural_cmp};
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// How the model was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    File,
+    Index,
+    Folder,
+}
+
+/// One file of a model.
+#[derive(Debug)]
+pub struct Shard {
+    pub path: PathBuf,
+    /// The file's name relative to the model's folder, for display.
+    pub label: String,
+    pub file_len: u64,
+    pub header_len: Option<u64>,
+    /// Where the data section starts in the file.
+    pub data_start: u64,
+    pub metadata: Option<BTreeMap<String, String>>,
+    /// Why the reference rejects this file; `None` when it accepts it.
+    pub rejection: Option<Rejection>,
+    /// False when the file is missing or could not be read at all.
+    pub readable: bool,
+}
+
+/// A tensor of the model and the shard that holds it.
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    pub info: TensorInfo,
+    pub shard: usize,
+}
+
+impl Tensor {
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+}
+
+#[derive(Debug)]
+pub struct Model {
+    /// The path as given.
+    pub path: PathBuf,
+    pub source: Source,
+    pub shards: Vec<Shard>,
+    /// Every tensor, in natural name order.
+    pub tensors: Vec<Tensor>,
+    /// `__metadata__`, merged over the shards (the first shard's value wins).
+    pub metadata: BTreeMap<String, String>,
+    pub findings: Vec<Finding>,
+}
+
+impl Model {
+    /// Opens a `.safetensors` file, an index `.json`, or a folder. Fails only when there is nothing
+    /// to read (no such path, unreadable, or a folder with no model); problems inside the files are
+    /// findings.
+    pub fn open(path: &Path) -> Result<Model> {
+        let meta = fs::metadata(path).map_err(|source| Error::io(path, source))?;
+        if meta.is_dir() {
+            return Model::open_folder(path);
+        }
+        let is_index = path.extension().is_some_and(|ext| ext == "json");
+        if is_index {
+            return Model::open_index(path, Source::Index);
+        }
+        let file = SafetensorsFile::open(path).map_err(|source| Error::io(path, source))?;
+        let label = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let mut builder = Builder::new(path, Source::File);
+        builder.add_file(label, file);
+        Ok(builder.finish())
+    }
+
+    fn open_folder(folder: &Path) -> Result<Model> {
+        let index = folder.join(INDEX_FILE_NAME);
+        if index.is_file() {
+            return Model::open_index(&index, Source::Folder).map(|mut model| {
+                model.path = folder.to_owned();
+                model
+            });
+        }
+        let entries = fs::read_dir(folder).map_err(|source| Error::io(folder, source))?;
+        let mut names = Vec::new();
+        let mut indexes = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| Error::io(folder, source))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".safetensors.index.json") {
+                indexes.push(name);
+            } else if name.ends_with(".safetensors") {
+                names.push(name);
+            }
+        }
+        if let [only] = &indexes[..] {
+            return Model::open_index(&folder.join(only), Source::Folder).map(|mut model| {
+                model.path = folder.to_owned();
+                model
+            });
+        }
+        if names.is_empty() {
+            return Err(Error::NoModel(folder.to_owned()));
+        }
+        names.sort_by(|a, b| natural_cmp(a, b));
+        let mut builder = Builder::new(folder, Source::Folder);
+        for name in names {
+            builder.add_path(folder, name);
+        }
+        Ok(builder.finish())
+    }
+
+    fn open_index(path: &Path, source: Source) -> Result<Model> {
+        let text = fs::read_to_string(path).map_err(|source| Error::io(path, source))?;
+        let index = ShardIndex::parse(&text);
+        let folder = path.parent().unwrap_or(Path::new(""));
+        let index_label = path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let mut builder = Builder::new(path, source);
+        builder
+            .findings
+            .extend(index.findings.iter().cloned().map(|f| {
+                if f.file.is_some() {
+                    f
+                } else {
+                    f.in_file(&index_label)
+                }
+            }));
+        for shard in &index.shards {
+            builder.add_path(folder, shard.clone());
+        }
+        builder.check_against_index(&index, &index_label);
+        Ok(builder.finish())
+    }
+
+    /// True when the reference accepts every file of the model.
+    pub fn is_valid(&self) -> bool {
+        self.shards
+            .iter()
+            .all(|shard| shard.readable && shard.rejection.is_none())
+    }
+
+    /// The first file the reference rejects, and why.
+    pub fn first_rejection(&self) -> Option<(&Shard, &Rejection)> {
+        self.shards
+            .iter()
+            .find_map(|shard| shard.rejection.as_ref().map(|r| (shard, r)))
+    }
+
+    pub fn parameter_count(&self) -> u64 {
+        self.tensors
+            .iter()
+            .map(|t| t.info.element_count().unwrap_or(0))
+            .fold(0, u64::saturating_add)
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.tensors
+            .iter()
+            .map(|t| t.info.byte_len())
+            .fold(0, u64::saturating_add)
+    }
+
+    /// The sum of the files' sizes.
+    pub fn file_bytes(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| s.file_len)
+            .fold(0, u64::saturating_add)
+    }
+
+    pub fn shard_of(&self, tensor: &Tensor) -> &Shard {
+        &self.shards[tensor.shard]
+    }
+
+    /// Where a tensor's bytes are in its file: `(offset, length)`.
+    pub fn file_range(&self, tensor: &Tensor) -> (u64, u64) {
+        let shard = self.shard_of(tensor);
+        let [begin, _] = tensor.info.data_offsets;
+        (
+            shard.data_start.saturating_add(begin),
+            tensor.info.byte_len(),
+        )
+    }
+}
+
+struct Builder {
+    path: PathBuf,
+    source: Source,
+    shards: Vec<Shard>,
+    tensors: Vec<Tensor>,
+    metadata: BTreeMap<String, String>,
+    findings: Vec<Finding>,
+    /// Tensor name to index in `tensors`.
+    by_name: HashMap<String, usize>,
+}
+
+impl Builder {
+    fn new(path: &Path, source: Source) -> Self {
+        Builder {
+            path: path.to_owned(),
+            source,
+            shards: Vec::new(),
+            tensors: Vec::new(),
+            metadata: BTreeMap::new(),
+            findings: Vec::new(),
+            by_name: HashMap::new(),
+        }
+    }
+
+    fn add_path(&mut self, folder: &Path, label: String) {
+        let path = folder.join(&label);
+        match SafetensorsFile::open(&path) {
+            Ok(file) => self.add_file(label, file),
+            Err(error) => {
+                let code = if error.kind() == std::io::ErrorKind::NotFound {
+                    Code::ShardMissing
+                } else {
+                    Code::ShardUnreadable
+                };
+                self.findings.push(
+                    Finding::error(code, format!("cannot read `{}`: {error}", escape(&label)))
+                        .in_file(&label),
+                );
+                self.shards.push(Shard {
+                    path,
+                    label,
+                    file_len: 0,
+                    header_len: None,
+                    data_start: 0,
+                    metadata: None,
+                    rejection: None,
+                    readable: false,
+                });
+            }
+        }
+    }
+
+    fn add_file(&mut self, label: String, file: SafetensorsFile) {
+        let shard_index = self.shards.len();
+        let several = self.source != Source::File;
+        self.findings.extend(
+            file.findings
+                .into_iter()
+                .map(|f| if several { f.in_file(&label) } else { f }),
+        );
+        if let Some(metadata) = &file.metadata {
+            for (key, value) in metadata {
+                match self.metadata.get(key) {
+                    None => {
+                        self.metadata.insert(key.clone(), value.clone());
+                    }
+                    Some(existing) if existing != value => self.findings.push(
+                        Finding::info(
+                            Code::MetadataMismatch,
+                            format!(
+                                "`__metadata__` key `{}` is `{}` here but `{}` in an earlier shard",
+                                escape(key),
+                                escape(value),
+                                escape(existing)
+                            ),
+                        )
+                        .in_file(&label),
+                    ),
+                    Some(_) => {}
+                }
+            }
+        }
+        for info in file.tensors {
+            if let Some(&existing) = self.by_name.get(&info.name) {
+                let first = &self.shards[self.tensors[existing].shard].label;
+                self.findings.push(
+                    Finding::error(
+                        Code::TensorInTwoShards,
+                        format!(
+                            "also stored in `{}`; the first copy is shown",
+                            escape(first)
+                        ),
+                    )
+                    .for_tensor(&info.name)
+                    .in_file(&label),
+                );
+                continue;
+            }
+            self.by_name.insert(info.name.clone(), self.tensors.len());
+            self.tensors.push(Tensor {
+                info,
+                shard: shard_index,
+            });
+        }
+        self.shards.push(Shard {
+            path: file.path,
+            label,
+            file_len: file.file_len,
+            header_len: file.header_len,
+            data_start: super::LENGTH_PREFIX.saturating_add(file.header_len.unwrap_or(0)),
+            metadata: file.metadata,
+            rejection: file.rejection,
+            readable: true,
+        });
+    }
+
+    fn check_against_index(&mut self, index: &ShardIndex, index_label: &str) {
+        let shard_by_label: HashMap<&str, usize> = self
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.label.as_str(), i))
+            .collect();
+        for (name, shard_label) in &index.weight_map {
+            let Some(&shard) = shard_by_label.get(shard_label.as_str()) else {
+                continue;
+            };
+            if !self.shards[shard].readable {
+                continue;
+            }
+            let held = self.by_name.get(name).map(|&i| self.tensors[i].shard);
+            if held != Some(shard) {
+                let elsewhere = held.map_or_else(String::new, |other| {
+                    format!(" (it is in `{}`)", escape(&self.shards[other].label))
+                });
+                self.findings.push(
+                    Finding::error(
+                        Code::IndexTensorMissing,
+                        format!(
+                            "the index maps this tensor to `{}`, which does not hold it{elsewhere}",
+                            escape(shard_label)
+                        ),
+                    )
+                    .for_tensor(name)
+                    .in_file(index_label),
+                );
+            }
+        }
+        let mut unmapped = Vec::new();
+        for tensor in &self.tensors {
+            if !index.weight_map.contains_key(&tensor.info.name) {
+                unmapped.push(tensor);
+            }
+        }
+        for tensor in unmapped {
+            self.findings.push(
+                Finding::warning(
+                    Code::TensorNotInIndex,
+                    "stored in a shard but not in the index's weight_map: loaders that follow the index will not find it",
+                )
+                .for_tensor(&tensor.info.name)
+                .in_file(&self.shards[tensor.shard].label),
+            );
+        }
+        if let Some(declared) = index.total_size {
+            let actual = self
+                .tensors
+                .iter()
+                .map(|t| t.info.byte_len())
+                .fold(0, u64::saturating_add);
+            let all_read = self.shards.iter().all(|s| s.readable);
+            if declared != actual && all_read {
+                self.findings.push(
+                    Finding::warning(
+                        Code::IndexTotalSize,
+                        format!(
+                            "metadata.total_size is {declared} but the tensors hold {actual} bytes"
+                        ),
+                    )
+                    .in_file(index_label),
+                );
+            }
+        }
+    }
+
+    fn finish(mut self) -> Model {
+        self.tensors
+            .sort_by(|a, b| natural_cmp(&a.info.name, &b.info.name));
+        Model {
+            path: self.path,
+            source: self.source,
+            shards: self.shards,
+            tensors: self.tensors,
+            metadata: self.metadata,
+            findings: self.findings,
+        }
+    }
+}

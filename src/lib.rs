@@ -1,0 +1,20 @@
+//! stui: a terminal explorer, validator and int8 quantizer for `.safetensors` model files.
+//!
+//! The modules depend on each other in one direction only:
+//!
+//! - [`text`], [`finding`], [`error`]: shared vocabulary (escaping, findings with stable codes).
+//! - [`format`]: reading headers leniently, the reference's strict verdict, sharded models, and
+//!   the writer. Never reads tensor data when opening.
+//! - [`tree`]: the layer tree built from dotted names, with totals on every node.
+//! - [`report`]: text and JSON output of the headless commands.
+//! - [`cli`], [`commands`]: the command line and one function per subcommand.
+
+pub mod cli;
+pub mod commands;
+pub mod demo;
+pub mod error;
+pub mod finding;
+pub mod format;
+pub mod report;
+pub mod text;
+pub mod tree;

@@ -1,0 +1,206 @@
+//! Text for people: escaping untrusted strings, and sizes and counts in short form.
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+use std::fmt::Write as _;
+
+/// Escapes what a terminal could act on or what could disguise text: C0 and C1 control
+/// characters (escape sequences among them), DEL, and the Unicode marks that reorder or hide text
+/// (bidirectional overrides and isolates, zero-width characters, line separators, a BOM). Tensor
+/// names and metadata come from whoever wrote the file, so everything shown passes through here.
+pub fn escape(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => escaped.push_str("\\n"),
+            '\r' => escaped.push_str("\\r"),
+            '\t' => escaped.push_str("\\t"),
+            c if needs_escape(c) => {
+                let _ = write!(escaped, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => escaped.push(c),
+        }
+    }
+    Cow::Owned(escaped)
+}
+
+/// Escapes bytes that may not be UTF-8 (file names), showing invalid bytes as `\xNN`.
+pub fn escape_bytes(bytes: &[u8]) -> String {
+    let mut escaped = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        escaped.push_str(&escape(chunk.valid()));
+        for byte in chunk.invalid() {
+            let _ = write!(escaped, "\\x{byte:02x}");
+        }
+    }
+    escaped
+}
+
+/// A path for display: escaped, with invalid UTF-8 shown as `\xNN`.
+pub fn escape_path(path: &std::path::Path) -> String {
+    escape_bytes(path.as_os_str().as_encoded_bytes())
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{feff}'
+        )
+}
+
+/// A byte count in binary units: `512 B`, `4.00 KiB`, `1.50 GiB`.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{} {}", three_digits(value), UNITS[unit])
+}
+
+/// A count with a decimal suffix: `950`, `12.3 K`, `1.10 B` (billions, as parameter counts go).
+pub fn format_count(count: u64) -> String {
+    const UNITS: [&str; 6] = ["K", "M", "B", "T", "P", "E"];
+    if count < 1000 {
+        return count.to_string();
+    }
+    let mut value = count as f64 / 1000.0;
+    let mut unit = 0;
+    while value >= 999.95 && unit + 1 < UNITS.len() {
+        value /= 1000.0;
+        unit += 1;
+    }
+    format!("{} {}", three_digits(value), UNITS[unit])
+}
+
+/// Orders names as people read them: runs of digits compare as numbers, so `layers.2` comes
+/// before `layers.10`. Equal numbers with different leading zeros fall back to byte order.
+pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+    let (mut a_rest, mut b_rest) = (a.as_bytes(), b.as_bytes());
+    loop {
+        match (a_rest.first(), b_rest.first()) {
+            (None, None) => return a.cmp(b),
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some(x), Some(y)) if x.is_ascii_digit() && y.is_ascii_digit() => {
+                let (a_digits, a_tail) = split_digits(a_rest);
+                let (b_digits, b_tail) = split_digits(b_rest);
+                let a_number = trim_zeros(a_digits);
+                let b_number = trim_zeros(b_digits);
+                let order = a_number
+                    .len()
+                    .cmp(&b_number.len())
+                    .then_with(|| a_number.cmp(b_number));
+                if order != Ordering::Equal {
+                    return order;
+                }
+                (a_rest, b_rest) = (a_tail, b_tail);
+            }
+            (Some(x), Some(y)) => {
+                if x != y {
+                    return x.cmp(y);
+                }
+                (a_rest, b_rest) = (&a_rest[1..], &b_rest[1..]);
+            }
+        }
+    }
+}
+
+fn split_digits(bytes: &[u8]) -> (&[u8], &[u8]) {
+    let end = bytes
+        .iter()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(bytes.len());
+    bytes.split_at(end)
+}
+
+fn trim_zeros(digits: &[u8]) -> &[u8] {
+    let start = digits
+        .iter()
+        .position(|&b| b != b'0')
+        .unwrap_or(digits.len());
+    &digits[start..]
+}
+
+/// Three significant digits: `1.23`, `12.3`, `123`.
+fn three_digits(value: f64) -> String {
+    if value >= 99.95 {
+        format!("{value:.0}")
+    } else if value >= 9.995 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_terminal_controls_and_reordering_marks() {
+        assert_eq!(escape("model.layers.0"), "model.layers.0");
+        assert!(matches!(escape("plain"), Cow::Borrowed(_)));
+        assert_eq!(escape("a\u{1b}[31mred"), "a\\u{1b}[31mred");
+        assert_eq!(escape("x\u{202e}gpj.exe"), "x\\u{202e}gpj.exe");
+        assert_eq!(escape("tab\there\n"), "tab\\there\\n");
+        assert_eq!(escape("\u{9b}31m"), "\\u{9b}31m");
+        assert_eq!(escape("日本語.weight"), "日本語.weight");
+        assert_eq!(escape_bytes(b"ok\xffname"), "ok\\xffname");
+    }
+
+    #[test]
+    fn natural_order_compares_numbers_as_numbers() {
+        let mut names = vec![
+            "layers.10.w",
+            "layers.2.w",
+            "layers.1.w",
+            "layers.02.w",
+            "embed",
+            "layers.b",
+        ];
+        names.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            names,
+            [
+                "embed",
+                "layers.1.w",
+                "layers.02.w",
+                "layers.2.w",
+                "layers.10.w",
+                "layers.b"
+            ]
+        );
+        assert_eq!(
+            natural_cmp("a99999999999999999999999", "a100000000000000000000000"),
+            Ordering::Less
+        );
+        assert_eq!(natural_cmp("x", "x"), Ordering::Equal);
+    }
+
+    #[test]
+    fn sizes_and_counts_read_well() {
+        assert_eq!(format_bytes(0), "0 B");
+        assert_eq!(format_bytes(1023), "1023 B");
+        assert_eq!(format_bytes(1024), "1.00 KiB");
+        assert_eq!(format_bytes(2_200_000_000), "2.05 GiB");
+        assert_eq!(format_bytes(u64::MAX), "16.0 EiB");
+        assert_eq!(format_count(999), "999");
+        assert_eq!(format_count(1_100_048_384), "1.10 B");
+        assert_eq!(format_count(65_536_000), "65.5 M");
+        assert_eq!(format_count(999_999), "1.00 M");
+    }
+}
