@@ -138,6 +138,7 @@ impl SyntheticModel {
 /// Appends one element of `dtype` holding `value` (rounded to nearest, saturating for integers).
 #[expect(
     clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
     reason = "narrowing to the element type is the point"
 )]
 fn encode(dtype: Dtype, value: f64, out: &mut Vec<u8>) {
@@ -162,12 +163,12 @@ fn encode(dtype: Dtype, value: f64, out: &mut Vec<u8>) {
         // their values build the bytes themselves.
         Dtype::F4 | Dtype::F6E2M3 | Dtype::F6E3M2 => {}
         Dtype::F8E5M2 | Dtype::F8E4M3 | Dtype::F8E8M0 | Dtype::F8E4M3Fnuz | Dtype::F8E5M2Fnuz => {
-            out.push(0)
+            out.push(0);
         }
     }
 }
 
-/// A small, fast, well-mixed generator (SplitMix64); statistical quality is ample for test data.
+/// A small, fast, well-mixed generator (`SplitMix64`); statistical quality is ample for test data.
 #[derive(Clone, Debug)]
 pub struct SplitMix64(u64);
 

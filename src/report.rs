@@ -462,7 +462,7 @@ impl Check<'_> {
                     String::new()
                 };
                 format!(
-                    "NOT VALID: the reference implementation rejects{which} with {} ({rejection})",
+                    "NOT VALID: the reference implementation rejects{which}: {} ({rejection})",
                     rejection.variant()
                 )
             }

@@ -122,13 +122,12 @@ impl LayerTree {
             }
             let mut node = ROOT;
             for (depth, segment) in tensor.name().split('.').enumerate() {
-                if let Some(&(prev_segment, prev_node)) = previous.get(depth) {
-                    if prev_segment == segment
-                        && node == nodes[prev_node as usize].parent.unwrap_or(ROOT)
-                    {
-                        node = prev_node;
-                        continue;
-                    }
+                if let Some(&(prev_segment, prev_node)) = previous.get(depth)
+                    && prev_segment == segment
+                    && node == nodes[prev_node as usize].parent.unwrap_or(ROOT)
+                {
+                    node = prev_node;
+                    continue;
                 }
                 previous.truncate(depth);
                 node = *lookup.entry((node, segment)).or_insert_with(|| {

@@ -70,11 +70,10 @@ fn read<R: Read + Seek>(path: &Path, reader: &mut R, file_len: u64) -> io::Resul
         findings: Vec::new(),
         rejection: None,
     };
-    let mut prefix = [0u8; LENGTH_PREFIX as usize];
     if file_len < LENGTH_PREFIX {
         let bytes = read_up_to(reader, 0, file_len)?;
         file.findings.extend(sniff::identify(&bytes));
-        file.findings.push(if file_len == 0 {
+        let finding = if file_len == 0 {
             Finding::error(
                 Code::FileEmpty,
                 "the file is empty (0 bytes): an interrupted download or a failed save",
@@ -86,99 +85,54 @@ fn read<R: Read + Seek>(path: &Path, reader: &mut R, file_len: u64) -> io::Resul
                     "the file has only {file_len} bytes; a safetensors file starts with an 8-byte header length"
                 ),
             )
-        });
-        file.rejection = Some(Rejection::HeaderTooSmall);
+        };
+        file.reject(Rejection::HeaderTooSmall, finding);
         return Ok(file);
     }
+    let mut prefix = [0u8; 8];
     reader.read_exact(&mut prefix)?;
     let header_len = u64::from_le_bytes(prefix);
     file.header_len = Some(header_len);
-    let available = file_len - LENGTH_PREFIX;
-
     if header_len > MAX_HEADER_LEN {
         let bytes = read_up_to(reader, 0, SNIFF_LEN as u64)?;
         file.findings.extend(sniff::identify(&bytes));
-        file.findings.push(Finding::error(
-            Code::HeaderTooLarge,
-            format!(
-                "the first 8 bytes declare a header of {header_len} bytes, over the format's limit of \
-                 {MAX_HEADER_LEN}: this is not the start of a safetensors file"
+        file.reject(
+            Rejection::HeaderTooLarge,
+            Finding::error(
+                Code::HeaderTooLarge,
+                format!(
+                    "the first 8 bytes declare a header of {header_len} bytes, over the format's limit of \
+                     {MAX_HEADER_LEN}: this is not the start of a safetensors file"
+                ),
             ),
-        ));
-        file.rejection = Some(Rejection::HeaderTooLarge);
+        );
         return Ok(file);
     }
-
-    let truncated = header_len > available;
+    let available = file_len - LENGTH_PREFIX;
     let header_bytes = read_up_to(reader, LENGTH_PREFIX, header_len.min(available))?;
-    if truncated {
-        let mut whole = prefix.to_vec();
-        whole.extend_from_slice(&header_bytes[..header_bytes.len().min(SNIFF_LEN)]);
-        file.findings.extend(sniff::identify(&whole));
-        file.findings.push(Finding::error(
-            Code::HeaderPastEnd,
-            format!(
-                "the header is declared as {header_len} bytes but only {available} follow the length \
-                 prefix: the file is cut short by at least {} (a truncated download?)",
-                format_bytes(header_len - available)
-            ),
-        ));
-        file.rejection = Some(Rejection::InvalidHeaderLength);
-    }
-
-    let mut complete = !truncated;
-    let text = match std::str::from_utf8(&header_bytes) {
-        Ok(text) => text,
-        Err(error) => {
-            file.findings.push(Finding::error(
-                Code::HeaderNotUtf8,
-                format!("the header is not valid UTF-8: {error}"),
-            ));
-            file.rejection.get_or_insert(Rejection::InvalidHeader);
-            complete = false;
-            let valid = &header_bytes[..error.valid_up_to()];
-            std::str::from_utf8(valid).unwrap_or_default()
-        }
+    let sniff = || {
+        let mut start = prefix.to_vec();
+        start.extend_from_slice(&header_bytes[..header_bytes.len().min(SNIFF_LEN)]);
+        sniff::identify(&start)
     };
-    let parsed = header::parse(text, complete);
-    let json_failed = parsed.first_error().is_some();
-    complete &= parsed.all_entries_read;
-    if json_failed && file.rejection.is_none() {
-        file.rejection = Some(Rejection::InvalidHeaderDeserialization);
-        if parsed.tensors.is_empty() && parsed.metadata.is_none() {
-            let mut whole = prefix.to_vec();
-            whole.extend_from_slice(&header_bytes[..header_bytes.len().min(SNIFF_LEN)]);
-            file.findings.extend(sniff::identify(&whole));
-        }
-    }
-    let ParsedHeader {
-        metadata,
-        tensors,
-        findings,
-        ..
-    } = parsed;
-    file.findings.extend(findings);
-    file.metadata = metadata;
-    file.tensors = tensors;
-
-    if complete {
-        let order = data_order(&file.tensors);
-        if file.rejection.is_none() {
-            file.rejection =
-                layout::strict_check(&file.tensors, &order, header_len, file_len).err();
-        }
-        let data_len = available - header_len;
-        file.findings
-            .extend(layout::lenient_check(&file.tensors, &order, data_len));
-        if header_len % 8 != 0 && !file.tensors.is_empty() {
-            file.findings.push(Finding::info(
-                Code::HeaderLengthUnaligned,
+    let truncated = header_len > available;
+    if truncated {
+        file.findings.extend(sniff());
+        file.reject(
+            Rejection::InvalidHeaderLength,
+            Finding::error(
+                Code::HeaderPastEnd,
                 format!(
-                    "the header is {header_len} bytes, not a multiple of 8, so tensor data is not \
-                     8-byte aligned in the file (the reference writer pads to 8)"
+                    "the header is declared as {header_len} bytes but only {available} follow the length \
+                     prefix: the file is cut short by at least {} (a truncated download?)",
+                    format_bytes(header_len - available)
                 ),
-            ));
-        }
+            ),
+        );
+    }
+    let whole_header_read = file.read_header(&header_bytes, !truncated, sniff);
+    if whole_header_read {
+        file.check_layout(header_len);
     }
     debug_assert_eq!(
         file.rejection.is_some(),
@@ -187,6 +141,75 @@ fn read<R: Read + Seek>(path: &Path, reader: &mut R, file_len: u64) -> io::Resul
         path.display()
     );
     Ok(file)
+}
+
+impl SafetensorsFile {
+    /// Records why the reference rejects the file, unless an earlier check already did.
+    fn reject(&mut self, rejection: Rejection, finding: Finding) {
+        self.findings.push(finding);
+        self.rejection.get_or_insert(rejection);
+    }
+
+    /// Parses the header bytes read; returns whether every tensor entry could be read.
+    fn read_header(
+        &mut self,
+        bytes: &[u8],
+        complete: bool,
+        sniff: impl FnOnce() -> Option<Finding>,
+    ) -> bool {
+        let (text, complete) = match std::str::from_utf8(bytes) {
+            Ok(text) => (text, complete),
+            Err(error) => {
+                self.reject(
+                    Rejection::InvalidHeader,
+                    Finding::error(
+                        Code::HeaderNotUtf8,
+                        format!("the header is not valid UTF-8: {error}"),
+                    ),
+                );
+                let valid = &bytes[..error.valid_up_to()];
+                (std::str::from_utf8(valid).unwrap_or_default(), false)
+            }
+        };
+        let parsed = header::parse(text, complete);
+        if parsed.first_error().is_some() && self.rejection.is_none() {
+            self.rejection = Some(Rejection::InvalidHeaderDeserialization);
+            if parsed.tensors.is_empty() && parsed.metadata.is_none() {
+                self.findings.extend(sniff());
+            }
+        }
+        let ParsedHeader {
+            metadata,
+            tensors,
+            findings,
+            all_entries_read,
+        } = parsed;
+        self.findings.extend(findings);
+        self.metadata = metadata;
+        self.tensors = tensors;
+        complete && all_entries_read
+    }
+
+    /// Checks where the tensors lie, once the whole header is known.
+    fn check_layout(&mut self, header_len: u64) {
+        let order = data_order(&self.tensors);
+        if self.rejection.is_none() {
+            self.rejection =
+                layout::strict_check(&self.tensors, &order, header_len, self.file_len).err();
+        }
+        let data_len = self.file_len - LENGTH_PREFIX - header_len;
+        self.findings
+            .extend(layout::lenient_check(&self.tensors, &order, data_len));
+        if !header_len.is_multiple_of(8) && !self.tensors.is_empty() {
+            self.findings.push(Finding::info(
+                Code::HeaderLengthUnaligned,
+                format!(
+                    "the header is {header_len} bytes, not a multiple of 8, so tensor data is not \
+                     8-byte aligned in the file (the reference writer pads to 8)"
+                ),
+            ));
+        }
+    }
 }
 
 /// Reads up to `len` bytes at `offset`, fewer if the file ends first.
@@ -214,12 +237,11 @@ mod tests {
 
     #[test]
     fn a_valid_file_has_no_errors() {
-        let file = open(&file_with_header(
-            r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}    "#,
-            &[1, 2, 3, 4],
-        ));
+        let header = r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}           "#;
+        let file = open(&file_with_header(header, &[1, 2, 3, 4]));
         assert!(file.is_valid(), "{:?}", file.findings);
-        assert_eq!(file.data_start(), 8 + 60);
+        assert!(file.findings.is_empty(), "{:?}", file.findings);
+        assert_eq!(file.data_start(), 8 + 64);
         assert_eq!(file.tensors.len(), 1);
     }
 
@@ -233,7 +255,12 @@ mod tests {
         let file = open(&bytes);
         assert_eq!(file.rejection, Some(Rejection::InvalidHeaderLength));
         assert_eq!(file.tensors.len(), 1);
-        assert_eq!(file.findings.last().map(|f| f.code), Some(Code::HeaderJson));
+        let codes: Vec<_> = file.findings.iter().map(|f| f.code).collect();
+        assert_eq!(
+            codes,
+            [Code::HeaderPastEnd],
+            "running out of text is the cut, not a JSON error"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use super::TensorInfo;
 use super::dtype::{Dtype, TensorDtype};
-use crate::finding::{Code, Finding};
+use crate::finding::{Code, Finding, Severity};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -35,9 +35,7 @@ pub struct ParsedHeader {
 impl ParsedHeader {
     /// The first error, which is what makes the reference reject the header.
     pub fn first_error(&self) -> Option<&Finding> {
-        self.findings
-            .iter()
-            .find(|f| f.severity == crate::finding::Severity::Error)
+        self.findings.iter().find(|f| f.severity == Severity::Error)
     }
 }
 
@@ -237,7 +235,7 @@ impl FromJson<'_> for Count {
     }
 }
 
-/// An array of non-negative integers (a shape or data_offsets).
+/// An array of non-negative integers (a shape or `data_offsets`).
 struct Counts(Vec<u64>);
 
 impl<'de> FromJson<'de> for Counts {
@@ -300,27 +298,12 @@ impl<'de> FromJson<'de> for DtypeSpec {
     }
 }
 
-/// The value of an enum-map dtype: serde accepts null and, for a unit variant, an empty object.
+/// The value of an enum-map dtype: only null (the reference rejects `{}` and `[]` here).
 struct UnitValue;
 
-impl<'de> FromJson<'de> for UnitValue {
+impl FromJson<'_> for UnitValue {
     fn from_null() -> Lenient<Self> {
         Lenient::Good(UnitValue)
-    }
-
-    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Lenient<Self>, A::Error> {
-        let mut empty = true;
-        while map
-            .next_entry::<Lenient<Ignored>, Lenient<Ignored>>()?
-            .is_some()
-        {
-            empty = false;
-        }
-        Ok(if empty {
-            Lenient::Good(UnitValue)
-        } else {
-            Lenient::Bad("an object".into())
-        })
     }
 }
 
@@ -554,28 +537,82 @@ impl<'de> HeaderSeed<'_, 'de> {
 
 /// Turns a read entry into a tensor, or reports why it cannot be one.
 fn check_entry(name: &str, entry: Entry, findings: &mut Vec<Finding>) -> Option<TensorInfo> {
-    let tensor_error = |code, message: String| Finding::error(code, message).for_tensor(name);
+    let mut problem =
+        |code, message: String| findings.push(Finding::error(code, message).for_tensor(name));
     for field in &entry.duplicate_fields {
-        findings.push(tensor_error(
+        problem(
             Code::TensorEntryInvalid,
             format!("the field `{field}` is given twice"),
-        ));
+        );
     }
     if entry.extra_elements > 0 {
-        findings.push(tensor_error(
+        problem(
             Code::TensorEntryInvalid,
             format!(
                 "the positional entry has {} elements; it must be exactly [dtype, shape, data_offsets]",
                 3 + entry.extra_elements
             ),
-        ));
+        );
     }
+    let dtype = entry
+        .dtype
+        .require("dtype", "a dtype name such as \"F32\"", &mut problem);
+    let shape = entry
+        .shape
+        .require("shape", "an array of non-negative integers", &mut problem);
+    let offsets = entry.offsets.require(
+        "data_offsets",
+        "[begin, end] as non-negative integers",
+        &mut problem,
+    );
+    let data_offsets = offsets.and_then(|Counts(offsets)| {
+        if let [begin, end] = offsets[..] {
+            Some([begin, end])
+        } else {
+            problem(
+                Code::TensorEntryInvalid,
+                format!(
+                    "`data_offsets` has {} values; it must be exactly [begin, end]",
+                    offsets.len()
+                ),
+            );
+            None
+        }
+    });
+    let dtype = dtype.map(|spec| {
+        let dtype = if let Some(dtype) = Dtype::from_name(&spec.name) {
+            TensorDtype::Known(dtype)
+        } else {
+            problem(
+                Code::DtypeUnknown,
+                format!(
+                    "the dtype `{}` is not one the format defines",
+                    spec.name.escape_debug()
+                ),
+            );
+            TensorDtype::Unknown(spec.name.into_boxed_str())
+        };
+        (dtype, spec.enum_form)
+    });
+
     if entry.positional {
         findings.push(
             Finding::warning(
                 Code::TensorEntryPositional,
-                "the entry is written as a [dtype, shape, data_offsets] array; the reference accepts it, \
-                 other readers may not",
+                "the entry is written as a [dtype, shape, data_offsets] array; the reference accepts \
+                 it, other readers may not",
+            )
+            .for_tensor(name),
+        );
+    }
+    if let Some((dtype, true)) = &dtype {
+        findings.push(
+            Finding::warning(
+                Code::DtypeEnumForm,
+                format!(
+                    "the dtype is written as {{\"{}\": null}}; the reference accepts it, other readers may not",
+                    dtype.name().escape_debug()
+                ),
             )
             .for_tensor(name),
         );
@@ -592,105 +629,7 @@ fn check_entry(name: &str, entry: Entry, findings: &mut Vec<Finding>) -> Option<
             .for_tensor(name),
         );
     }
-
-    let mut usable = true;
-    let dtype = match entry.dtype {
-        Field::Present(spec) => {
-            if spec.enum_form {
-                findings.push(
-                    Finding::warning(
-                        Code::DtypeEnumForm,
-                        format!(
-                            "the dtype is written as {{\"{}\": null}}; the reference accepts it, other readers may not",
-                            spec.name.escape_debug()
-                        ),
-                    )
-                    .for_tensor(name),
-                );
-            }
-            match Dtype::from_name(&spec.name) {
-                Some(dtype) => TensorDtype::Known(dtype),
-                None => {
-                    findings.push(tensor_error(
-                        Code::DtypeUnknown,
-                        format!(
-                            "the dtype `{}` is not one the format defines",
-                            spec.name.escape_debug()
-                        ),
-                    ));
-                    TensorDtype::Unknown(spec.name.into_boxed_str())
-                }
-            }
-        }
-        Field::Missing => {
-            findings.push(tensor_error(
-                Code::TensorEntryInvalid,
-                "the field `dtype` is missing".into(),
-            ));
-            usable = false;
-            TensorDtype::Unknown("?".into())
-        }
-        Field::Invalid(found) => {
-            findings.push(tensor_error(
-                Code::TensorEntryInvalid,
-                format!("`dtype` is {found}; it must be a dtype name such as \"F32\""),
-            ));
-            usable = false;
-            TensorDtype::Unknown("?".into())
-        }
-    };
-    let shape = match entry.shape {
-        Field::Present(Counts(shape)) => shape,
-        Field::Missing => {
-            findings.push(tensor_error(
-                Code::TensorEntryInvalid,
-                "the field `shape` is missing".into(),
-            ));
-            usable = false;
-            Vec::new()
-        }
-        Field::Invalid(found) => {
-            findings.push(tensor_error(
-                Code::TensorEntryInvalid,
-                format!("`shape` is {found}; it must be an array of non-negative integers"),
-            ));
-            usable = false;
-            Vec::new()
-        }
-    };
-    let data_offsets = match entry.offsets {
-        Field::Present(Counts(offsets)) => {
-            if let [begin, end] = offsets[..] {
-                Some([begin, end])
-            } else {
-                findings.push(tensor_error(
-                    Code::TensorEntryInvalid,
-                    format!(
-                        "`data_offsets` has {} values; it must be exactly [begin, end]",
-                        offsets.len()
-                    ),
-                ));
-                None
-            }
-        }
-        Field::Missing => {
-            findings.push(tensor_error(
-                Code::TensorEntryInvalid,
-                "the field `data_offsets` is missing".into(),
-            ));
-            None
-        }
-        Field::Invalid(found) => {
-            findings.push(tensor_error(
-                Code::TensorEntryInvalid,
-                format!(
-                    "`data_offsets` is {found}; it must be [begin, end] as non-negative integers"
-                ),
-            ));
-            None
-        }
-    };
-    let data_offsets = data_offsets.filter(|_| usable)?;
+    let ((dtype, _), Counts(shape), data_offsets) = (dtype?, shape?, data_offsets?);
     Some(TensorInfo {
         name: name.to_owned(),
         dtype,
@@ -699,10 +638,37 @@ fn check_entry(name: &str, entry: Entry, findings: &mut Vec<Finding>) -> Option<
     })
 }
 
+impl<T> Field<T> {
+    /// The field's value, or `None` after reporting it missing or of the wrong form.
+    fn require(
+        self,
+        field: &str,
+        expected: &str,
+        problem: &mut impl FnMut(Code, String),
+    ) -> Option<T> {
+        match self {
+            Field::Present(value) => Some(value),
+            Field::Missing => {
+                problem(
+                    Code::TensorEntryInvalid,
+                    format!("the field `{field}` is missing"),
+                );
+                None
+            }
+            Field::Invalid(found) => {
+                problem(
+                    Code::TensorEntryInvalid,
+                    format!("`{field}` is {found}; it must be {expected}"),
+                );
+                None
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::finding::Severity;
 
     fn parse_all(text: &str) -> ParsedHeader {
         parse(text, true)
@@ -752,20 +718,20 @@ mod tests {
     fn accepts_the_reference_quirks() {
         let parsed = parse_all(
             "\t\n{\"a\":[\"F32\",[1],[0,4]],\"b\":{\"dtype\":{\"F32\":null},\"shape\":[1],\"data_offsets\":[4,8]},\
-             \"c\":{\"dtype\":{\"F32\":{}},\"shape\":[],\"data_offsets\":[8,12],\"x\":[[1]]},\
+             \"c\":{\"dtype\":{\"F32\":null},\"shape\":[],\"data_offsets\":[8,12],\"x\":[[1]]},\
              \"\\u005f_metadata__\":{\"k\":\"1\",\"k\":\"2\"}}",
         );
         assert!(parsed.first_error().is_none(), "{:?}", parsed.findings);
         assert_eq!(parsed.tensors.len(), 3);
-        assert_eq!(parsed.metadata.unwrap()["k"], "2");
+        assert_eq!(parsed.metadata.as_ref().unwrap()["k"], "2");
         assert_eq!(
             codes(&parsed),
             [
                 "header-leading-whitespace",
                 "tensor-entry-positional",
                 "dtype-enum-form",
-                "tensor-field-unknown",
-                "dtype-enum-form"
+                "dtype-enum-form",
+                "tensor-field-unknown"
             ]
         );
     }

@@ -85,26 +85,26 @@ pub fn lenient_check(tensors: &[TensorInfo], order: &[usize], data_len: u64) -> 
             findings.push(error(
                 Code::OffsetGap,
                 format!(
-                    "{} ({begin} - {cursor}) between {after} and this tensor belong to no tensor",
+                    "data bytes {cursor}..{begin} ({}) between {after} and this tensor belong to no tensor",
                     format_bytes(begin - cursor)
                 ),
             ));
-        } else if begin < cursor {
-            if let Some(previous) = previous {
-                let overlap = cursor.min(end) - begin;
-                let what = if previous.data_offsets == tensor.data_offsets {
-                    "shares its whole byte range with".to_owned()
-                } else {
-                    format!("overlaps by {}", format_bytes(overlap.max(1)))
-                };
-                findings.push(error(
-                    Code::OffsetOverlap,
-                    format!(
-                        "data_offsets [{begin}, {end}] {what} `{}`",
-                        escape(&previous.name)
-                    ),
-                ));
-            }
+        } else if begin < cursor
+            && let Some(previous) = previous
+        {
+            let overlap = cursor.min(end) - begin;
+            let what = if previous.data_offsets == tensor.data_offsets {
+                "shares its whole byte range with".to_owned()
+            } else {
+                format!("overlaps by {}", format_bytes(overlap.max(1)))
+            };
+            findings.push(error(
+                Code::OffsetOverlap,
+                format!(
+                    "data_offsets [{begin}, {end}] {what} `{}`",
+                    escape(&previous.name)
+                ),
+            ));
         }
         if end >= begin {
             cursor = cursor.max(end);

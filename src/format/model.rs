@@ -88,7 +88,7 @@ impl Model {
         let index = folder.join(INDEX_FILE_NAME);
         if index.is_file() {
             return Model::open_index(&index, Source::Folder).map(|mut model| {
-                model.path = folder.to_owned();
+                folder.clone_into(&mut model.path);
                 model
             });
         }
@@ -106,7 +106,7 @@ impl Model {
         }
         if let [only] = &indexes[..] {
             return Model::open_index(&folder.join(only), Source::Folder).map(|mut model| {
-                model.path = folder.to_owned();
+                folder.clone_into(&mut model.path);
                 model
             });
         }

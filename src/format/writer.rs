@@ -5,7 +5,7 @@
 //! padded with spaces to a multiple of 8. Unlike the reference writer, an empty metadata map with
 //! no tensors gives a valid header, and a repeated name is an error, not a panic.
 
-use super::{Dtype, LENGTH_PREFIX, MAX_HEADER_LEN};
+use super::{Dtype, MAX_HEADER_LEN};
 use crate::error::{Error, Result};
 use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
 use std::collections::{BTreeMap, HashSet};
@@ -100,10 +100,10 @@ impl FileLayout {
                 "the header would be {padded_len} bytes, over the format's limit of {MAX_HEADER_LEN}"
             )));
         }
-        let mut header = Vec::with_capacity(LENGTH_PREFIX as usize + padded_len);
+        let mut header = Vec::with_capacity(8 + padded_len);
         header.extend_from_slice(&(padded_len as u64).to_le_bytes());
         header.extend_from_slice(&json);
-        header.resize(LENGTH_PREFIX as usize + padded_len, b' ');
+        header.resize(8 + padded_len, b' ');
         Ok(FileLayout {
             header,
             order,

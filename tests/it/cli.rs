@@ -1,0 +1,225 @@
+//! The command line as users and scripts see it: output snapshots and exit codes.
+
+use crate::support;
+use std::path::Path;
+use std::process::Command;
+
+/// Runs stui in `dir` and renders what it did: exit code, stdout and stderr.
+fn run(dir: &Path, args: &[&str]) -> (i32, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_stui"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    let code = output.status.code().unwrap_or(-1);
+    let mut text = format!("$ stui {}\nexit code: {code}\n", args.join(" "));
+    text.push_str(&String::from_utf8_lossy(&output.stdout));
+    if !output.stderr.is_empty() {
+        text.push_str("--- stderr\n");
+        text.push_str(&String::from_utf8_lossy(&output.stderr));
+    }
+    (code, text)
+}
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A folder of broken files, each named for what is wrong with it.
+fn broken_files() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = std::fs::read(support::demo_path()).unwrap();
+    support::write(
+        dir.path(),
+        "truncated.safetensors",
+        &demo[..demo.len() - 100_000],
+    );
+    let mut trailing = support::small_model().to_bytes().unwrap();
+    trailing.extend_from_slice(b"appended");
+    support::write(dir.path(), "trailing.safetensors", &trailing);
+    support::write(
+        dir.path(),
+        "pointer.safetensors",
+        b"version https://git-lfs.github.com/spec/v1\noid sha256:4d7a2146\nsize 4943162336\n",
+    );
+    support::write(
+        dir.path(),
+        "page.safetensors",
+        b"<!DOCTYPE html>\n<html><body>Access denied</body></html>\n",
+    );
+    support::write(dir.path(), "empty.safetensors", b"");
+    support::write(
+        dir.path(),
+        "hole.safetensors",
+        &support::raw_file(
+            r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},"c":{"dtype":"Q4","shape":[2],"data_offsets":[12,13]},"d":{"dtype":"F32","shape":[3],"data_offsets":[13,21]}}"#,
+            &[0; 21],
+        ),
+    );
+    support::write(
+        dir.path(),
+        "hostile.safetensors",
+        &support::raw_file(
+            r#"{"__metadata__":{"note":"\u001b[2J\u001b]0;pwned\u0007"},"evil\u001b[31m\u202ename":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}"#,
+            &[0],
+        ),
+    );
+    dir
+}
+
+#[test]
+fn inspect_the_demo() {
+    let (code, text) = run(repo(), &["inspect", "assets/demo.safetensors"]);
+    assert_eq!(code, 0);
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn inspect_flat_filtered() {
+    let (code, text) = run(
+        repo(),
+        &[
+            "inspect",
+            "assets/demo.safetensors",
+            "--flat",
+            "--filter",
+            "LAYERS.2.MLP",
+        ],
+    );
+    assert_eq!(code, 0);
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn inspect_json_has_the_documented_fields() {
+    let (code, text) = run(repo(), &["inspect", "--json", "assets/demo.safetensors"]);
+    assert_eq!(code, 0);
+    let json: serde_json::Value =
+        serde_json::from_str(text.split_once('\n').unwrap().1.split_once('\n').unwrap().1).unwrap();
+    for field in [
+        "tensors",
+        "metadata",
+        "parameters",
+        "total_bytes",
+        "files",
+        "valid",
+        "dtypes",
+    ] {
+        assert!(json.get(field).is_some(), "missing {field}");
+    }
+    let tensors = json["tensors"].as_array().unwrap();
+    assert_eq!(tensors.len(), 39);
+    let first = &tensors[0];
+    for field in ["name", "dtype", "shape", "data_offsets", "file"] {
+        assert!(first.get(field).is_some(), "tensor missing {field}");
+    }
+    assert_eq!(json["parameters"], 1_250_432);
+    assert_eq!(json["metadata"]["format"], "pt");
+}
+
+#[test]
+fn check_the_demo() {
+    let (code, text) = run(repo(), &["check", "assets/demo.safetensors"]);
+    assert_eq!(code, 0);
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn check_broken_files() {
+    let dir = broken_files();
+    let mut all = String::new();
+    for name in [
+        "truncated",
+        "trailing",
+        "pointer",
+        "page",
+        "empty",
+        "hole",
+        "hostile",
+    ] {
+        let file = format!("{name}.safetensors");
+        let (code, text) = run(dir.path(), &["check", &file]);
+        let expected = i32::from(name != "hostile");
+        assert_eq!(code, expected, "{text}");
+        all.push_str(&text);
+        all.push('\n');
+    }
+    insta::assert_snapshot!(all);
+}
+
+#[test]
+fn check_json_of_a_broken_file() {
+    let dir = broken_files();
+    let (code, text) = run(dir.path(), &["check", "--json", "hole.safetensors"]);
+    assert_eq!(code, 1);
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn inspect_lists_what_a_truncated_file_holds() {
+    let dir = broken_files();
+    let (code, text) = run(dir.path(), &["inspect", "--flat", "truncated.safetensors"]);
+    assert_eq!(code, 1);
+    assert!(text.contains("NOT VALID"));
+    assert!(text.contains("model.layers.3.self_attn.v_proj.weight"));
+}
+
+#[test]
+fn strict_mode_judges_by_the_reference_verdict_only() {
+    let dir = broken_files();
+    let (code, _) = run(dir.path(), &["check", "--strict", "hole.safetensors"]);
+    assert_eq!(code, 1);
+    let (code, _) = run(repo(), &["check", "--strict", "assets/demo.safetensors"]);
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn hostile_names_never_reach_the_terminal_raw() {
+    let dir = broken_files();
+    for args in [
+        &["inspect", "hostile.safetensors"][..],
+        &["check", "hostile.safetensors"],
+        &["inspect", "--flat", "hostile.safetensors"],
+    ] {
+        let (_, text) = run(dir.path(), args);
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{202e}') && !text.contains('\u{7}'),
+            "{text:?}"
+        );
+        if args[0] == "inspect" {
+            assert!(text.contains("\\u{1b}[31m\\u{202e}name"), "{text}");
+        }
+    }
+}
+
+#[test]
+fn usage_errors_and_missing_files_exit_2() {
+    let (code, text) = run(repo(), &["check", "no/such/file.safetensors"]);
+    assert_eq!(code, 2);
+    assert!(text.contains("no/such/file.safetensors"), "{text}");
+    let (code, _) = run(repo(), &["inspect", "--no-such-flag", "x"]);
+    assert_eq!(code, 2);
+    let (code, _) = run(repo(), &[]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn help_explains_the_commands() {
+    let (code, text) = run(repo(), &["--help"]);
+    assert_eq!(code, 0);
+    insta::assert_snapshot!(text);
+    let (_, text) = run(repo(), &["check", "--help"]);
+    insta::assert_snapshot!("check_help", text);
+}
+
+#[test]
+fn the_demo_asset_is_what_the_generator_makes() {
+    let committed = std::fs::read(support::demo_path()).unwrap();
+    let generated = stui::demo::demo_model().to_bytes().unwrap();
+    assert!(
+        committed == generated,
+        "assets/demo.safetensors is stale: run `cargo run --example make_demo`"
+    );
+    assert!(committed.len() < 4_000_000);
+}

@@ -1,0 +1,12 @@
+//! Integration tests, in one test binary (one link instead of one per file).
+
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers fail the test by panicking"
+)]
+
+mod cli;
+mod conformance;
+mod reference;
+mod sharded;
+mod support;

@@ -1,0 +1,177 @@
+//! Sharded models: an index and its shards read as one model, and every inconsistency found.
+
+use crate::support;
+use std::path::Path;
+use stui::demo::{Fill, SyntheticModel};
+use stui::finding::Code;
+use stui::format::Dtype;
+use stui::format::model::{Model, Source};
+
+fn shard(names: &[&str]) -> SyntheticModel {
+    names.iter().fold(
+        SyntheticModel::new(3).metadata("format", "pt"),
+        |model, name| model.tensor(name, Dtype::F32, &[2, 2], Fill::Zeros),
+    )
+}
+
+fn write_index(dir: &Path, total_size: u64, map: &[(&str, &str)]) {
+    let map: serde_json::Map<String, serde_json::Value> = map
+        .iter()
+        .map(|(tensor, file)| ((*tensor).to_owned(), serde_json::Value::from(*file)))
+        .collect();
+    let index = serde_json::json!({ "metadata": { "total_size": total_size }, "weight_map": map });
+    std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
+}
+
+fn codes(model: &Model) -> Vec<&'static str> {
+    model.findings.iter().map(|f| f.code.as_str()).collect()
+}
+
+#[test]
+fn an_index_reads_as_one_model() {
+    let dir = tempfile::tempdir().unwrap();
+    shard(&["layers.0.w", "layers.1.w"])
+        .write(&dir.path().join("model-00001-of-00002.safetensors"))
+        .unwrap();
+    shard(&["layers.2.w", "layers.10.w"])
+        .write(&dir.path().join("model-00002-of-00002.safetensors"))
+        .unwrap();
+    write_index(
+        dir.path(),
+        64,
+        &[
+            ("layers.0.w", "model-00001-of-00002.safetensors"),
+            ("layers.1.w", "model-00001-of-00002.safetensors"),
+            ("layers.2.w", "model-00002-of-00002.safetensors"),
+            ("layers.10.w", "model-00002-of-00002.safetensors"),
+        ],
+    );
+    for path in [
+        dir.path().to_owned(),
+        dir.path().join("model.safetensors.index.json"),
+    ] {
+        let model = Model::open(&path).unwrap();
+        assert!(model.findings.is_empty(), "{:?}", model.findings);
+        assert!(model.is_valid());
+        assert_eq!(model.shards.len(), 2);
+        let names: Vec<_> = model.tensors.iter().map(|t| (t.name(), t.shard)).collect();
+        assert_eq!(
+            names,
+            [
+                ("layers.0.w", 0),
+                ("layers.1.w", 0),
+                ("layers.2.w", 1),
+                ("layers.10.w", 1)
+            ]
+        );
+    }
+    assert_eq!(Model::open(dir.path()).unwrap().source, Source::Folder);
+}
+
+#[test]
+fn every_index_inconsistency_is_a_finding() {
+    let dir = tempfile::tempdir().unwrap();
+    shard(&["a", "b", "twice"])
+        .write(&dir.path().join("one.safetensors"))
+        .unwrap();
+    shard(&["c", "twice"])
+        .write(&dir.path().join("two.safetensors"))
+        .unwrap();
+    write_index(
+        dir.path(),
+        1,
+        &[
+            ("a", "one.safetensors"),
+            ("ghost", "one.safetensors"),
+            ("c", "two.safetensors"),
+            ("twice", "one.safetensors"),
+            ("lost", "three.safetensors"),
+            ("escape", "../outside.safetensors"),
+        ],
+    );
+    let model = Model::open(dir.path()).unwrap();
+    let mut found = codes(&model);
+    found.sort_unstable();
+    assert_eq!(
+        found,
+        [
+            "index-path-escapes",
+            "index-tensor-missing",
+            "shard-missing",
+            "tensor-in-two-shards",
+            "tensor-not-in-index",
+        ]
+    );
+    let missing = model
+        .findings
+        .iter()
+        .find(|f| f.code == Code::IndexTensorMissing)
+        .unwrap();
+    assert_eq!(missing.tensor.as_deref(), Some("ghost"));
+    let unmapped = model
+        .findings
+        .iter()
+        .find(|f| f.code == Code::TensorNotInIndex)
+        .unwrap();
+    assert_eq!(unmapped.tensor.as_deref(), Some("b"));
+    assert!(!model.is_valid(), "a missing shard makes the model invalid");
+}
+
+#[test]
+fn a_wrong_total_size_is_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    shard(&["a"])
+        .write(&dir.path().join("one.safetensors"))
+        .unwrap();
+    write_index(dir.path(), 17, &[("a", "one.safetensors")]);
+    let model = Model::open(dir.path()).unwrap();
+    assert_eq!(codes(&model), ["index-total-size"]);
+    assert!(model.findings[0].message.contains("17"));
+    assert!(model.is_valid());
+}
+
+#[test]
+fn a_folder_without_index_reads_its_files_in_natural_order() {
+    let dir = tempfile::tempdir().unwrap();
+    shard(&["x"])
+        .write(&dir.path().join("part-10.safetensors"))
+        .unwrap();
+    shard(&["y"])
+        .write(&dir.path().join("part-2.safetensors"))
+        .unwrap();
+    let model = Model::open(dir.path()).unwrap();
+    let labels: Vec<_> = model.shards.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(labels, ["part-2.safetensors", "part-10.safetensors"]);
+}
+
+#[test]
+fn a_bad_shard_is_reported_in_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    shard(&["a"])
+        .write(&dir.path().join("one.safetensors"))
+        .unwrap();
+    support::write(
+        dir.path(),
+        "two.safetensors",
+        b"version https://git-lfs.github.com/spec/v1\n",
+    );
+    write_index(
+        dir.path(),
+        16,
+        &[("a", "one.safetensors"), ("b", "two.safetensors")],
+    );
+    let model = Model::open(dir.path()).unwrap();
+    let lfs = model
+        .findings
+        .iter()
+        .find(|f| f.code == Code::NotSafetensors)
+        .unwrap();
+    assert_eq!(lfs.file.as_deref(), Some("two.safetensors"));
+    assert!(model.first_rejection().is_some());
+}
+
+#[test]
+fn an_empty_folder_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(Model::open(dir.path()).is_err());
+}
