@@ -2,12 +2,12 @@
 //! names are a stable interface (documented in the README).
 
 use crate::finding::{Finding, Severity, Tally};
-use crate::format::layout::format_shape;
 use crate::format::model::{Model, Source};
-use crate::text::{escape, escape_path, format_bytes, format_count};
-use crate::tree::{DtypeMix, LayerTree, NodeId, ROOT};
+use crate::text::{Bytes, Count, Shape, escape, escape_path, format_bytes, format_count};
+use crate::tree::{DtypeMix, DtypeSet, LayerTree, NodeId, ROOT};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::io::{self, Write};
 use unicode_width::UnicodeWidthStr;
 
@@ -120,8 +120,7 @@ impl Inspect<'_> {
         let totals = &self.tree.root().totals;
         let tensors = self
             .tree
-            .walk(ROOT)
-            .filter_map(|(id, _)| self.tree.node(id).tensor)
+            .tensors_below(ROOT)
             .map(|index| {
                 let tensor = &model.tensors[index];
                 TensorJson {
@@ -147,7 +146,7 @@ impl Inspect<'_> {
                 parameters: totals.parameters,
                 total_bytes: totals.bytes,
                 file_bytes: model.file_bytes(),
-                dtypes: dtypes_json(&totals.dtypes),
+                dtypes: dtypes_json(&self.tree.dtype_mix(ROOT, &model.tensors)),
                 metadata: &model.metadata,
                 tensors,
             },
@@ -157,11 +156,7 @@ impl Inspect<'_> {
     pub fn write_text<W: Write>(&self, out: &mut W, listing: Listing) -> io::Result<()> {
         self.write_summary(out)?;
         writeln!(out)?;
-        let rows = match listing {
-            Listing::Tree => tree_rows(self.model, self.tree),
-            Listing::Flat => flat_rows(self.model, self.tree),
-        };
-        write_rows(out, &rows)
+        write_rows(out, self.model, self.tree, listing)
     }
 
     fn write_summary<W: Write>(&self, out: &mut W) -> io::Result<()> {
@@ -202,8 +197,9 @@ impl Inspect<'_> {
             format_count(totals.parameters),
             format_bytes(totals.bytes)
         )?;
-        let dtypes: Vec<String> = totals
-            .dtypes
+        let dtypes: Vec<String> = self
+            .tree
+            .dtype_mix(ROOT, &model.tensors)
             .0
             .iter()
             .map(|share| {
@@ -252,7 +248,8 @@ fn shorten(value: &str, max: usize) -> String {
     }
 }
 
-/// One line of the tensor listing.
+/// One line of the tensor listing, its buffers reused from line to line.
+#[derive(Default)]
 struct Row {
     label: String,
     dtype: String,
@@ -261,95 +258,120 @@ struct Row {
     bytes: String,
 }
 
-fn tree_rows(model: &Model, tree: &LayerTree) -> Vec<Row> {
-    let mut rows = Vec::with_capacity(tree.len());
-    // (node, prefix for its children, is it the last child)
-    let mut stack: Vec<(NodeId, String, bool, bool)> = Vec::new();
-    let top = &tree.root().children;
-    for (i, &child) in top.iter().enumerate().rev() {
-        stack.push((child, String::new(), i + 1 == top.len(), true));
-    }
-    while let Some((id, prefix, last, top_level)) = stack.pop() {
-        let (shown, label) = collapse_chain(tree, id);
-        let branch = match (top_level, last) {
-            (true, _) => "",
-            (false, true) => "└─ ",
-            (false, false) => "├─ ",
-        };
-        rows.push(node_row(
-            model,
-            tree,
-            shown,
-            format!("{prefix}{branch}{}", escape(&label)),
-        ));
-        let child_prefix = match (top_level, last) {
-            (true, _) => String::new(),
-            (false, true) => format!("{prefix}   "),
-            (false, false) => format!("{prefix}│  "),
-        };
-        let children = &tree.node(shown).children;
-        for (i, &child) in children.iter().enumerate().rev() {
-            stack.push((child, child_prefix.clone(), i + 1 == children.len(), false));
+impl Row {
+    fn clear(&mut self) {
+        for text in [
+            &mut self.label,
+            &mut self.dtype,
+            &mut self.shape,
+            &mut self.parameters,
+            &mut self.bytes,
+        ] {
+            text.clear();
         }
     }
-    rows
+
+    /// Fills the columns after the label for node `id`: a tensor's own figures, or a group's totals.
+    fn fill(&mut self, model: &Model, tree: &LayerTree, id: NodeId) {
+        let node = tree.node(id);
+        match node.tensor {
+            Some(index) if tree.children(id).is_empty() => {
+                let info = &model.tensors[index].info;
+                self.dtype.push_str(&escape(info.dtype.name()));
+                let _ = write!(self.shape, "{}", Shape(&info.shape));
+                match info.element_count() {
+                    Some(count) => write!(self.parameters, "{}", Count(count)),
+                    None => write!(self.parameters, "overflow"),
+                }
+                .ok();
+                let _ = write!(self.bytes, "{}", Bytes(info.byte_len()));
+            }
+            _ => {
+                let totals = &node.totals;
+                self.dtype.push_str(&set_label(totals.dtypes));
+                let _ = write!(self.shape, "{} tensors", totals.tensors);
+                let _ = write!(self.parameters, "{}", Count(totals.parameters));
+                let _ = write!(self.bytes, "{}", Bytes(totals.bytes));
+            }
+        }
+    }
+}
+
+/// Produces the listing's rows one at a time, handing each to `emit`.
+fn for_each_row(model: &Model, tree: &LayerTree, listing: Listing, mut emit: impl FnMut(&Row)) {
+    let mut row = Row::default();
+    if listing == Listing::Flat {
+        for index in tree.tensors_below(ROOT) {
+            let Some(id) = tree.node_of_tensor(index) else {
+                continue;
+            };
+            row.clear();
+            row.label.push_str(&escape(model.tensors[index].name()));
+            row.fill(model, tree, id);
+            emit(&row);
+        }
+        return;
+    }
+    // (node, depth of its guide lines, is it the last child); `guides` holds, per depth, whether
+    // a line continues below.
+    let mut stack: Vec<(NodeId, usize, bool)> = Vec::new();
+    let mut guides: Vec<bool> = Vec::new();
+    let top = tree.children(ROOT);
+    stack.extend(
+        top.iter()
+            .enumerate()
+            .rev()
+            .map(|(i, &child)| (child, 0, i + 1 == top.len())),
+    );
+    while let Some((id, depth, last)) = stack.pop() {
+        let (shown, label) = collapse_chain(tree, id);
+        row.clear();
+        guides.truncate(depth);
+        if depth > 0 {
+            for &open in &guides[1..] {
+                row.label.push_str(if open { "│  " } else { "   " });
+            }
+            row.label.push_str(if last { "└─ " } else { "├─ " });
+        }
+        row.label.push_str(&escape(&label));
+        row.fill(model, tree, shown);
+        emit(&row);
+        guides.push(!last);
+        let children = tree.children(shown);
+        stack.extend(
+            children
+                .iter()
+                .enumerate()
+                .rev()
+                .map(|(i, &child)| (child, depth + 1, i + 1 == children.len())),
+        );
+    }
 }
 
 /// Follows a chain of single-child groups (`mlp` → `down_proj` → `weight`), returning the last node
 /// and the joined label.
 fn collapse_chain(tree: &LayerTree, mut id: NodeId) -> (NodeId, String) {
-    let mut label = tree.node(id).segment.to_string();
-    loop {
-        let node = tree.node(id);
-        match node.children[..] {
-            [only] if node.tensor.is_none() => {
-                id = only;
-                label.push('.');
-                label.push_str(&tree.node(only).segment);
-            }
-            _ => return (id, label),
-        }
+    let mut label = tree.segment(id).to_owned();
+    while let ([only], None) = (tree.children(id), tree.node(id).tensor) {
+        id = *only;
+        label.push('.');
+        label.push_str(tree.segment(id));
     }
-}
-
-fn flat_rows(model: &Model, tree: &LayerTree) -> Vec<Row> {
-    tree.walk(ROOT)
-        .filter(|&(id, _)| tree.node(id).tensor.is_some())
-        .map(|(id, _)| {
-            let name = tree.node(id).tensor.map_or("", |t| model.tensors[t].name());
-            node_row(model, tree, id, escape(name).into_owned())
-        })
-        .collect()
-}
-
-fn node_row(model: &Model, tree: &LayerTree, id: NodeId, label: String) -> Row {
-    let node = tree.node(id);
-    let totals = &node.totals;
-    match node.tensor {
-        Some(index) if node.children.is_empty() => {
-            let tensor = &model.tensors[index];
-            Row {
-                label,
-                dtype: escape(tensor.info.dtype.name()).into_owned(),
-                shape: format_shape(&tensor.info.shape),
-                parameters: tensor
-                    .info
-                    .element_count()
-                    .map_or_else(|| "overflow".into(), format_count),
-                bytes: format_bytes(tensor.info.byte_len()),
-            }
-        }
-        _ => Row {
-            label,
-            dtype: mix_label(&totals.dtypes),
-            shape: format!("{} tensors", totals.tensors),
-            parameters: format_count(totals.parameters),
-            bytes: format_bytes(totals.bytes),
-        },
-    }
+    (id, label)
 }
 
 /// `BF16`, `BF16+F32`, or `3 dtypes`.
+pub fn set_label(set: DtypeSet) -> String {
+    let mut names = set.iter().map(|d| d.map_or("?", |d| d.name()));
+    match (set.len(), names.next(), names.next()) {
+        (0, ..) => "-".into(),
+        (1, Some(a), _) => a.into(),
+        (2, Some(a), Some(b)) => format!("{b}+{a}"),
+        (n, ..) => format!("{n} dtypes"),
+    }
+}
+
+/// `BF16`, `BF16+F32`, or `3 dtypes`, largest share first.
 pub fn mix_label(mix: &DtypeMix) -> String {
     let name = |share: &crate::tree::DtypeShare| share.dtype.map_or("?", |d| d.name());
     match &mix.0[..] {
@@ -360,24 +382,21 @@ pub fn mix_label(mix: &DtypeMix) -> String {
     }
 }
 
-fn write_rows<W: Write>(out: &mut W, rows: &[Row]) -> io::Result<()> {
+/// Writes the listing: one pass to size the columns, one to write them.
+fn write_rows<W: Write>(
+    out: &mut W,
+    model: &Model,
+    tree: &LayerTree,
+    listing: Listing,
+) -> io::Result<()> {
     const MAX_LABEL: usize = 72;
-    let width = |f: fn(&Row) -> &str| rows.iter().map(|r| f(r).width()).max().unwrap_or(0);
-    let label_width = width(|r| &r.label).clamp(4, MAX_LABEL);
-    let dtype_width = width(|r| &r.dtype).max(5);
-    let shape_width = width(|r| &r.shape).max(5);
-    let params_width = width(|r| &r.parameters).max(6);
-    let mut line = String::with_capacity(160);
-    let pad = |line: &mut String, text: &str, to: usize, right: bool| {
-        let fill = to.saturating_sub(text.width());
-        if right {
-            line.extend(std::iter::repeat_n(' ', fill));
-            line.push_str(text);
-        } else {
-            line.push_str(text);
-            line.extend(std::iter::repeat_n(' ', fill));
+    let mut widths = [4, 5, 5, 6, 5];
+    for_each_row(model, tree, listing, |row| {
+        for (width, text) in widths.iter_mut().zip(row.columns()) {
+            *width = (*width).max(text.width());
         }
-    };
+    });
+    widths[0] = widths[0].min(MAX_LABEL);
     let header = Row {
         label: "NAME".into(),
         dtype: "DTYPE".into(),
@@ -385,22 +404,45 @@ fn write_rows<W: Write>(out: &mut W, rows: &[Row]) -> io::Result<()> {
         parameters: "PARAMS".into(),
         bytes: "BYTES".into(),
     };
-    for row in std::iter::once(&header).chain(rows) {
+    let mut line = String::with_capacity(160);
+    let mut result = Ok(());
+    let mut write_row = |row: &Row| {
+        if result.is_err() {
+            return;
+        }
         line.clear();
-        pad(&mut line, &row.label, label_width, false);
-        line.push_str("  ");
-        pad(&mut line, &row.dtype, dtype_width, false);
-        line.push_str("  ");
-        pad(&mut line, &row.shape, shape_width, false);
-        line.push_str("  ");
-        pad(&mut line, &row.parameters, params_width, true);
-        line.push_str("  ");
-        pad(&mut line, &row.bytes, 10, true);
+        for (column, (text, width)) in row.columns().into_iter().zip(widths).enumerate() {
+            if column > 0 {
+                line.push_str("  ");
+            }
+            let fill = width.saturating_sub(text.width());
+            if column >= 3 {
+                line.extend(std::iter::repeat_n(' ', fill));
+                line.push_str(text);
+            } else {
+                line.push_str(text);
+                line.extend(std::iter::repeat_n(' ', fill));
+            }
+        }
         line.truncate(line.trim_end().len());
         line.push('\n');
-        out.write_all(line.as_bytes())?;
+        result = out.write_all(line.as_bytes());
+    };
+    write_row(&header);
+    for_each_row(model, tree, listing, write_row);
+    result
+}
+
+impl Row {
+    fn columns(&self) -> [&str; 5] {
+        [
+            &self.label,
+            &self.dtype,
+            &self.shape,
+            &self.parameters,
+            &self.bytes,
+        ]
     }
-    Ok(())
 }
 
 #[derive(Serialize)]

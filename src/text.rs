@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 
 /// Escapes what a terminal could act on or what could disguise text: C0 and C1 control
 /// characters (escape sequences among them), DEL, and the Unicode marks that reorder or hide text
@@ -58,38 +58,87 @@ fn needs_escape(c: char) -> bool {
 
 /// A byte count in binary units: `512 B`, `4.00 KiB`, `1.50 GiB`.
 pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{} {}", three_digits(value), UNITS[unit])
+    Bytes(bytes).to_string()
 }
 
 /// A count with a decimal suffix: `950`, `12.3 K`, `1.10 B` (billions, as parameter counts go).
 pub fn format_count(count: u64) -> String {
-    const UNITS: [&str; 6] = ["K", "M", "B", "T", "P", "E"];
-    if count < 1000 {
-        return count.to_string();
+    Count(count).to_string()
+}
+
+/// Shows a byte count as [`format_bytes`] does, without allocating.
+#[derive(Clone, Copy, Debug)]
+pub struct Bytes(pub u64);
+
+/// Shows a count as [`format_count`] does, without allocating.
+#[derive(Clone, Copy, Debug)]
+pub struct Count(pub u64);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+        if self.0 < 1024 {
+            return write!(f, "{} B", self.0);
+        }
+        let mut value = self.0 as f64 / 1024.0;
+        let mut unit = 0;
+        while value >= 1024.0 && unit + 1 < UNITS.len() {
+            value /= 1024.0;
+            unit += 1;
+        }
+        write_three_digits(f, value)?;
+        write!(f, " {}", UNITS[unit])
     }
-    let mut value = count as f64 / 1000.0;
-    let mut unit = 0;
-    while value >= 999.95 && unit + 1 < UNITS.len() {
-        value /= 1000.0;
-        unit += 1;
+}
+
+impl fmt::Display for Count {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 6] = ["K", "M", "B", "T", "P", "E"];
+        if self.0 < 1000 {
+            return write!(f, "{}", self.0);
+        }
+        let mut value = self.0 as f64 / 1000.0;
+        let mut unit = 0;
+        while value >= 999.95 && unit + 1 < UNITS.len() {
+            value /= 1000.0;
+            unit += 1;
+        }
+        write_three_digits(f, value)?;
+        write!(f, " {}", UNITS[unit])
     }
-    format!("{} {}", three_digits(value), UNITS[unit])
+}
+
+/// Shows a shape as `[2, 3]`.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape<'a>(pub &'a [u64]);
+
+impl fmt::Display for Shape<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, dim) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{dim}")?;
+        }
+        f.write_str("]")
+    }
 }
 
 /// Orders names as people read them: runs of digits compare as numbers, so `layers.2` comes
 /// before `layers.10`. Equal numbers with different leading zeros fall back to byte order.
 pub fn natural_cmp(a: &str, b: &str) -> Ordering {
-    let (mut a_rest, mut b_rest) = (a.as_bytes(), b.as_bytes());
+    let (a_bytes, b_bytes) = (a.as_bytes(), b.as_bytes());
+    // Names share long prefixes; skip the common part, backing up into a digit run it ends in.
+    let mut start = a_bytes
+        .iter()
+        .zip(b_bytes)
+        .take_while(|(x, y)| x == y)
+        .count();
+    while start > 0 && a_bytes[start - 1].is_ascii_digit() {
+        start -= 1;
+    }
+    let (mut a_rest, mut b_rest) = (&a_bytes[start..], &b_bytes[start..]);
     loop {
         match (a_rest.first(), b_rest.first()) {
             (None, None) => return a.cmp(b),
@@ -136,13 +185,13 @@ fn trim_zeros(digits: &[u8]) -> &[u8] {
 }
 
 /// Three significant digits: `1.23`, `12.3`, `123`.
-fn three_digits(value: f64) -> String {
+fn write_three_digits(f: &mut fmt::Formatter<'_>, value: f64) -> fmt::Result {
     if value >= 99.95 {
-        format!("{value:.0}")
+        write!(f, "{value:.0}")
     } else if value >= 9.995 {
-        format!("{value:.1}")
+        write!(f, "{value:.1}")
     } else {
-        format!("{value:.2}")
+        write!(f, "{value:.2}")
     }
 }
 
@@ -189,6 +238,10 @@ mod tests {
             Ordering::Less
         );
         assert_eq!(natural_cmp("x", "x"), Ordering::Equal);
+        assert_eq!(natural_cmp("l.12a", "l.12b"), Ordering::Less);
+        assert_eq!(natural_cmp("l.19", "l.123"), Ordering::Less);
+        assert_eq!(natural_cmp("l.123", "l.19"), Ordering::Greater);
+        assert_eq!(natural_cmp("l.007", "l.7"), Ordering::Less);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use crate::format::{Dtype, Tensor};
 use crate::text::natural_cmp;
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 pub type NodeId = u32;
 
@@ -13,36 +13,67 @@ pub const ROOT: NodeId = 0;
 #[derive(Debug)]
 pub struct LayerTree {
     nodes: Vec<Node>,
+    /// Every node's children, each node's run in natural order.
+    children: Vec<NodeId>,
+    /// Every node's name part, back to back.
+    segments: String,
     /// Node of each tensor, by index in the tensor list the tree was built from.
     tensor_nodes: Vec<Option<NodeId>>,
 }
 
 #[derive(Debug)]
 pub struct Node {
-    /// This node's part of the name (`12` in `model.layers.12.mlp`).
-    pub segment: Box<str>,
     pub parent: Option<NodeId>,
-    /// Children in natural order.
-    pub children: Vec<NodeId>,
     /// The tensor whose full name ends here, if any (a name may also be a prefix of others).
     pub tensor: Option<usize>,
     pub totals: Totals,
+    segment: (u32, u32),
+    children: (u32, u32),
 }
 
 /// What a node and everything below it hold.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {
     pub tensors: u64,
     pub parameters: u64,
     pub bytes: u64,
-    pub dtypes: DtypeMix,
+    pub dtypes: DtypeSet,
 }
 
-/// How many tensors and bytes each dtype accounts for, largest share first once finished.
-/// `None` stands for dtypes the format does not define.
+/// Which dtypes occur below a node. Per-dtype shares come from [`LayerTree::dtype_mix`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DtypeSet(u32);
+
+impl DtypeSet {
+    const UNKNOWN: u32 = 1 << Dtype::ALL.len();
+
+    fn insert(&mut self, dtype: Option<Dtype>) {
+        self.0 |= dtype.map_or(Self::UNKNOWN, |d| 1 << d.rank());
+    }
+
+    pub fn len(self) -> usize {
+        self.0.count_ones() as usize
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The dtypes present, in declaration order; `None` stands for names the format does not define.
+    pub fn iter(self) -> impl Iterator<Item = Option<Dtype>> {
+        let known = Dtype::ALL
+            .into_iter()
+            .filter(move |d| self.0 & (1 << d.rank()) != 0)
+            .map(Some);
+        known.chain((self.0 & Self::UNKNOWN != 0).then_some(None))
+    }
+}
+
+/// How many tensors, parameters and bytes each dtype accounts for, largest share first.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DtypeMix(pub Vec<DtypeShare>);
 
+/// One dtype's share of a subtree. `dtype` is `None` for names the format does not define.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DtypeShare {
     pub dtype: Option<Dtype>,
@@ -51,68 +82,45 @@ pub struct DtypeShare {
     pub bytes: u64,
 }
 
-impl DtypeMix {
-    fn add(&mut self, share: DtypeShare) {
-        match self.0.iter_mut().find(|s| s.dtype == share.dtype) {
-            Some(existing) => {
-                existing.tensors += share.tensors;
-                existing.parameters = existing.parameters.saturating_add(share.parameters);
-                existing.bytes = existing.bytes.saturating_add(share.bytes);
-            }
-            None => self.0.push(share),
-        }
-    }
-
-    fn sort(&mut self) {
-        self.0.sort_by(|a, b| {
-            b.bytes
-                .cmp(&a.bytes)
-                .then(b.tensors.cmp(&a.tensors))
-                .then(a.dtype.cmp(&b.dtype))
-        });
-    }
-}
-
 impl Totals {
-    fn of_tensor(tensor: &Tensor) -> Totals {
-        let parameters = tensor.info.element_count().unwrap_or(0);
-        let bytes = tensor.info.byte_len();
-        Totals {
-            tensors: 1,
-            parameters,
-            bytes,
-            dtypes: DtypeMix(vec![DtypeShare {
-                dtype: tensor.info.dtype.known(),
-                tensors: 1,
-                parameters,
-                bytes,
-            }]),
-        }
-    }
-
     fn add(&mut self, other: &Totals) {
         self.tensors += other.tensors;
         self.parameters = self.parameters.saturating_add(other.parameters);
         self.bytes = self.bytes.saturating_add(other.bytes);
-        for share in &other.dtypes.0 {
-            self.dtypes.add(*share);
-        }
+        self.dtypes.0 |= other.dtypes.0;
     }
 }
 
+fn tensor_share(tensor: &Tensor) -> DtypeShare {
+    DtypeShare {
+        dtype: tensor.info.dtype.known(),
+        tensors: 1,
+        parameters: tensor.info.element_count().unwrap_or(0),
+        bytes: tensor.info.byte_len(),
+    }
+}
+
+/// A node while the tree is built: its children not yet sorted nor packed.
+struct Draft {
+    parent: Option<NodeId>,
+    segment: (u32, u32),
+    children: Vec<NodeId>,
+    tensor: Option<usize>,
+}
+
 impl LayerTree {
-    /// Builds the tree of every tensor for which `include` holds. `tensors` should be in natural
-    /// name order (as [`crate::format::Model`] keeps them), which makes building fast.
+    /// Builds the tree of every tensor for which `include` holds. Consecutive names that share a
+    /// prefix (as header order usually has them) are placed without lookups.
     pub fn build(tensors: &[Tensor], include: impl Fn(&Tensor) -> bool) -> LayerTree {
-        let mut nodes = vec![Node {
-            segment: "".into(),
+        let mut segments = String::new();
+        let mut drafts = vec![Draft {
             parent: None,
+            segment: (0, 0),
             children: Vec::new(),
             tensor: None,
-            totals: Totals::default(),
         }];
         let mut tensor_nodes = vec![None; tensors.len()];
-        let mut lookup: HashMap<(NodeId, &str), NodeId> = HashMap::new();
+        let mut lookup: HashMap<(NodeId, &str), NodeId> = HashMap::default();
         // The path of the previous tensor, to skip lookups for the prefix consecutive names share.
         let mut previous: Vec<(&str, NodeId)> = Vec::new();
 
@@ -124,52 +132,71 @@ impl LayerTree {
             for (depth, segment) in tensor.name().split('.').enumerate() {
                 if let Some(&(prev_segment, prev_node)) = previous.get(depth)
                     && prev_segment == segment
-                    && node == nodes[prev_node as usize].parent.unwrap_or(ROOT)
+                    && drafts[prev_node as usize].parent == Some(node)
                 {
                     node = prev_node;
                     continue;
                 }
                 previous.truncate(depth);
                 node = *lookup.entry((node, segment)).or_insert_with(|| {
-                    let id = NodeId::try_from(nodes.len()).unwrap_or(NodeId::MAX);
-                    nodes[node as usize].children.push(id);
-                    nodes.push(Node {
-                        segment: segment.into(),
+                    let id = to_u32(drafts.len());
+                    let start = to_u32(segments.len());
+                    segments.push_str(segment);
+                    drafts[node as usize].children.push(id);
+                    drafts.push(Draft {
                         parent: Some(node),
+                        segment: (start, to_u32(segment.len())),
                         children: Vec::new(),
                         tensor: None,
-                        totals: Totals::default(),
                     });
                     id
                 });
                 previous.push((segment, node));
             }
-            nodes[node as usize].tensor = Some(index);
+            drafts[node as usize].tensor = Some(index);
             tensor_nodes[index] = Some(node);
         }
+        drop(lookup);
 
+        let text = |(start, len): (u32, u32)| &segments[start as usize..(start + len) as usize];
+        let ranges: Vec<(u32, u32)> = drafts.iter().map(|d| d.segment).collect();
+        let mut children = Vec::with_capacity(drafts.len());
+        let mut nodes: Vec<Node> = Vec::with_capacity(drafts.len());
+        for draft in &mut drafts {
+            let mut kids = std::mem::take(&mut draft.children);
+            kids.sort_by(|&a, &b| natural_cmp(text(ranges[a as usize]), text(ranges[b as usize])));
+            let start = to_u32(children.len());
+            children.extend_from_slice(&kids);
+            nodes.push(Node {
+                parent: draft.parent,
+                tensor: draft.tensor,
+                totals: Totals::default(),
+                segment: draft.segment,
+                children: (start, to_u32(kids.len())),
+            });
+        }
         // Children are created after their parents, so one backward pass sums every subtree.
         for id in (0..nodes.len()).rev() {
             if let Some(tensor) = nodes[id].tensor {
-                let own = Totals::of_tensor(&tensors[tensor]);
+                let share = tensor_share(&tensors[tensor]);
+                let mut own = Totals {
+                    tensors: 1,
+                    parameters: share.parameters,
+                    bytes: share.bytes,
+                    dtypes: DtypeSet::default(),
+                };
+                own.dtypes.insert(share.dtype);
                 nodes[id].totals.add(&own);
             }
-            nodes[id].totals.dtypes.sort();
             if let Some(parent) = nodes[id].parent {
-                let totals = std::mem::take(&mut nodes[id].totals);
+                let totals = nodes[id].totals;
                 nodes[parent as usize].totals.add(&totals);
-                nodes[id].totals = totals;
             }
-        }
-        for id in 0..nodes.len() {
-            let mut children = std::mem::take(&mut nodes[id].children);
-            children.sort_by(|&a, &b| {
-                natural_cmp(&nodes[a as usize].segment, &nodes[b as usize].segment)
-            });
-            nodes[id].children = children;
         }
         LayerTree {
             nodes,
+            children,
+            segments,
             tensor_nodes,
         }
     }
@@ -180,6 +207,18 @@ impl LayerTree {
 
     pub fn root(&self) -> &Node {
         self.node(ROOT)
+    }
+
+    /// The node's part of the name (`12` in `model.layers.12.mlp`).
+    pub fn segment(&self, id: NodeId) -> &str {
+        let (start, len) = self.node(id).segment;
+        &self.segments[start as usize..(start + len) as usize]
+    }
+
+    /// The node's children, in natural order.
+    pub fn children(&self, id: NodeId) -> &[NodeId] {
+        let (start, len) = self.node(id).children;
+        &self.children[start as usize..(start + len) as usize]
     }
 
     pub fn len(&self) -> usize {
@@ -202,9 +241,9 @@ impl LayerTree {
 
     /// The dotted path from the root to the node.
     pub fn path(&self, id: NodeId) -> String {
-        let mut parts: Vec<&str> = self.ancestors(id).map(|a| &*self.node(a).segment).collect();
+        let mut parts: Vec<&str> = self.ancestors(id).map(|a| self.segment(a)).collect();
         parts.reverse();
-        parts.push(&self.node(id).segment);
+        parts.push(self.segment(id));
         parts.join(".")
     }
 
@@ -212,15 +251,44 @@ impl LayerTree {
     pub fn walk(&self, id: NodeId) -> Walk<'_> {
         Walk {
             tree: self,
-            stack: self
-                .node(id)
-                .children
-                .iter()
-                .rev()
-                .map(|&c| (c, 0))
-                .collect(),
+            stack: self.children(id).iter().rev().map(|&c| (c, 0)).collect(),
         }
     }
+
+    /// The tensors below `id` (and at it), in display order.
+    pub fn tensors_below(&self, id: NodeId) -> impl Iterator<Item = usize> + '_ {
+        self.node(id)
+            .tensor
+            .into_iter()
+            .chain(self.walk(id).filter_map(|(node, _)| self.node(node).tensor))
+    }
+
+    /// Each dtype's share of the tensors below `id`, largest first.
+    pub fn dtype_mix(&self, id: NodeId, tensors: &[Tensor]) -> DtypeMix {
+        let mut shares: Vec<DtypeShare> = Vec::new();
+        for index in self.tensors_below(id) {
+            let share = tensor_share(&tensors[index]);
+            match shares.iter_mut().find(|s| s.dtype == share.dtype) {
+                Some(existing) => {
+                    existing.tensors += 1;
+                    existing.parameters = existing.parameters.saturating_add(share.parameters);
+                    existing.bytes = existing.bytes.saturating_add(share.bytes);
+                }
+                None => shares.push(share),
+            }
+        }
+        shares.sort_by(|a, b| {
+            b.bytes
+                .cmp(&a.bytes)
+                .then(b.tensors.cmp(&a.tensors))
+                .then(a.dtype.cmp(&b.dtype))
+        });
+        DtypeMix(shares)
+    }
+}
+
+fn to_u32(value: usize) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
 }
 
 /// Depth-first iterator over a subtree; see [`LayerTree::walk`].
@@ -235,14 +303,8 @@ impl Iterator for Walk<'_> {
 
     fn next(&mut self) -> Option<Self::Item> {
         let (id, depth) = self.stack.pop()?;
-        self.stack.extend(
-            self.tree
-                .node(id)
-                .children
-                .iter()
-                .rev()
-                .map(|&c| (c, depth + 1)),
-        );
+        self.stack
+            .extend(self.tree.children(id).iter().rev().map(|&c| (c, depth + 1)));
         Some((id, depth))
     }
 }
@@ -277,7 +339,7 @@ mod tests {
 
     fn labels(tree: &LayerTree) -> Vec<String> {
         tree.walk(ROOT)
-            .map(|(id, depth)| format!("{}{}", "  ".repeat(depth), tree.node(id).segment))
+            .map(|(id, depth)| format!("{}{}", "  ".repeat(depth), tree.segment(id)))
             .collect()
     }
 
@@ -308,10 +370,13 @@ mod tests {
         );
         let root = &tree.root().totals;
         assert_eq!((root.tensors, root.parameters, root.bytes), (4, 15, 52));
-        let layers = tree.node(tree.node(tree.root().children[1]).children[0]);
+        let layers_id = tree.children(tree.children(ROOT)[1])[0];
+        let layers = tree.node(layers_id);
         assert_eq!(layers.totals.tensors, 3);
-        assert_eq!(layers.totals.dtypes.0[0].dtype, Some(Dtype::F32));
-        assert_eq!(layers.totals.dtypes.0[1].bytes, 8);
+        assert_eq!(layers.totals.dtypes.len(), 2);
+        let mix = tree.dtype_mix(layers_id, &list);
+        assert_eq!(mix.0[0].dtype, Some(Dtype::F32));
+        assert_eq!(mix.0[1].bytes, 8);
     }
 
     #[test]

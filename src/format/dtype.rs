@@ -95,7 +95,31 @@ impl Dtype {
 
     /// Parses a header dtype name exactly as the reference does: no aliases, no case folding.
     pub fn from_name(name: &str) -> Option<Dtype> {
-        Dtype::ALL.into_iter().find(|dtype| dtype.name() == name)
+        Some(match name {
+            "BOOL" => Dtype::Bool,
+            "F4" => Dtype::F4,
+            "F6_E2M3" => Dtype::F6E2M3,
+            "F6_E3M2" => Dtype::F6E3M2,
+            "U8" => Dtype::U8,
+            "I8" => Dtype::I8,
+            "F8_E5M2" => Dtype::F8E5M2,
+            "F8_E4M3" => Dtype::F8E4M3,
+            "F8_E8M0" => Dtype::F8E8M0,
+            "F8_E4M3FNUZ" => Dtype::F8E4M3Fnuz,
+            "F8_E5M2FNUZ" => Dtype::F8E5M2Fnuz,
+            "I16" => Dtype::I16,
+            "U16" => Dtype::U16,
+            "F16" => Dtype::F16,
+            "BF16" => Dtype::Bf16,
+            "I32" => Dtype::I32,
+            "U32" => Dtype::U32,
+            "F32" => Dtype::F32,
+            "C64" => Dtype::C64,
+            "F64" => Dtype::F64,
+            "I64" => Dtype::I64,
+            "U64" => Dtype::U64,
+            _ => return None,
+        })
     }
 
     /// Bits per element.

@@ -9,9 +9,10 @@
 use super::TensorInfo;
 use super::dtype::{Dtype, TensorDtype};
 use crate::finding::{Code, Finding, Severity};
+use foldhash::HashMap;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -56,7 +57,7 @@ pub fn parse(text: &str, complete: bool) -> ParsedHeader {
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let outcome = HeaderSeed {
         out: &mut parsed,
-        seen: HashMap::new(),
+        seen: HashMap::default(),
     }
     .deserialize(&mut deserializer)
     .and_then(|()| deserializer.end());
@@ -235,42 +236,87 @@ impl FromJson<'_> for Count {
     }
 }
 
-/// An array of non-negative integers (a shape or `data_offsets`).
+/// A shape: an array of non-negative integers.
 struct Counts(Vec<u64>);
 
 impl<'de> FromJson<'de> for Counts {
-    fn from_seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Lenient<Self>, A::Error> {
-        let mut values = Vec::with_capacity(seq.size_hint().unwrap_or(4));
-        let mut bad = None;
-        while let Some(element) = seq.next_element::<Lenient<Count>>()? {
-            match element {
-                Lenient::Good(Count(value)) => values.push(value),
-                Lenient::Bad(found) => {
-                    bad.get_or_insert(found);
-                }
+    fn from_seq<A: SeqAccess<'de>>(seq: A) -> Result<Lenient<Self>, A::Error> {
+        let mut values = Vec::new();
+        Ok(read_counts(seq, |value| values.push(value))?.map(|()| Counts(values)))
+    }
+}
+
+/// `data_offsets`: an array of non-negative integers that should hold exactly two.
+struct Offsets {
+    values: [u64; 2],
+    len: usize,
+}
+
+impl<'de> FromJson<'de> for Offsets {
+    fn from_seq<A: SeqAccess<'de>>(seq: A) -> Result<Lenient<Self>, A::Error> {
+        let mut offsets = Offsets {
+            values: [0; 2],
+            len: 0,
+        };
+        let outcome = read_counts(seq, |value| {
+            if let Some(slot) = offsets.values.get_mut(offsets.len) {
+                *slot = value;
+            }
+            offsets.len += 1;
+        })?;
+        Ok(outcome.map(|()| offsets))
+    }
+}
+
+/// Reads an array of non-negative integers, handing each to `push`; consumes the whole array
+/// even when an element is of the wrong form.
+fn read_counts<'de, A: SeqAccess<'de>>(
+    mut seq: A,
+    mut push: impl FnMut(u64),
+) -> Result<Lenient<()>, A::Error> {
+    let mut bad = None;
+    while let Some(element) = seq.next_element::<Lenient<Count>>()? {
+        match element {
+            Lenient::Good(Count(value)) => push(value),
+            Lenient::Bad(found) => {
+                bad.get_or_insert(found);
             }
         }
-        Ok(match bad {
-            None => Lenient::Good(Counts(values)),
-            Some(found) => Lenient::Bad(
-                format!("an array holding {found}, where only non-negative integers fit").into(),
-            ),
-        })
+    }
+    Ok(match bad {
+        None => Lenient::Good(()),
+        Some(found) => Lenient::Bad(
+            format!("an array holding {found}, where only non-negative integers fit").into(),
+        ),
+    })
+}
+
+impl<T> Lenient<T> {
+    fn map<U>(self, f: impl FnOnce(T) -> U) -> Lenient<U> {
+        match self {
+            Lenient::Good(value) => Lenient::Good(f(value)),
+            Lenient::Bad(found) => Lenient::Bad(found),
+        }
     }
 }
 
 /// A dtype: its name as a string, or the enum-map form `{"NAME": null}` serde also accepts.
 struct DtypeSpec {
-    name: String,
+    dtype: TensorDtype,
     enum_form: bool,
+}
+
+impl DtypeSpec {
+    fn new(name: &str, enum_form: bool) -> Self {
+        let dtype = Dtype::from_name(name)
+            .map_or_else(|| TensorDtype::Unknown(name.into()), TensorDtype::Known);
+        DtypeSpec { dtype, enum_form }
+    }
 }
 
 impl<'de> FromJson<'de> for DtypeSpec {
     fn from_str(value: Cow<'de, str>) -> Lenient<Self> {
-        Lenient::Good(DtypeSpec {
-            name: value.into_owned(),
-            enum_form: false,
-        })
+        Lenient::Good(DtypeSpec::new(&value, false))
     }
 
     fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Lenient<Self>, A::Error> {
@@ -290,10 +336,7 @@ impl<'de> FromJson<'de> for DtypeSpec {
             (false, Lenient::Bad(found)) => {
                 Lenient::Bad(format!("{{\"{name}\": ...}} holding {found} instead of null").into())
             }
-            (false, Lenient::Good(UnitValue)) => Lenient::Good(DtypeSpec {
-                name: name.into_owned(),
-                enum_form: true,
-            }),
+            (false, Lenient::Good(UnitValue)) => Lenient::Good(DtypeSpec::new(&name, true)),
         })
     }
 }
@@ -327,7 +370,7 @@ impl<T> Field<T> {
 struct Entry {
     dtype: Field<DtypeSpec>,
     shape: Field<Counts>,
-    offsets: Field<Counts>,
+    offsets: Field<Offsets>,
     positional: bool,
     duplicate_fields: Vec<&'static str>,
     unknown_fields: Vec<String>,
@@ -565,36 +608,33 @@ fn check_entry(name: &str, entry: Entry, findings: &mut Vec<Finding>) -> Option<
         "[begin, end] as non-negative integers",
         &mut problem,
     );
-    let data_offsets = offsets.and_then(|Counts(offsets)| {
-        if let [begin, end] = offsets[..] {
-            Some([begin, end])
+    let data_offsets = offsets.and_then(|offsets| {
+        if offsets.len == 2 {
+            Some(offsets.values)
         } else {
             problem(
                 Code::TensorEntryInvalid,
                 format!(
                     "`data_offsets` has {} values; it must be exactly [begin, end]",
-                    offsets.len()
+                    offsets.len
                 ),
             );
             None
         }
     });
-    let dtype = dtype.map(|spec| {
-        let dtype = if let Some(dtype) = Dtype::from_name(&spec.name) {
-            TensorDtype::Known(dtype)
-        } else {
-            problem(
-                Code::DtypeUnknown,
-                format!(
-                    "the dtype `{}` is not one the format defines",
-                    spec.name.escape_debug()
-                ),
-            );
-            TensorDtype::Unknown(spec.name.into_boxed_str())
-        };
-        (dtype, spec.enum_form)
-    });
-
+    if let Some(DtypeSpec {
+        dtype: TensorDtype::Unknown(name),
+        ..
+    }) = &dtype
+    {
+        problem(
+            Code::DtypeUnknown,
+            format!(
+                "the dtype `{}` is not one the format defines",
+                name.escape_debug()
+            ),
+        );
+    }
     if entry.positional {
         findings.push(
             Finding::warning(
@@ -605,7 +645,11 @@ fn check_entry(name: &str, entry: Entry, findings: &mut Vec<Finding>) -> Option<
             .for_tensor(name),
         );
     }
-    if let Some((dtype, true)) = &dtype {
+    if let Some(DtypeSpec {
+        dtype,
+        enum_form: true,
+    }) = &dtype
+    {
         findings.push(
             Finding::warning(
                 Code::DtypeEnumForm,
@@ -629,7 +673,7 @@ fn check_entry(name: &str, entry: Entry, findings: &mut Vec<Finding>) -> Option<
             .for_tensor(name),
         );
     }
-    let ((dtype, _), Counts(shape), data_offsets) = (dtype?, shape?, data_offsets?);
+    let (DtypeSpec { dtype, .. }, Counts(shape), data_offsets) = (dtype?, shape?, data_offsets?);
     Some(TensorInfo {
         name: name.to_owned(),
         dtype,

@@ -3,7 +3,7 @@
 
 use super::{LENGTH_PREFIX, Rejection, TensorInfo};
 use crate::finding::{Code, Finding};
-use crate::text::{escape, format_bytes};
+use crate::text::{Shape, escape, format_bytes};
 
 /// Tensor indices in data order: by `(begin, end)`, ties broken by name so results are stable.
 pub fn data_order(tensors: &[TensorInfo]) -> Vec<usize> {
@@ -158,7 +158,7 @@ pub fn lenient_check(tensors: &[TensorInfo], order: &[usize], data_len: u64) -> 
 fn size_problem(tensor: &TensorInfo) -> Option<Finding> {
     let dtype = tensor.dtype.known()?;
     let name = tensor.name.as_str();
-    let shape = format_shape(&tensor.shape);
+    let shape = Shape(&tensor.shape);
     let Some(bits) = tensor
         .element_count()
         .and_then(|count| count.checked_mul(u64::from(dtype.bits())))
@@ -195,20 +195,6 @@ fn size_problem(tensor: &TensorInfo) -> Option<Finding> {
         )
         .for_tensor(name)
     })
-}
-
-/// A shape as `[2, 3]`.
-pub fn format_shape(shape: &[u64]) -> String {
-    let mut text = String::with_capacity(2 + shape.len() * 6);
-    text.push('[');
-    for (i, dim) in shape.iter().enumerate() {
-        if i > 0 {
-            text.push_str(", ");
-        }
-        text.push_str(&dim.to_string());
-    }
-    text.push(']');
-    text
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@ use super::{Rejection, SafetensorsFile, TensorInfo};
 use crate::error::{Error, Result};
 use crate::finding::{Code, Finding};
 use crate::text::{escape, natural_cmp};
-use std::collections::{BTreeMap, HashMap};
+use foldhash::HashMap;
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -54,7 +55,8 @@ pub struct Model {
     pub path: PathBuf,
     pub source: Source,
     pub shards: Vec<Shard>,
-    /// Every tensor, in natural name order.
+    /// Every tensor, in the order of the files and their headers ([`crate::tree::LayerTree`]
+    /// gives the natural name order).
     pub tensors: Vec<Tensor>,
     /// `__metadata__`, merged over the shards (the first shard's value wins).
     pub metadata: BTreeMap<String, String>,
@@ -216,7 +218,7 @@ impl Builder {
             tensors: Vec::new(),
             metadata: BTreeMap::new(),
             findings: Vec::new(),
-            by_name: HashMap::new(),
+            by_name: HashMap::default(),
         }
     }
 
@@ -278,27 +280,17 @@ impl Builder {
                 }
             }
         }
-        for info in file.tensors {
-            if let Some(&existing) = self.by_name.get(&info.name) {
-                let first = &self.shards[self.tensors[existing].shard].label;
-                self.findings.push(
-                    Finding::error(
-                        Code::TensorInTwoShards,
-                        format!(
-                            "also stored in `{}`; the first copy is shown",
-                            escape(first)
-                        ),
-                    )
-                    .for_tensor(&info.name)
-                    .in_file(&label),
-                );
-                continue;
+        if several {
+            for info in file.tensors {
+                self.add_tensor(info, shard_index, &label);
             }
-            self.by_name.insert(info.name.clone(), self.tensors.len());
-            self.tensors.push(Tensor {
-                info,
-                shard: shard_index,
-            });
+        } else {
+            // One file: its header already resolved repeated names.
+            self.tensors
+                .extend(file.tensors.into_iter().map(|info| Tensor {
+                    info,
+                    shard: shard_index,
+                }));
         }
         self.shards.push(Shard {
             path: file.path,
@@ -310,6 +302,27 @@ impl Builder {
             rejection: file.rejection,
             readable: true,
         });
+    }
+
+    /// Adds a tensor of one shard among several, unless an earlier shard holds the same name.
+    fn add_tensor(&mut self, info: TensorInfo, shard: usize, label: &str) {
+        if let Some(&existing) = self.by_name.get(&info.name) {
+            let first = &self.shards[self.tensors[existing].shard].label;
+            self.findings.push(
+                Finding::error(
+                    Code::TensorInTwoShards,
+                    format!(
+                        "also stored in `{}`; the first copy is shown",
+                        escape(first)
+                    ),
+                )
+                .for_tensor(&info.name)
+                .in_file(label),
+            );
+            return;
+        }
+        self.by_name.insert(info.name.clone(), self.tensors.len());
+        self.tensors.push(Tensor { info, shard });
     }
 
     fn check_against_index(&mut self, index: &ShardIndex, index_label: &str) {
@@ -381,9 +394,7 @@ impl Builder {
         }
     }
 
-    fn finish(mut self) -> Model {
-        self.tensors
-            .sort_by(|a, b| natural_cmp(&a.info.name, &b.info.name));
+    fn finish(self) -> Model {
         Model {
             path: self.path,
             source: self.source,

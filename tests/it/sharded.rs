@@ -6,6 +6,7 @@ use stui::demo::{Fill, SyntheticModel};
 use stui::finding::Code;
 use stui::format::Dtype;
 use stui::format::model::{Model, Source};
+use stui::tree::{LayerTree, ROOT};
 
 fn shard(names: &[&str]) -> SyntheticModel {
     names.iter().fold(
@@ -54,7 +55,11 @@ fn an_index_reads_as_one_model() {
         assert!(model.findings.is_empty(), "{:?}", model.findings);
         assert!(model.is_valid());
         assert_eq!(model.shards.len(), 2);
-        let names: Vec<_> = model.tensors.iter().map(|t| (t.name(), t.shard)).collect();
+        let tree = LayerTree::build(&model.tensors, |_| true);
+        let names: Vec<_> = tree
+            .tensors_below(ROOT)
+            .map(|i| (model.tensors[i].name(), model.tensors[i].shard))
+            .collect();
         assert_eq!(
             names,
             [
