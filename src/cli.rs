@@ -44,6 +44,10 @@ pub struct InspectArgs {
     /// List tensors one per line instead of as a tree.
     #[arg(long)]
     pub flat: bool,
+    /// Show every node of the tree: do not fold runs of identically shaped numbered siblings
+    /// (`layers.0` ... `layers.31`) into one `0-31 ×32` row.
+    #[arg(long, conflicts_with = "flat")]
+    pub expand: bool,
     /// Show only tensors whose name contains TEXT (case-insensitive).
     #[arg(long, value_name = "TEXT")]
     pub filter: Option<String>,

@@ -38,6 +38,7 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
                     path,
                     json: false,
                     flat: false,
+                    expand: false,
                     filter: None,
                 };
                 inspect(&args, out)
@@ -96,19 +97,18 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
     if args.json {
         report.write_json(&mut out)?;
     } else {
-        let listing = if args.flat {
-            Listing::Flat
-        } else {
-            Listing::Tree
+        let listing = match (args.flat, args.expand) {
+            (true, _) => Listing::Flat,
+            (false, true) => Listing::Expanded,
+            (false, false) => Listing::Tree,
         };
         report.write_text(&mut out, listing)?;
     }
     out.flush()?;
-    Ok(if has_errors(&model) {
-        Outcome::Problems
-    } else {
-        Outcome::Clean
-    })
+    let outcome = if has_errors(&model) { Outcome::Problems } else { Outcome::Clean };
+    skip_freeing(model);
+    skip_freeing(tree);
+    Ok(outcome)
 }
 
 fn check<W: Write>(args: &CheckArgs, out: &mut W) -> Result<Outcome, Failure> {
@@ -129,11 +129,18 @@ fn check<W: Write>(args: &CheckArgs, out: &mut W) -> Result<Outcome, Failure> {
     } else {
         has_errors(&model)
     };
+    skip_freeing(model);
     Ok(if failed {
         Outcome::Problems
     } else {
         Outcome::Clean
     })
+}
+
+/// The command is done and the process exits next: freeing a large model's names one by one
+/// would cost about as long as reading them, and the system reclaims the memory anyway.
+fn skip_freeing<T>(value: T) {
+    std::mem::forget(value);
 }
 
 fn has_errors(model: &Model) -> bool {

@@ -3,13 +3,12 @@
 
 use crate::finding::{Finding, Severity, Tally};
 use crate::format::model::{Model, Source};
-use crate::text::{Bytes, Count, Shape, escape, escape_path, format_bytes, format_count};
+use crate::text::{Bytes, Count, Shape, display_width, escape, escape_path, format_bytes, format_count};
 use crate::tree::{DtypeMix, DtypeSet, LayerTree, NodeId, ROOT};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
-use unicode_width::UnicodeWidthStr;
 
 /// Writes a value as one JSON document followed by a newline.
 pub fn write_json<W: Write, T: Serialize>(out: &mut W, value: &T) -> io::Result<()> {
@@ -102,7 +101,12 @@ struct InspectJson<'a> {
 /// How `inspect` shows the tensors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Listing {
+    /// The layer tree, with runs of identically shaped numbered siblings (`layers.0` to
+    /// `layers.31`) shown once, as `0-31 ×32`.
     Tree,
+    /// The layer tree with every node.
+    Expanded,
+    /// One tensor per line, full names.
     Flat,
 }
 
@@ -251,6 +255,10 @@ fn shorten(value: &str, max: usize) -> String {
 /// One line of the tensor listing, its buffers reused from line to line.
 #[derive(Default)]
 struct Row {
+    /// Columns the tree guides take before `label`.
+    indent: usize,
+    /// When only measuring: the widths of the dtype and shape columns, the texts left empty.
+    measured: Option<(usize, usize)>,
     label: String,
     dtype: String,
     shape: String,
@@ -260,6 +268,8 @@ struct Row {
 
 impl Row {
     fn clear(&mut self) {
+        self.indent = 0;
+        self.measured = None;
         for text in [
             &mut self.label,
             &mut self.dtype,
@@ -269,6 +279,25 @@ impl Row {
         ] {
             text.clear();
         }
+    }
+
+    /// Measures the dtype and shape columns for node `id` without writing them out.
+    fn measure(&mut self, model: &Model, tree: &LayerTree, id: NodeId) {
+        let node = tree.node(id);
+        let digits = |n: u64| n.checked_ilog10().unwrap_or(0) as usize + 1;
+        self.measured = Some(match node.tensor {
+            Some(index) if tree.children(id).is_empty() => {
+                let info = &model.tensors[index].info;
+                let dims: usize = info.shape.iter().map(|&d| digits(d)).sum();
+                let shape = 2 + dims + 2 * info.shape.len().saturating_sub(1);
+                (display_width(&escape(info.dtype.name())), shape)
+            }
+            _ => {
+                let dtypes = node.totals.dtypes;
+                let dtype = if dtypes.len() == 1 { 4 } else { set_label(dtypes).len() };
+                (dtype, digits(node.totals.tensors) + " tensors".len())
+            }
+        });
     }
 
     /// Fills the columns after the label for node `id`: a tensor's own figures, or a group's totals.
@@ -297,9 +326,23 @@ impl Row {
     }
 }
 
-/// Produces the listing's rows one at a time, handing each to `emit`.
-fn for_each_row(model: &Model, tree: &LayerTree, listing: Listing, mut emit: impl FnMut(&Row)) {
+/// Produces the listing's rows one at a time, handing each to `emit`; with `measure`, only the
+/// label is written out and the other columns measured.
+fn for_each_row(
+    model: &Model,
+    tree: &LayerTree,
+    listing: Listing,
+    measure: bool,
+    mut emit: impl FnMut(&Row),
+) {
     let mut row = Row::default();
+    let fill = |row: &mut Row, id| {
+        if measure {
+            row.measure(model, tree, id);
+        } else {
+            row.fill(model, tree, id);
+        }
+    };
     if listing == Listing::Flat {
         for index in tree.tensors_below(ROOT) {
             let Some(id) = tree.node_of_tensor(index) else {
@@ -307,24 +350,22 @@ fn for_each_row(model: &Model, tree: &LayerTree, listing: Listing, mut emit: imp
             };
             row.clear();
             row.label.push_str(&escape(model.tensors[index].name()));
-            row.fill(model, tree, id);
+            fill(&mut row, id);
             emit(&row);
         }
         return;
     }
-    // (node, depth of its guide lines, is it the last child); `guides` holds, per depth, whether
-    // a line continues below.
-    let mut stack: Vec<(NodeId, usize, bool)> = Vec::new();
+    let prints = (listing == Listing::Tree).then(|| tree.fingerprints(&model.tensors));
+    // Rows to show, depth first: (node, depth, is it the last child, the run it stands for).
+    // `guides` holds, per depth, whether a guide line continues below.
+    let mut stack: Vec<(NodeId, usize, bool, Option<Run>)> = Vec::new();
     let mut guides: Vec<bool> = Vec::new();
-    let top = tree.children(ROOT);
-    stack.extend(
-        top.iter()
-            .enumerate()
-            .rev()
-            .map(|(i, &child)| (child, 0, i + 1 == top.len())),
-    );
-    while let Some((id, depth, last)) = stack.pop() {
-        let (shown, label) = collapse_chain(tree, id);
+    push_children(&mut stack, tree, prints.as_deref(), ROOT, 0);
+    while let Some((id, depth, last, run)) = stack.pop() {
+        let (shown, label) = match run {
+            Some(run) => (id, format!("{}-{} ×{}", run.first, run.last, run.count)),
+            None => collapse_chain(tree, id),
+        };
         row.clear();
         guides.truncate(depth);
         if depth > 0 {
@@ -333,19 +374,62 @@ fn for_each_row(model: &Model, tree: &LayerTree, listing: Listing, mut emit: imp
             }
             row.label.push_str(if last { "└─ " } else { "├─ " });
         }
+        row.indent = 3 * depth;
         row.label.push_str(&escape(&label));
-        row.fill(model, tree, shown);
+        fill(&mut row, shown);
         emit(&row);
         guides.push(!last);
-        let children = tree.children(shown);
-        stack.extend(
-            children
-                .iter()
-                .enumerate()
-                .rev()
-                .map(|(i, &child)| (child, depth + 1, i + 1 == children.len())),
-        );
+        push_children(&mut stack, tree, prints.as_deref(), shown, depth + 1);
     }
+}
+
+/// A run of numbered siblings with identical structure, shown as its first member.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    first: u64,
+    last: u64,
+    count: u64,
+}
+
+/// Pushes the children of `id` for display (in reverse, so they pop in order), folding runs of
+/// consecutively numbered, identically shaped siblings when `prints` is given.
+fn push_children(
+    stack: &mut Vec<(NodeId, usize, bool, Option<Run>)>,
+    tree: &LayerTree,
+    prints: Option<&[u64]>,
+    id: NodeId,
+    depth: usize,
+) {
+    let children = tree.children(id);
+    let mut rows: Vec<(NodeId, Option<Run>)> = Vec::with_capacity(children.len());
+    let number = |child: NodeId| {
+        let segment = tree.segment(child);
+        let canonical = segment == "0" || !segment.starts_with('0');
+        segment.parse::<u64>().ok().filter(|_| canonical && segment.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let mut i = 0;
+    while i < children.len() {
+        let first = children[i];
+        let mut end = i + 1;
+        if let (Some(prints), Some(start)) = (prints, number(first)) {
+            while end < children.len()
+                && prints[children[end] as usize] == prints[first as usize]
+                && number(children[end]) == start.checked_add((end - i) as u64)
+            {
+                end += 1;
+            }
+            let count = (end - i) as u64;
+            if count > 1 {
+                rows.push((first, Some(Run { first: start, last: start + count - 1, count })));
+                i = end;
+                continue;
+            }
+        }
+        rows.push((first, None));
+        i = end;
+    }
+    let total = rows.len();
+    stack.extend(rows.into_iter().enumerate().rev().map(|(k, (child, run))| (child, depth, k + 1 == total, run)));
 }
 
 /// Follows a chain of single-child groups (`mlp` → `down_proj` → `weight`), returning the last node
@@ -390,14 +474,19 @@ fn write_rows<W: Write>(
     listing: Listing,
 ) -> io::Result<()> {
     const MAX_LABEL: usize = 72;
-    let mut widths = [4, 5, 5, 6, 5];
-    for_each_row(model, tree, listing, |row| {
-        for (width, text) in widths.iter_mut().zip(row.columns()) {
-            *width = (*width).max(text.width());
+    // Parameters and bytes take at most 6 and 8 columns ("65.5 M", "1023 KiB").
+    let mut widths = [4, 5, 5, 6, 8];
+    for_each_row(model, tree, listing, true, |row| {
+        widths[0] = widths[0].max(row.width(0, &row.label));
+        if let Some((dtype, shape)) = row.measured {
+            widths[1] = widths[1].max(dtype);
+            widths[2] = widths[2].max(shape);
         }
     });
     widths[0] = widths[0].min(MAX_LABEL);
     let header = Row {
+        indent: 0,
+        measured: None,
         label: "NAME".into(),
         dtype: "DTYPE".into(),
         shape: "SHAPE".into(),
@@ -415,7 +504,7 @@ fn write_rows<W: Write>(
             if column > 0 {
                 line.push_str("  ");
             }
-            let fill = width.saturating_sub(text.width());
+            let fill = width.saturating_sub(row.width(column, text));
             if column >= 3 {
                 line.extend(std::iter::repeat_n(' ', fill));
                 line.push_str(text);
@@ -429,19 +518,23 @@ fn write_rows<W: Write>(
         result = out.write_all(line.as_bytes());
     };
     write_row(&header);
-    for_each_row(model, tree, listing, write_row);
+    for_each_row(model, tree, listing, false, write_row);
     result
 }
 
 impl Row {
     fn columns(&self) -> [&str; 5] {
-        [
-            &self.label,
-            &self.dtype,
-            &self.shape,
-            &self.parameters,
-            &self.bytes,
-        ]
+        [&self.label, &self.dtype, &self.shape, &self.parameters, &self.bytes]
+    }
+
+    /// Terminal columns a cell takes; the label's tree guides are counted, not measured.
+    fn width(&self, column: usize, text: &str) -> usize {
+        if column == 0 && self.indent > 0 {
+            let guides = self.label.char_indices().nth(self.indent).map_or(self.label.len(), |(at, _)| at);
+            self.indent + display_width(&self.label[guides..])
+        } else {
+            display_width(text)
+        }
     }
 }
 

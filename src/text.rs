@@ -9,7 +9,8 @@ use std::fmt::{self, Write as _};
 /// (bidirectional overrides and isolates, zero-width characters, line separators, a BOM). Tensor
 /// names and metadata come from whoever wrote the file, so everything shown passes through here.
 pub fn escape(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(needs_escape) {
+    let printable_ascii = text.bytes().all(|b| (0x20..0x7f).contains(&b));
+    if printable_ascii || !text.chars().any(needs_escape) {
         return Cow::Borrowed(text);
     }
     let mut escaped = String::with_capacity(text.len() + 8);
@@ -56,6 +57,11 @@ fn needs_escape(c: char) -> bool {
         )
 }
 
+/// Columns the text takes in a terminal (ASCII is counted without a table lookup).
+pub fn display_width(text: &str) -> usize {
+    if text.is_ascii() { text.len() } else { unicode_width::UnicodeWidthStr::width(text) }
+}
+
 /// A byte count in binary units: `512 B`, `4.00 KiB`, `1.50 GiB`.
 pub fn format_bytes(bytes: u64) -> String {
     Bytes(bytes).to_string()
@@ -80,14 +86,13 @@ impl fmt::Display for Bytes {
         if self.0 < 1024 {
             return write!(f, "{} B", self.0);
         }
-        let mut value = self.0 as f64 / 1024.0;
+        let mut scale = 1024u128;
         let mut unit = 0;
-        while value >= 1024.0 && unit + 1 < UNITS.len() {
-            value /= 1024.0;
+        while u128::from(self.0) >= scale * 1024 && unit + 1 < UNITS.len() {
+            scale *= 1024;
             unit += 1;
         }
-        write_three_digits(f, value)?;
-        write!(f, " {}", UNITS[unit])
+        write_three_digits(f, u128::from(self.0), scale, UNITS[unit])
     }
 }
 
@@ -97,14 +102,14 @@ impl fmt::Display for Count {
         if self.0 < 1000 {
             return write!(f, "{}", self.0);
         }
-        let mut value = self.0 as f64 / 1000.0;
+        let mut scale = 1000u128;
         let mut unit = 0;
-        while value >= 999.95 && unit + 1 < UNITS.len() {
-            value /= 1000.0;
+        // Values that would round up to 1000 of a unit move to the next unit.
+        while u128::from(self.0) * 100 >= scale * 99_995 && unit + 1 < UNITS.len() {
+            scale *= 1000;
             unit += 1;
         }
-        write_three_digits(f, value)?;
-        write!(f, " {}", UNITS[unit])
+        write_three_digits(f, u128::from(self.0), scale, UNITS[unit])
     }
 }
 
@@ -184,14 +189,18 @@ fn trim_zeros(digits: &[u8]) -> &[u8] {
     &digits[start..]
 }
 
-/// Three significant digits: `1.23`, `12.3`, `123`.
-fn write_three_digits(f: &mut fmt::Formatter<'_>, value: f64) -> fmt::Result {
-    if value >= 99.95 {
-        write!(f, "{value:.0}")
-    } else if value >= 9.995 {
-        write!(f, "{value:.1}")
+/// `value / scale` to three significant digits (`1.23`, `12.3`, `123`), then the unit; integer
+/// arithmetic, rounding half up.
+fn write_three_digits(f: &mut fmt::Formatter<'_>, value: u128, scale: u128, unit: &str) -> fmt::Result {
+    let rounded = |per_unit: u128| (value * per_unit * 2 + scale) / (scale * 2);
+    let hundredths = rounded(100);
+    if hundredths >= 9_995 {
+        write!(f, "{} {unit}", rounded(1))
+    } else if hundredths >= 1_000 {
+        let tenths = rounded(10);
+        write!(f, "{}.{} {unit}", tenths / 10, tenths % 10)
     } else {
-        write!(f, "{value:.2}")
+        write!(f, "{}.{:02} {unit}", hundredths / 100, hundredths % 100)
     }
 }
 

@@ -120,7 +120,8 @@ impl LayerTree {
             tensor: None,
         }];
         let mut tensor_nodes = vec![None; tensors.len()];
-        let mut lookup: HashMap<(NodeId, &str), NodeId> = HashMap::default();
+        let mut lookup: HashMap<(NodeId, &str), NodeId> =
+            HashMap::with_capacity_and_hasher(tensors.len() * 2, foldhash::fast::RandomState::default());
         // The path of the previous tensor, to skip lookups for the prefix consecutive names share.
         let mut previous: Vec<(&str, NodeId)> = Vec::new();
 
@@ -287,6 +288,29 @@ impl LayerTree {
     }
 }
 
+impl LayerTree {
+    /// A fingerprint of each node's structure: the names below it with their dtypes and shapes,
+    /// not their values. Nodes with equal fingerprints hold identically shaped subtrees (layer 3
+    /// and layer 4 of a model, say), which lets a listing show a run of them once.
+    pub fn fingerprints(&self, tensors: &[Tensor]) -> Vec<u64> {
+        use std::hash::{Hash, Hasher};
+        let mut prints = vec![0u64; self.nodes.len()];
+        for id in (0..self.nodes.len()).rev() {
+            let node_id = to_u32(id);
+            let mut hasher = std::hash::DefaultHasher::new();
+            if let Some(tensor) = self.nodes[id].tensor {
+                let info = &tensors[tensor].info;
+                (info.dtype.name(), &info.shape).hash(&mut hasher);
+            }
+            for &child in self.children(node_id) {
+                (self.segment(child), prints[child as usize]).hash(&mut hasher);
+            }
+            prints[id] = hasher.finish();
+        }
+        prints
+    }
+}
+
 fn to_u32(value: usize) -> u32 {
     u32::try_from(value).unwrap_or(u32::MAX)
 }
@@ -377,6 +401,23 @@ mod tests {
         let mix = tree.dtype_mix(layers_id, &list);
         assert_eq!(mix.0[0].dtype, Some(Dtype::F32));
         assert_eq!(mix.0[1].bytes, 8);
+    }
+
+    #[test]
+    fn fingerprints_match_for_identically_shaped_subtrees() {
+        let list = tensors(&[
+            ("layers.0.a", Dtype::F32, &[2]),
+            ("layers.1.a", Dtype::F32, &[2]),
+            ("layers.2.a", Dtype::F32, &[3]),
+            ("layers.3.b", Dtype::F32, &[2]),
+        ]);
+        let tree = LayerTree::build(&list, |_| true);
+        let prints = tree.fingerprints(&list);
+        let layers = tree.children(ROOT)[0];
+        let print = |i: usize| prints[tree.children(layers)[i] as usize];
+        assert_eq!(print(0), print(1));
+        assert_ne!(print(1), print(2), "a different shape");
+        assert_ne!(print(1), print(3), "a different name");
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! parsing goes on, and entries are stored as they are read, so a header cut short by a syntax
 //! error still yields every tensor before the cut.
 
+mod fast;
+
 use super::TensorInfo;
 use super::dtype::{Dtype, TensorDtype};
 use crate::finding::{Code, Finding, Severity};
@@ -44,23 +46,29 @@ impl ParsedHeader {
 /// start of the header (the file was cut short, or the rest is not UTF-8): running out of text is
 /// then not reported, as the cut has been already.
 pub fn parse(text: &str, complete: bool) -> ParsedHeader {
-    let mut parsed = ParsedHeader {
-        all_entries_read: true,
-        ..ParsedHeader::default()
-    };
+    let mut parsed = complete
+        .then(|| fast::parse(text))
+        .flatten()
+        .unwrap_or_else(|| parse_leniently(text, complete));
     if text.starts_with([' ', '\t', '\n', '\r']) {
-        parsed.findings.push(Finding::info(
-            Code::HeaderLeadingWhitespace,
-            "the header starts with whitespace before '{' (accepted by the reference, unusual)",
-        ));
+        parsed.findings.insert(
+            0,
+            Finding::info(
+                Code::HeaderLeadingWhitespace,
+                "the header starts with whitespace before '{' (accepted by the reference, unusual)",
+            ),
+        );
     }
+    parsed
+}
+
+/// Parses any header text, reporting every problem in it.
+fn parse_leniently(text: &str, complete: bool) -> ParsedHeader {
+    let mut parsed = ParsedHeader { all_entries_read: true, ..ParsedHeader::default() };
     let mut deserializer = serde_json::Deserializer::from_str(text);
-    let outcome = HeaderSeed {
-        out: &mut parsed,
-        seen: HashMap::default(),
-    }
-    .deserialize(&mut deserializer)
-    .and_then(|()| deserializer.end());
+    let outcome = HeaderSeed { out: &mut parsed, seen: HashMap::default() }
+        .deserialize(&mut deserializer)
+        .and_then(|()| deserializer.end());
     if let Err(error) = outcome {
         parsed.all_entries_read = false;
         if complete || !error.is_eof() {
@@ -839,6 +847,18 @@ mod tests {
             parse_all(&nested(10_000)).first_error().unwrap().code,
             Code::HeaderJson
         );
+    }
+
+    #[test]
+    fn the_fast_path_agrees_with_the_lenient_parser() {
+        let header = r#" {"__metadata__":{"format":"pt","x":"y"},"b":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]},
+            "a":{"shape":[],"data_offsets":[12,16],"dtype":"F32"},"日本":{"dtype":"U8","shape":[0],"data_offsets":[16,16]}} "#;
+        let fast = fast::parse(header).unwrap();
+        let lenient = parse_leniently(header, true);
+        assert_eq!(fast.tensors, lenient.tensors);
+        assert_eq!(fast.metadata, lenient.metadata);
+        assert_eq!(lenient.findings, []);
+        assert_eq!(parse(header, true).findings.len(), 1, "the leading space is noted either way");
     }
 
     #[test]
