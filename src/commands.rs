@@ -105,7 +105,11 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
         report.write_text(&mut out, listing)?;
     }
     out.flush()?;
-    let outcome = if has_errors(&model) { Outcome::Problems } else { Outcome::Clean };
+    let outcome = if has_errors(&model) {
+        Outcome::Problems
+    } else {
+        Outcome::Clean
+    };
     skip_freeing(model);
     skip_freeing(tree);
     Ok(outcome)

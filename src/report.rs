@@ -3,7 +3,9 @@
 
 use crate::finding::{Finding, Severity, Tally};
 use crate::format::model::{Model, Source};
-use crate::text::{Bytes, Count, Shape, display_width, escape, escape_path, format_bytes, format_count};
+use crate::text::{
+    Bytes, Count, Shape, display_width, escape, escape_path, format_bytes, format_count,
+};
 use crate::tree::{DtypeMix, DtypeSet, LayerTree, NodeId, ROOT};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -294,7 +296,11 @@ impl Row {
             }
             _ => {
                 let dtypes = node.totals.dtypes;
-                let dtype = if dtypes.len() == 1 { 4 } else { set_label(dtypes).len() };
+                let dtype = if dtypes.len() == 1 {
+                    4
+                } else {
+                    set_label(dtypes).len()
+                };
                 (dtype, digits(node.totals.tensors) + " tensors".len())
             }
         });
@@ -405,7 +411,10 @@ fn push_children(
     let number = |child: NodeId| {
         let segment = tree.segment(child);
         let canonical = segment == "0" || !segment.starts_with('0');
-        segment.parse::<u64>().ok().filter(|_| canonical && segment.bytes().all(|b| b.is_ascii_digit()))
+        segment
+            .parse::<u64>()
+            .ok()
+            .filter(|_| canonical && segment.bytes().all(|b| b.is_ascii_digit()))
     };
     let mut i = 0;
     while i < children.len() {
@@ -420,7 +429,14 @@ fn push_children(
             }
             let count = (end - i) as u64;
             if count > 1 {
-                rows.push((first, Some(Run { first: start, last: start + count - 1, count })));
+                rows.push((
+                    first,
+                    Some(Run {
+                        first: start,
+                        last: start + count - 1,
+                        count,
+                    }),
+                ));
                 i = end;
                 continue;
             }
@@ -429,7 +445,12 @@ fn push_children(
         i = end;
     }
     let total = rows.len();
-    stack.extend(rows.into_iter().enumerate().rev().map(|(k, (child, run))| (child, depth, k + 1 == total, run)));
+    stack.extend(
+        rows.into_iter()
+            .enumerate()
+            .rev()
+            .map(|(k, (child, run))| (child, depth, k + 1 == total, run)),
+    );
 }
 
 /// Follows a chain of single-child groups (`mlp` → `down_proj` → `weight`), returning the last node
@@ -524,13 +545,23 @@ fn write_rows<W: Write>(
 
 impl Row {
     fn columns(&self) -> [&str; 5] {
-        [&self.label, &self.dtype, &self.shape, &self.parameters, &self.bytes]
+        [
+            &self.label,
+            &self.dtype,
+            &self.shape,
+            &self.parameters,
+            &self.bytes,
+        ]
     }
 
     /// Terminal columns a cell takes; the label's tree guides are counted, not measured.
     fn width(&self, column: usize, text: &str) -> usize {
         if column == 0 && self.indent > 0 {
-            let guides = self.label.char_indices().nth(self.indent).map_or(self.label.len(), |(at, _)| at);
+            let guides = self
+                .label
+                .char_indices()
+                .nth(self.indent)
+                .map_or(self.label.len(), |(at, _)| at);
             self.indent + display_width(&self.label[guides..])
         } else {
             display_width(text)

@@ -59,7 +59,11 @@ fn needs_escape(c: char) -> bool {
 
 /// Columns the text takes in a terminal (ASCII is counted without a table lookup).
 pub fn display_width(text: &str) -> usize {
-    if text.is_ascii() { text.len() } else { unicode_width::UnicodeWidthStr::width(text) }
+    if text.is_ascii() {
+        text.len()
+    } else {
+        unicode_width::UnicodeWidthStr::width(text)
+    }
 }
 
 /// A byte count in binary units: `512 B`, `4.00 KiB`, `1.50 GiB`.
@@ -191,7 +195,12 @@ fn trim_zeros(digits: &[u8]) -> &[u8] {
 
 /// `value / scale` to three significant digits (`1.23`, `12.3`, `123`), then the unit; integer
 /// arithmetic, rounding half up.
-fn write_three_digits(f: &mut fmt::Formatter<'_>, value: u128, scale: u128, unit: &str) -> fmt::Result {
+fn write_three_digits(
+    f: &mut fmt::Formatter<'_>,
+    value: u128,
+    scale: u128,
+    unit: &str,
+) -> fmt::Result {
     let rounded = |per_unit: u128| (value * per_unit * 2 + scale) / (scale * 2);
     let hundredths = rounded(100);
     if hundredths >= 9_995 {

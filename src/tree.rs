@@ -100,28 +100,27 @@ fn tensor_share(tensor: &Tensor) -> DtypeShare {
     }
 }
 
-/// A node while the tree is built: its children not yet sorted nor packed.
-struct Draft {
-    parent: Option<NodeId>,
-    segment: (u32, u32),
-    children: Vec<NodeId>,
-    tensor: Option<usize>,
-}
-
 impl LayerTree {
     /// Builds the tree of every tensor for which `include` holds. Consecutive names that share a
     /// prefix (as header order usually has them) are placed without lookups.
     pub fn build(tensors: &[Tensor], include: impl Fn(&Tensor) -> bool) -> LayerTree {
-        let mut segments = String::new();
-        let mut drafts = vec![Draft {
-            parent: None,
-            segment: (0, 0),
-            children: Vec::new(),
+        let mut segments = String::with_capacity(tensors.len() * 16);
+        let new_node = |parent, segment| Node {
+            parent,
             tensor: None,
-        }];
+            totals: Totals::default(),
+            segment,
+            children: (0, 0),
+        };
+        // Typical names add one or two nodes each beyond the prefix they share.
+        let expected_nodes = tensors.len() + tensors.len() / 2 + 1;
+        let mut nodes = Vec::with_capacity(expected_nodes);
+        nodes.push(new_node(None, (0, 0)));
+        // Each node's children in creation order, until they are sorted and packed below.
+        let mut kids: Vec<Vec<NodeId>> = Vec::with_capacity(expected_nodes);
+        kids.push(Vec::new());
         let mut tensor_nodes = vec![None; tensors.len()];
-        let mut lookup: HashMap<(NodeId, &str), NodeId> =
-            HashMap::with_capacity_and_hasher(tensors.len() * 2, foldhash::fast::RandomState::default());
+        let mut lookup: HashMap<(NodeId, &str), NodeId> = HashMap::default();
         // The path of the previous tensor, to skip lookups for the prefix consecutive names share.
         let mut previous: Vec<(&str, NodeId)> = Vec::new();
 
@@ -133,48 +132,39 @@ impl LayerTree {
             for (depth, segment) in tensor.name().split('.').enumerate() {
                 if let Some(&(prev_segment, prev_node)) = previous.get(depth)
                     && prev_segment == segment
-                    && drafts[prev_node as usize].parent == Some(node)
+                    && nodes[prev_node as usize].parent == Some(node)
                 {
                     node = prev_node;
                     continue;
                 }
                 previous.truncate(depth);
                 node = *lookup.entry((node, segment)).or_insert_with(|| {
-                    let id = to_u32(drafts.len());
+                    let id = to_u32(nodes.len());
                     let start = to_u32(segments.len());
                     segments.push_str(segment);
-                    drafts[node as usize].children.push(id);
-                    drafts.push(Draft {
-                        parent: Some(node),
-                        segment: (start, to_u32(segment.len())),
-                        children: Vec::new(),
-                        tensor: None,
-                    });
+                    kids[node as usize].push(id);
+                    nodes.push(new_node(Some(node), (start, to_u32(segment.len()))));
+                    kids.push(Vec::new());
                     id
                 });
                 previous.push((segment, node));
             }
-            drafts[node as usize].tensor = Some(index);
+            nodes[node as usize].tensor = Some(index);
             tensor_nodes[index] = Some(node);
         }
         drop(lookup);
 
         let text = |(start, len): (u32, u32)| &segments[start as usize..(start + len) as usize];
-        let ranges: Vec<(u32, u32)> = drafts.iter().map(|d| d.segment).collect();
-        let mut children = Vec::with_capacity(drafts.len());
-        let mut nodes: Vec<Node> = Vec::with_capacity(drafts.len());
-        for draft in &mut drafts {
-            let mut kids = std::mem::take(&mut draft.children);
-            kids.sort_by(|&a, &b| natural_cmp(text(ranges[a as usize]), text(ranges[b as usize])));
-            let start = to_u32(children.len());
-            children.extend_from_slice(&kids);
-            nodes.push(Node {
-                parent: draft.parent,
-                tensor: draft.tensor,
-                totals: Totals::default(),
-                segment: draft.segment,
-                children: (start, to_u32(kids.len())),
+        let mut children = Vec::with_capacity(nodes.len());
+        for (id, mut list) in kids.into_iter().enumerate() {
+            list.sort_by(|&a, &b| {
+                natural_cmp(
+                    text(nodes[a as usize].segment),
+                    text(nodes[b as usize].segment),
+                )
             });
+            nodes[id].children = (to_u32(children.len()), to_u32(list.len()));
+            children.extend_from_slice(&list);
         }
         // Children are created after their parents, so one backward pass sums every subtree.
         for id in (0..nodes.len()).rev() {
@@ -293,11 +283,12 @@ impl LayerTree {
     /// not their values. Nodes with equal fingerprints hold identically shaped subtrees (layer 3
     /// and layer 4 of a model, say), which lets a listing show a run of them once.
     pub fn fingerprints(&self, tensors: &[Tensor]) -> Vec<u64> {
-        use std::hash::{Hash, Hasher};
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let state = foldhash::fast::FixedState::default();
         let mut prints = vec![0u64; self.nodes.len()];
         for id in (0..self.nodes.len()).rev() {
             let node_id = to_u32(id);
-            let mut hasher = std::hash::DefaultHasher::new();
+            let mut hasher = state.build_hasher();
             if let Some(tensor) = self.nodes[id].tensor {
                 let info = &tensors[tensor].info;
                 (info.dtype.name(), &info.shape).hash(&mut hasher);

@@ -215,7 +215,8 @@ impl SafetensorsFile {
 /// Reads up to `len` bytes at `offset`, fewer if the file ends first.
 fn read_up_to<R: Read + Seek>(reader: &mut R, offset: u64, len: u64) -> io::Result<Vec<u8>> {
     reader.seek(SeekFrom::Start(offset))?;
-    let mut bytes = Vec::new();
+    // `len` is at most the header limit or the file's own length, so it is safe to reserve.
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     reader.take(len).read_to_end(&mut bytes)?;
     Ok(bytes)
 }

@@ -64,11 +64,17 @@ pub fn parse(text: &str, complete: bool) -> ParsedHeader {
 
 /// Parses any header text, reporting every problem in it.
 fn parse_leniently(text: &str, complete: bool) -> ParsedHeader {
-    let mut parsed = ParsedHeader { all_entries_read: true, ..ParsedHeader::default() };
+    let mut parsed = ParsedHeader {
+        all_entries_read: true,
+        ..ParsedHeader::default()
+    };
     let mut deserializer = serde_json::Deserializer::from_str(text);
-    let outcome = HeaderSeed { out: &mut parsed, seen: HashMap::default() }
-        .deserialize(&mut deserializer)
-        .and_then(|()| deserializer.end());
+    let outcome = HeaderSeed {
+        out: &mut parsed,
+        seen: HashMap::default(),
+    }
+    .deserialize(&mut deserializer)
+    .and_then(|()| deserializer.end());
     if let Err(error) = outcome {
         parsed.all_entries_read = false;
         if complete || !error.is_eof() {
@@ -858,7 +864,11 @@ mod tests {
         assert_eq!(fast.tensors, lenient.tensors);
         assert_eq!(fast.metadata, lenient.metadata);
         assert_eq!(lenient.findings, []);
-        assert_eq!(parse(header, true).findings.len(), 1, "the leading space is noted either way");
+        assert_eq!(
+            parse(header, true).findings.len(),
+            1,
+            "the leading space is noted either way"
+        );
     }
 
     #[test]

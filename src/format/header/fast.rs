@@ -14,7 +14,11 @@ use std::collections::BTreeMap;
 
 /// Parses a canonical header, or `None` if the text is not entirely in the canonical form.
 pub fn parse(text: &str) -> Option<ParsedHeader> {
-    let mut scanner = Scanner { text, bytes: text.as_bytes(), at: 0 };
+    let mut scanner = Scanner {
+        text,
+        bytes: text.as_bytes(),
+        at: 0,
+    };
     // Canonical entries take about 100 bytes each; reserving avoids regrowing a large list.
     let mut parsed = ParsedHeader {
         all_entries_read: true,
@@ -107,7 +111,9 @@ impl<'a> Scanner<'a> {
         let start = self.at;
         let mut value = 0u64;
         while let Some(digit @ b'0'..=b'9') = self.peek() {
-            value = value.checked_mul(10)?.checked_add(u64::from(digit - b'0'))?;
+            value = value
+                .checked_mul(10)?
+                .checked_add(u64::from(digit - b'0'))?;
             self.at += 1;
         }
         let digits = self.at - start;
@@ -118,7 +124,7 @@ impl<'a> Scanner<'a> {
 
     fn integers(&mut self) -> Option<Vec<u64>> {
         self.expect(b'[')?;
-        let mut values = Vec::new();
+        let mut values = Vec::with_capacity(4);
         self.skip_whitespace();
         if self.eat(b']') {
             return Some(values);
