@@ -3,7 +3,7 @@
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
-/// Explore, check and quantize .safetensors model files.
+/// Explore and check .safetensors model files.
 ///
 /// PATH may be a .safetensors file, a sharded model's model.safetensors.index.json, or a folder
 /// holding either. `stui PATH` shows the model; the subcommands serve scripts and CI, each with

@@ -1,4 +1,4 @@
-//! stui: a terminal explorer, validator and int8 quantizer for `.safetensors` model files.
+//! stui: a terminal explorer and validator for `.safetensors` model files.
 //!
 //! The modules depend on each other in one direction only:
 //!

@@ -223,3 +223,14 @@ fn the_demo_asset_is_what_the_generator_makes() {
     );
     assert!(committed.len() < 4_000_000);
 }
+
+#[test]
+fn the_readme_documents_every_finding_code() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    for code in stui::finding::Code::ALL {
+        assert!(
+            readme.contains(&format!("| `{}` |", code.as_str())),
+            "README lacks {code}"
+        );
+    }
+}
