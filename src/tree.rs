@@ -120,34 +120,54 @@ impl LayerTree {
         let mut kids: Vec<Vec<NodeId>> = Vec::with_capacity(expected_nodes);
         kids.push(Vec::new());
         let mut tensor_nodes = vec![None; tensors.len()];
-        let mut lookup: HashMap<(NodeId, &str), NodeId> = HashMap::default();
+        let mut lookup: HashMap<(NodeId, &str), NodeId> = HashMap::with_capacity_and_hasher(
+            expected_nodes,
+            foldhash::fast::RandomState::default(),
+        );
         // The path of the previous tensor, to skip lookups for the prefix consecutive names share.
-        let mut previous: Vec<(&str, NodeId)> = Vec::new();
+        let mut previous: Vec<(NodeId, usize)> = Vec::new();
+        let mut previous_name = "";
 
         for (index, tensor) in tensors.iter().enumerate() {
             if !include(tensor) {
                 continue;
             }
-            let mut node = ROOT;
-            for (depth, segment) in tensor.name().split('.').enumerate() {
-                if let Some(&(prev_segment, prev_node)) = previous.get(depth)
-                    && prev_segment == segment
-                    && nodes[prev_node as usize].parent == Some(node)
-                {
-                    node = prev_node;
-                    continue;
+            // Reuse the nodes of the whole segments this name shares with the previous one;
+            // `previous` holds each segment's node and where it ends in the previous name.
+            let name = tensor.name();
+            let common = previous_name
+                .bytes()
+                .zip(name.bytes())
+                .take_while(|(a, b)| a == b)
+                .count();
+            let ends_segment = |text: &str| text.len() == common || text.as_bytes()[common] == b'.';
+            let whole = ends_segment(previous_name) && ends_segment(name);
+            let shared = previous
+                .iter()
+                .take_while(|&&(_, end)| end < common || (whole && end == common))
+                .count();
+            previous.truncate(shared);
+            previous_name = name;
+            let mut node = previous.last().map_or(ROOT, |&(id, _)| id);
+            if previous.last().is_none_or(|&(_, end)| end < name.len()) {
+                let base = previous.last().map_or(0, |&(_, end)| end + 1);
+                let dots =
+                    memchr::memchr_iter(b'.', &name.as_bytes()[base..]).map(move |dot| base + dot);
+                let mut start = base;
+                for end in dots.chain(std::iter::once(name.len())) {
+                    let segment = &name[start..end];
+                    node = *lookup.entry((node, segment)).or_insert_with(|| {
+                        let id = to_u32(nodes.len());
+                        let text_start = to_u32(segments.len());
+                        segments.push_str(segment);
+                        kids[node as usize].push(id);
+                        nodes.push(new_node(Some(node), (text_start, to_u32(segment.len()))));
+                        kids.push(Vec::new());
+                        id
+                    });
+                    previous.push((node, end));
+                    start = end + 1;
                 }
-                previous.truncate(depth);
-                node = *lookup.entry((node, segment)).or_insert_with(|| {
-                    let id = to_u32(nodes.len());
-                    let start = to_u32(segments.len());
-                    segments.push_str(segment);
-                    kids[node as usize].push(id);
-                    nodes.push(new_node(Some(node), (start, to_u32(segment.len()))));
-                    kids.push(Vec::new());
-                    id
-                });
-                previous.push((segment, node));
             }
             nodes[node as usize].tensor = Some(index);
             tensor_nodes[index] = Some(node);
