@@ -32,6 +32,12 @@ pub enum Command {
     ///
     /// Exits 1 when any error is found (with --strict: only when the reference would reject a file).
     Check(CheckArgs),
+    /// Read every tensor and report its statistics: min, max, mean, std, absmax, NaN/Inf/zero
+    /// counts (and, with --json, histograms), with findings on the values.
+    ///
+    /// Tensors holding NaN or Inf come first. Exits 1 when any tensor holds NaN or Inf, or any
+    /// error is found.
+    Stats(StatsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -63,4 +69,19 @@ pub struct CheckArgs {
     /// Judge only by the reference implementation's verdict: exit 1 only when it rejects a file.
     #[arg(long)]
     pub strict: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// The model: a .safetensors file, an index .json, or a folder.
+    pub path: PathBuf,
+    /// Print one JSON document instead of text, histograms included.
+    #[arg(long)]
+    pub json: bool,
+    /// Scan only tensors whose name contains TEXT (case-insensitive).
+    #[arg(long, value_name = "TEXT")]
+    pub filter: Option<String>,
+    /// Worker threads (default: one per core).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
 }

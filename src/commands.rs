@@ -1,13 +1,18 @@
 //! One function per subcommand: open the model, run the shared engine, print through
 //! [`crate::report`].
 
-use crate::cli::{CheckArgs, Cli, Command, InspectArgs};
+use crate::analysis::{Histogram, Moments};
+use crate::cli::{CheckArgs, Cli, Command, InspectArgs, StatsArgs};
 use crate::error::Result;
+use crate::finding::Finding;
 use crate::finding::Severity;
 use crate::format::Model;
+use crate::jobs::{Scan, ScanEvent, ScanOptions};
 use crate::report::{Check, Inspect, Listing};
+use crate::report::{Stats, StatsRow};
 use crate::tree::LayerTree;
 use std::io::{self, Write};
+use std::sync::{Arc, mpsc};
 
 /// How a command ended, as the process exit code tells it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,6 +37,7 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
     let result = match cli.command {
         Some(Command::Inspect(args)) => inspect(&args, out),
         Some(Command::Check(args)) => check(&args, out),
+        Some(Command::Stats(args)) => stats(&args, out),
         None => match cli.path {
             Some(path) => {
                 let args = InspectArgs {
@@ -139,6 +145,95 @@ fn check<W: Write>(args: &CheckArgs, out: &mut W) -> Result<Outcome, Failure> {
     } else {
         Outcome::Clean
     })
+}
+
+fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
+    let model = Arc::new(open(&args.path)?);
+    let needle = args.filter.as_deref().map(str::to_lowercase);
+    let tree = LayerTree::build(&model.tensors, |tensor| {
+        needle
+            .as_deref()
+            .is_none_or(|needle| contains_ignore_case(tensor.name(), needle))
+    });
+    let chosen: Vec<usize> = tree.tensors_below(crate::tree::ROOT).collect();
+    let options = ScanOptions {
+        threads: args.threads.map(usize::from),
+        histograms: args.json,
+        ..ScanOptions::default()
+    };
+    let (sender, receiver) = mpsc::channel();
+    let scan = Scan::start(Arc::clone(&model), chosen.clone(), options, sender);
+    let bar = progress_bar();
+    let mut moments: Vec<Option<Moments>> = vec![None; model.tensors.len()];
+    let mut histograms: Vec<Option<Histogram>> = vec![None; model.tensors.len()];
+    let mut findings: Vec<Finding> = model.findings.clone();
+    let mut scanned = 0;
+    for event in receiver {
+        match event {
+            ScanEvent::Started { .. } => {}
+            ScanEvent::Stats { tensor, moments: m } => moments[tensor] = Some(m),
+            ScanEvent::Histogram { tensor, histogram } => histograms[tensor] = Some(histogram),
+            ScanEvent::Failed { finding, .. } | ScanEvent::Finding(finding) => {
+                findings.push(finding);
+            }
+            ScanEvent::Progress(progress) => {
+                bar.set_length(progress.bytes_total);
+                bar.set_position(progress.bytes_done);
+            }
+            ScanEvent::Done(progress) => {
+                scanned = progress.bytes_done;
+                break;
+            }
+            ScanEvent::Cancelled => break,
+        }
+    }
+    bar.finish_and_clear();
+    let elapsed = bar.elapsed().as_secs_f64();
+    scan.wait();
+    let mut rows: Vec<StatsRow> = chosen
+        .iter()
+        .map(|&t| StatsRow {
+            name: model.tensors[t].name(),
+            dtype: model.tensors[t].info.dtype.name(),
+            moments: moments[t].as_ref(),
+            histogram: histograms[t].as_ref(),
+        })
+        .collect();
+    rows.sort_by_key(|row| !row.is_broken());
+    let broken = rows.iter().any(StatsRow::is_broken);
+    let report = Stats {
+        model: &model,
+        rows,
+        findings: &findings,
+        bytes_scanned: scanned,
+        seconds: elapsed,
+    };
+    let mut out = io::BufWriter::new(out);
+    if args.json {
+        report.write_json(&mut out)?;
+    } else {
+        report.write_text(&mut out)?;
+    }
+    out.flush()?;
+    let errors = findings.iter().any(|f| f.severity == Severity::Error);
+    Ok(if broken || errors {
+        Outcome::Problems
+    } else {
+        Outcome::Clean
+    })
+}
+
+/// A byte progress bar on stderr, drawn only when stderr is a terminal.
+fn progress_bar() -> indicatif::ProgressBar {
+    let bar =
+        indicatif::ProgressBar::with_draw_target(Some(0), indicatif::ProgressDrawTarget::stderr());
+    let style = indicatif::ProgressStyle::with_template(
+        "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+    );
+    if let Ok(style) = style {
+        bar.set_style(style);
+    }
+    bar
 }
 
 /// The command is done and the process exits next: freeing a large model's names one by one

@@ -92,6 +92,15 @@ codes! {
     TensorInTwoShards => "tensor-in-two-shards", "the same tensor name is stored in two shards";
     IndexTotalSize => "index-total-size", "metadata.total_size in the index differs from the tensors' bytes";
     MetadataMismatch => "metadata-mismatch", "shards disagree on a __metadata__ value";
+    ValuesNan => "values-nan", "a tensor holds NaN values";
+    ValuesInf => "values-inf", "a tensor holds infinite values";
+    ValuesAllZero => "values-all-zero", "every value of a tensor is zero";
+    ValuesConstant => "values-constant", "every value of a tensor is the same nonzero number";
+    ValuesExtreme => "values-extreme", "a float weight holds values of magnitude over the set limit (1e4 by default)";
+    ValuesGarbage => "values-garbage", "a float tensor holds values over 1e30, which look like uninitialised memory";
+    LayerOutlier => "layer-outlier", "a tensor's std or absmax is over 10x (or under 1/10) the median of the same tensor in the other layers";
+    DataUnreadable => "data-unreadable", "a tensor's bytes could not be read (the file shrank, was replaced, or an I/O error)";
+    ScanFailed => "scan-failed", "stui failed while computing a tensor's statistics (a bug: please report it)";
 }
 
 impl fmt::Display for Code {

@@ -6,15 +6,19 @@
 //! - [`format`]: reading headers leniently, the reference's strict verdict, sharded models, and
 //!   the writer. Never reads tensor data when opening.
 //! - [`tree`]: the layer tree built from dotted names, with totals on every node.
+//! - [`analysis`]: statistics, histograms and numeric findings from tensor bytes, every dtype.
+//! - [`jobs`]: the background scan that reads tensor data and streams results on a channel.
 //! - [`report`]: text and JSON output of the headless commands.
 //! - [`cli`], [`commands`]: the command line and one function per subcommand.
 
+pub mod analysis;
 pub mod cli;
 pub mod commands;
 pub mod demo;
 pub mod error;
 pub mod finding;
 pub mod format;
+pub mod jobs;
 pub mod report;
 pub mod text;
 pub mod tree;

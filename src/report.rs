@@ -1,6 +1,7 @@
 //! Headless output: text for people and JSON for scripts, for each subcommand. The JSON field
 //! names are a stable interface (documented in the README).
 
+use crate::analysis::{Histogram, Moments};
 use crate::finding::{Finding, Severity, Tally};
 use crate::format::model::{Model, Source};
 use crate::text::{
@@ -679,4 +680,174 @@ pub fn write_finding<W: Write>(out: &mut W, finding: &Finding) -> io::Result<()>
         finding.code.as_str(),
         escape(&finding.message)
     )
+}
+
+/// One tensor's line of `stui stats`.
+#[derive(Debug)]
+pub struct StatsRow<'a> {
+    pub name: &'a str,
+    pub dtype: &'a str,
+    pub moments: Option<&'a Moments>,
+    pub histogram: Option<&'a Histogram>,
+}
+
+impl StatsRow<'_> {
+    /// Holds NaN or Inf.
+    pub fn is_broken(&self) -> bool {
+        self.moments
+            .is_some_and(|m| m.nan + m.pos_inf + m.neg_inf > 0)
+    }
+}
+
+#[derive(Serialize)]
+struct HistogramJson<'a> {
+    edges: Vec<f64>,
+    counts: &'a [u64],
+    log2: &'a [(i32, u64)],
+    zeros: u64,
+}
+
+#[derive(Serialize)]
+struct StatsRowJson<'a> {
+    name: &'a str,
+    dtype: &'a str,
+    count: Option<u64>,
+    min: Option<f64>,
+    max: Option<f64>,
+    mean: Option<f64>,
+    std: Option<f64>,
+    absmax: Option<f64>,
+    nan: Option<u64>,
+    pos_inf: Option<u64>,
+    neg_inf: Option<u64>,
+    zeros: Option<u64>,
+    subnormals: Option<u64>,
+    histogram: Option<HistogramJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct StatsJson<'a> {
+    path: String,
+    valid: bool,
+    tensors: Vec<StatsRowJson<'a>>,
+    findings: &'a [Finding],
+    summary: Tally,
+    bytes_scanned: u64,
+    seconds: f64,
+}
+
+/// `stui stats`: every tensor's statistics, tensors with NaN or Inf first.
+#[derive(Debug)]
+pub struct Stats<'a> {
+    pub model: &'a Model,
+    pub rows: Vec<StatsRow<'a>>,
+    pub findings: &'a [Finding],
+    pub bytes_scanned: u64,
+    pub seconds: f64,
+}
+
+impl Stats<'_> {
+    pub fn write_json<W: Write>(&self, out: &mut W) -> io::Result<()> {
+        let finite = |m: &Moments, value: f64| (m.finite() > 0).then_some(value);
+        let tensors = self
+            .rows
+            .iter()
+            .map(|row| {
+                let m = row.moments;
+                StatsRowJson {
+                    name: row.name,
+                    dtype: row.dtype,
+                    count: m.map(|m| m.count),
+                    min: m.and_then(|m| finite(m, m.min)),
+                    max: m.and_then(|m| finite(m, m.max)),
+                    mean: m.and_then(Moments::mean),
+                    std: m.and_then(Moments::std),
+                    absmax: m.and_then(Moments::absmax),
+                    nan: m.map(|m| m.nan),
+                    pos_inf: m.map(|m| m.pos_inf),
+                    neg_inf: m.map(|m| m.neg_inf),
+                    zeros: m.map(|m| m.zeros),
+                    subnormals: m.map(|m| m.subnormals),
+                    histogram: row.histogram.map(|h| HistogramJson {
+                        edges: h.edges(),
+                        counts: &h.counts,
+                        log2: &h.log2,
+                        zeros: h.zeros,
+                    }),
+                }
+            })
+            .collect();
+        write_json(
+            out,
+            &StatsJson {
+                path: self.model.path.to_string_lossy().into_owned(),
+                valid: self.model.is_valid(),
+                tensors,
+                findings: self.findings,
+                summary: Tally::of(self.findings),
+                bytes_scanned: self.bytes_scanned,
+                seconds: self.seconds,
+            },
+        )
+    }
+
+    pub fn write_text<W: Write>(&self, out: &mut W) -> io::Result<()> {
+        let name_width = self
+            .rows
+            .iter()
+            .map(|r| display_width(&escape(r.name)))
+            .max()
+            .unwrap_or(4)
+            .clamp(4, 60);
+        writeln!(
+            out,
+            "{:<name_width$}  {:<5}  {:>11}  {:>11}  {:>11}  {:>11}  {:>11}  {:>6}  {:>6}  {:>8}",
+            "NAME", "DTYPE", "MIN", "MAX", "MEAN", "STD", "ABSMAX", "NAN", "INF", "ZEROS"
+        )?;
+        for row in &self.rows {
+            let name = escape(row.name);
+            let pad = name_width.saturating_sub(display_width(&name));
+            let mark = if row.is_broken() { "!" } else { " " };
+            write!(out, "{name}{:pad$}{mark} {:<5}", "", escape(row.dtype))?;
+            match row.moments {
+                Some(m) => {
+                    let number =
+                        |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.4e}"));
+                    let finite = m.finite() > 0;
+                    writeln!(
+                        out,
+                        "  {:>11}  {:>11}  {:>11}  {:>11}  {:>11}  {:>6}  {:>6}  {:>8}",
+                        number(finite.then_some(m.min)),
+                        number(finite.then_some(m.max)),
+                        number(m.mean()),
+                        number(m.std()),
+                        number(m.absmax()),
+                        m.nan,
+                        m.pos_inf + m.neg_inf,
+                        m.zeros
+                    )?;
+                }
+                None => writeln!(out, "  (not scanned)")?,
+            }
+        }
+        if !self.findings.is_empty() {
+            writeln!(out)?;
+        }
+        for finding in self.findings {
+            write_finding(out, finding)?;
+        }
+        let broken = self.rows.iter().filter(|r| r.is_broken()).count();
+        let tally = Tally::of(self.findings);
+        writeln!(
+            out,
+            "{} tensors, {} with NaN or Inf; {} scanned in {:.2} s; {} errors, {} warnings, {} info",
+            self.rows.len(),
+            broken,
+            format_bytes(self.bytes_scanned),
+            self.seconds,
+            tally.errors,
+            tally.warnings,
+            tally.info
+        )
+    }
 }

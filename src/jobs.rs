@@ -1,0 +1,672 @@
+//! The scan: reads every chosen tensor's data in the background and streams statistics,
+//! histograms, findings and progress on a channel, ending with exactly one of `Done` or
+//! `Cancelled`.
+//!
+//! A coordinator thread takes tensors in file order (a prioritized tensor first) and hands them
+//! to a rayon pool: small tensors in batches, one per worker, large ones split into chunks that
+//! all workers share and whose statistics merge exactly. Data is read with positional reads into
+//! a reused buffer per worker, so memory stays bounded whatever the model's size, and a file that
+//! shrinks or is replaced under the scan gives an I/O finding for the tensors it affects, never a
+//! crash. Cancel is checked before every chunk. A failure on one tensor (an I/O error, a panic
+//! in a worker) becomes a finding and the scan goes on.
+
+use crate::analysis::checks::{self, Limits};
+use crate::analysis::{Histogram, HistogramBuilder, Moments, values};
+use crate::finding::{Code, Finding};
+use crate::format::{Model, Tensor};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Bytes read at a time: a multiple of every element size and of the 3-byte F6 group.
+const CHUNK: usize = 3 << 20;
+
+/// Tensors up to this size are scanned whole by one worker, several at a time.
+const SMALL: u64 = 1 << 20;
+
+/// How often progress is reported at most.
+const PROGRESS_EVERY: Duration = Duration::from_millis(50);
+
+/// What a scan reports.
+#[derive(Debug)]
+pub enum ScanEvent {
+    /// Work on a large tensor began.
+    Started {
+        tensor: usize,
+    },
+    /// A tensor's statistics.
+    Stats {
+        tensor: usize,
+        moments: Moments,
+    },
+    /// A tensor's histogram (when asked for).
+    Histogram {
+        tensor: usize,
+        histogram: Histogram,
+    },
+    /// A tensor could not be scanned; the finding says why.
+    Failed {
+        tensor: usize,
+        finding: Finding,
+    },
+    /// A finding about the values.
+    Finding(Finding),
+    Progress(Progress),
+    /// The last event of a scan that ran to its end.
+    Done(Progress),
+    /// The last event of a cancelled scan.
+    Cancelled,
+}
+
+/// How far a scan has come.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Progress {
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    pub tensors_done: usize,
+    pub tensors_total: usize,
+    pub elapsed: Duration,
+}
+
+impl Progress {
+    /// Bytes per second so far.
+    pub fn rate(&self) -> f64 {
+        self.bytes_done as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Estimated time to finish at the rate so far.
+    pub fn remaining(&self) -> Option<Duration> {
+        let rate = self.rate();
+        (rate > 0.0).then(|| {
+            Duration::from_secs_f64(
+                (self.bytes_total.saturating_sub(self.bytes_done)) as f64 / rate,
+            )
+        })
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ScanOptions {
+    /// Worker threads; all cores when `None`.
+    pub threads: Option<usize>,
+    /// Compute every tensor's histogram too (a second pass over the data).
+    pub histograms: bool,
+    pub limits: Limits,
+}
+
+/// A running scan. Dropping it cancels the scan.
+#[derive(Debug)]
+pub struct Scan {
+    control: Arc<Control>,
+    thread: Option<JoinHandle<()>>,
+}
+
+#[derive(Debug, Default)]
+struct Control {
+    cancelled: AtomicBool,
+    paused: AtomicBool,
+    /// Tensors to scan next, most recent request last; `true` also asks for the histogram.
+    requests: Mutex<Vec<(usize, bool)>>,
+}
+
+impl Scan {
+    /// Starts scanning `tensors` (indices into `model.tensors`) and returns at once.
+    pub fn start(
+        model: Arc<Model>,
+        tensors: Vec<usize>,
+        options: ScanOptions,
+        events: Sender<ScanEvent>,
+    ) -> Scan {
+        let control = Arc::new(Control::default());
+        let worker_control = Arc::clone(&control);
+        let thread = std::thread::Builder::new()
+            .name("stui-scan".into())
+            .spawn(move || coordinate(&model, tensors, &options, &worker_control, &events))
+            .ok();
+        Scan { control, thread }
+    }
+
+    /// Stops the scan; the scan sends `Cancelled` once the chunks under way are done.
+    pub fn cancel(&self) {
+        self.control.cancelled.store(true, Ordering::Relaxed);
+    }
+
+    pub fn set_paused(&self, paused: bool) {
+        self.control.paused.store(paused, Ordering::Relaxed);
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.control.paused.load(Ordering::Relaxed)
+    }
+
+    /// Scans `tensor` next (again, if it was scanned already and `histogram` is asked for).
+    pub fn prioritize(&self, tensor: usize, histogram: bool) {
+        let mut requests = self
+            .control
+            .requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        requests.retain(|&(t, _)| t != tensor);
+        requests.push((tensor, histogram));
+    }
+
+    /// Waits for the scan thread to end.
+    pub fn wait(mut self) {
+        if let Some(thread) = self.thread.take() {
+            // A panic in the coordinator has already been reported through the panic hook.
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Scan {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}
+
+/// Counts bytes done across workers and reports progress now and then.
+struct Tracker<'a> {
+    bytes_done: AtomicU64,
+    bytes_total: u64,
+    tensors_total: usize,
+    tensors_done: AtomicU64,
+    started: Instant,
+    last_report: Mutex<Instant>,
+    events: &'a Sender<ScanEvent>,
+}
+
+impl Tracker<'_> {
+    fn progress(&self) -> Progress {
+        Progress {
+            bytes_done: self.bytes_done.load(Ordering::Relaxed),
+            bytes_total: self.bytes_total,
+            tensors_done: usize::try_from(self.tensors_done.load(Ordering::Relaxed))
+                .unwrap_or(usize::MAX),
+            tensors_total: self.tensors_total,
+            elapsed: self.started.elapsed(),
+        }
+    }
+
+    fn advance(&self, bytes: u64) {
+        self.bytes_done.fetch_add(bytes, Ordering::Relaxed);
+        let mut last = self
+            .last_report
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if last.elapsed() >= PROGRESS_EVERY {
+            *last = Instant::now();
+            // A closed channel means nobody listens any more; the scan stops at its next check.
+            let _ = self.events.send(ScanEvent::Progress(self.progress()));
+        }
+    }
+}
+
+/// Why a tensor's scan stopped early.
+enum Stop {
+    Cancelled,
+    Io(io::Error),
+}
+
+fn coordinate(
+    model: &Model,
+    tensors: Vec<usize>,
+    options: &ScanOptions,
+    control: &Control,
+    events: &Sender<ScanEvent>,
+) {
+    let files: Vec<Option<File>> = model
+        .shards
+        .iter()
+        .map(|s| File::open(&s.path).ok())
+        .collect();
+    let (scannable, skipped): (Vec<usize>, Vec<usize>) = tensors
+        .into_iter()
+        .partition(|&t| scannable(model, &model.tensors[t]));
+    for tensor in skipped {
+        let finding = Finding::info(
+            Code::DataUnreadable,
+            "not scanned: its entry is invalid (see the format findings)",
+        )
+        .for_tensor(model.tensors[tensor].name());
+        let _ = events.send(ScanEvent::Failed { tensor, finding });
+    }
+    let mut queue: VecDeque<usize> = scannable.iter().copied().collect();
+    queue
+        .make_contiguous()
+        .sort_by_key(|&t| (model.tensors[t].shard, model.tensors[t].info.data_offsets));
+    let passes = if options.histograms { 2 } else { 1 };
+    let tracker = Tracker {
+        bytes_done: AtomicU64::new(0),
+        bytes_total: scannable
+            .iter()
+            .map(|&t| model.tensors[t].info.byte_len())
+            .sum::<u64>()
+            * passes,
+        tensors_total: scannable.len(),
+        tensors_done: AtomicU64::new(0),
+        started: Instant::now(),
+        last_report: Mutex::new(Instant::now()),
+        events,
+    };
+    let Ok(pool) = rayon::ThreadPoolBuilder::new()
+        .num_threads(options.threads.unwrap_or(0))
+        .thread_name(|i| format!("stui-worker-{i}"))
+        .build()
+    else {
+        let _ = events.send(ScanEvent::Cancelled);
+        return;
+    };
+    let mut coordinator = Coordinator {
+        scanner: Scanner {
+            count_histograms: options.histograms,
+            model,
+            files: &files,
+            control,
+            tracker: &tracker,
+        },
+        pool,
+        options,
+        events,
+        scannable: {
+            let mut set = vec![false; model.tensors.len()];
+            for &t in &scannable {
+                set[t] = true;
+            }
+            set
+        },
+        done: vec![false; model.tensors.len()],
+        results: Vec::new(),
+    };
+    let ended = coordinator.run(&mut queue);
+    if ended == Ended::Finished {
+        coordinator.finish();
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    Finished,
+    Stopped,
+}
+
+/// A tensor's scan as it came back from the workers: its statistics, why it stopped, or the
+/// message of a panic.
+type Outcome = Result<Result<Moments, Stop>, String>;
+
+struct Coordinator<'a> {
+    scanner: Scanner<'a>,
+    pool: rayon::ThreadPool,
+    options: &'a ScanOptions,
+    events: &'a Sender<ScanEvent>,
+    scannable: Vec<bool>,
+    done: Vec<bool>,
+    results: Vec<(usize, Moments)>,
+}
+
+impl Coordinator<'_> {
+    /// Scans until the queue is empty (`Finished`), or the scan is cancelled or nobody listens.
+    fn run(&mut self, queue: &mut VecDeque<usize>) -> Ended {
+        let control = self.scanner.control;
+        loop {
+            while control.paused.load(Ordering::Relaxed)
+                && !control.cancelled.load(Ordering::Relaxed)
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if control.cancelled.load(Ordering::Relaxed) {
+                let _ = self.events.send(ScanEvent::Cancelled);
+                return Ended::Stopped;
+            }
+            let Some(batch) = self.next_batch(queue) else {
+                return Ended::Finished;
+            };
+            if batch.is_empty() {
+                continue;
+            }
+            for (tensor, histogram, outcome) in self.scan(&batch) {
+                if self.report(tensor, histogram, outcome) == Ended::Stopped {
+                    return Ended::Stopped;
+                }
+            }
+            let _ = self
+                .events
+                .send(ScanEvent::Progress(self.scanner.tracker.progress()));
+        }
+    }
+
+    /// The next tensors to scan: a prioritized one alone, or small tensors in file order up to a
+    /// few megabytes, or one large tensor. `None` when nothing is left; empty to look again.
+    fn next_batch(&self, queue: &mut VecDeque<usize>) -> Option<Vec<(usize, bool)>> {
+        let control = self.scanner.control;
+        let request = control
+            .requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        if let Some((tensor, histogram)) = request {
+            let wanted = self.scannable[tensor] && (!self.done[tensor] || histogram);
+            return Some(if wanted {
+                vec![(tensor, histogram || self.options.histograms)]
+            } else {
+                Vec::new()
+            });
+        }
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        while let Some(&tensor) = queue.front() {
+            if self.done[tensor] {
+                queue.pop_front();
+                continue;
+            }
+            let len = self.scanner.model.tensors[tensor].info.byte_len();
+            if !batch.is_empty() && (len > SMALL || bytes + len > 8 * SMALL) {
+                break;
+            }
+            queue.pop_front();
+            batch.push((tensor, self.options.histograms));
+            bytes += len;
+            if len > SMALL {
+                break;
+            }
+        }
+        (!batch.is_empty()).then_some(batch)
+    }
+
+    /// Scans a batch: one tensor over all workers, or several small ones, one per worker.
+    fn scan(&self, batch: &[(usize, bool)]) -> Vec<(usize, bool, Outcome)> {
+        use rayon::prelude::*;
+        if let [(tensor, histogram)] = *batch {
+            let _ = self.events.send(ScanEvent::Started { tensor });
+            let outcome = guarded(|| self.pool.install(|| self.scanner.moments(tensor)));
+            return vec![(tensor, histogram, outcome)];
+        }
+        self.pool.install(|| {
+            batch
+                .par_iter()
+                .map(|&(t, h)| (t, h, guarded(|| self.scanner.moments(t))))
+                .collect()
+        })
+    }
+
+    /// Sends what a tensor's scan found, and its histogram if asked for.
+    fn report(&mut self, tensor: usize, histogram: bool, outcome: Outcome) -> Ended {
+        let name = self.scanner.model.tensors[tensor].name();
+        let moments = match outcome {
+            Ok(Ok(moments)) => moments,
+            Ok(Err(Stop::Cancelled)) => {
+                let _ = self.events.send(ScanEvent::Cancelled);
+                return Ended::Stopped;
+            }
+            Ok(Err(Stop::Io(error))) => {
+                return self.fail(tensor, Code::DataUnreadable, read_failure(&error));
+            }
+            Err(panic) => {
+                return self.fail(tensor, Code::ScanFailed, format!("internal error: {panic}"));
+            }
+        };
+        if !self.done[tensor] {
+            self.done[tensor] = true;
+            self.scanner
+                .tracker
+                .tensors_done
+                .fetch_add(1, Ordering::Relaxed);
+            self.results.push((tensor, moments));
+            if self
+                .events
+                .send(ScanEvent::Stats { tensor, moments })
+                .is_err()
+            {
+                return Ended::Stopped;
+            }
+            if let Some(dtype) = self.scanner.model.tensors[tensor].info.dtype.known() {
+                for finding in checks::tensor_findings(name, dtype, &moments, &self.options.limits)
+                {
+                    let _ = self.events.send(ScanEvent::Finding(finding));
+                }
+            }
+        }
+        if !histogram {
+            return Ended::Finished;
+        }
+        match guarded(|| {
+            self.pool
+                .install(|| self.scanner.histogram(tensor, &moments))
+        }) {
+            Ok(Ok(histogram)) => {
+                let _ = self.events.send(ScanEvent::Histogram { tensor, histogram });
+                Ended::Finished
+            }
+            Ok(Err(Stop::Cancelled)) => {
+                let _ = self.events.send(ScanEvent::Cancelled);
+                Ended::Stopped
+            }
+            Ok(Err(Stop::Io(error))) => {
+                self.fail(tensor, Code::DataUnreadable, read_failure(&error))
+            }
+            Err(panic) => self.fail(tensor, Code::ScanFailed, format!("internal error: {panic}")),
+        }
+    }
+
+    fn fail(&mut self, tensor: usize, code: Code, message: String) -> Ended {
+        self.done[tensor] = true;
+        let finding =
+            Finding::error(code, message).for_tensor(self.scanner.model.tensors[tensor].name());
+        if self
+            .events
+            .send(ScanEvent::Failed { tensor, finding })
+            .is_err()
+        {
+            Ended::Stopped
+        } else {
+            Ended::Finished
+        }
+    }
+
+    /// The findings that need every tensor, then `Done`.
+    fn finish(&self) {
+        let model = self.scanner.model;
+        let floats = self
+            .results
+            .iter()
+            .filter(|(t, _)| {
+                model.tensors[*t]
+                    .info
+                    .dtype
+                    .known()
+                    .is_some_and(crate::format::Dtype::is_float)
+            })
+            .map(|(t, m)| (model.tensors[*t].name(), m));
+        for finding in checks::layer_outliers(floats, &self.options.limits) {
+            let _ = self.events.send(ScanEvent::Finding(finding));
+        }
+        let _ = self
+            .events
+            .send(ScanEvent::Done(self.scanner.tracker.progress()));
+    }
+}
+
+/// Whether a tensor's entry is sound enough to read its data: a known dtype, a size that matches
+/// its shape, and bytes inside its file.
+fn scannable(model: &Model, tensor: &Tensor) -> bool {
+    let shard = model.shard_of(tensor);
+    let info = &tensor.info;
+    let [begin, end] = info.data_offsets;
+    let expected = info
+        .dtype
+        .known()
+        .zip(info.element_count())
+        .and_then(|(d, n)| d.byte_len(n));
+    let data_len = shard.file_len.saturating_sub(shard.data_start);
+    shard.readable && expected == Some(end.saturating_sub(begin)) && end >= begin && end <= data_len
+}
+
+fn read_failure(error: &io::Error) -> String {
+    if error.kind() == io::ErrorKind::UnexpectedEof {
+        "the file ends before this tensor's data does: it shrank or was replaced while stui read it"
+            .into()
+    } else {
+        format!("cannot read the data: {error}")
+    }
+}
+
+/// Runs `work`, turning a panic into its message.
+fn guarded<T>(work: impl FnOnce() -> T) -> Result<T, String> {
+    catch_unwind(AssertUnwindSafe(work)).map_err(|payload| {
+        payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a worker panicked".into())
+    })
+}
+
+thread_local! {
+    /// Each worker's read buffer, 8-byte aligned so F32 and F64 data are used in place.
+    static BUFFER: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+struct Scanner<'a> {
+    /// Whether histogram passes count towards progress (when every tensor gets one).
+    count_histograms: bool,
+    model: &'a Model,
+    files: &'a [Option<File>],
+    control: &'a Control,
+    tracker: &'a Tracker<'a>,
+}
+
+impl Scanner<'_> {
+    /// The tensor's statistics, its chunks spread over the pool's workers.
+    fn moments(&self, tensor: usize) -> Result<Moments, Stop> {
+        use rayon::prelude::*;
+        let chunks = self.chunks(tensor);
+        if chunks.len() <= 1 {
+            return chunks.first().map_or(Ok(Moments::EMPTY), |&chunk| {
+                self.chunk_moments(tensor, chunk)
+            });
+        }
+        chunks
+            .par_iter()
+            .map(|&chunk| self.chunk_moments(tensor, chunk))
+            .try_reduce(
+                || Moments::EMPTY,
+                |mut a, b| {
+                    a.merge(&b);
+                    Ok(a)
+                },
+            )
+    }
+
+    fn chunk_moments(&self, tensor: usize, chunk: (u64, usize)) -> Result<Moments, Stop> {
+        self.with_chunk(tensor, chunk, true, |dtype, bytes| {
+            let mut moments = Moments::EMPTY;
+            values::feed(dtype, bytes, &mut moments);
+            moments
+        })
+    }
+
+    /// The tensor's histogram over the range its statistics found.
+    fn histogram(&self, tensor: usize, moments: &Moments) -> Result<Histogram, Stop> {
+        use rayon::prelude::*;
+        let (min, max) = if moments.finite() > 0 {
+            (moments.min, moments.max)
+        } else {
+            (0.0, 0.0)
+        };
+        let chunks = self.chunks(tensor);
+        let builder = chunks
+            .par_iter()
+            .map(|&chunk| {
+                self.with_chunk(tensor, chunk, self.count_histograms, |dtype, bytes| {
+                    let mut builder = HistogramBuilder::new(min, max);
+                    values::feed(dtype, bytes, &mut builder);
+                    builder
+                })
+            })
+            .try_reduce(
+                || HistogramBuilder::new(min, max),
+                |mut a, b| {
+                    a.merge(&b);
+                    Ok(a)
+                },
+            )?;
+        Ok(builder.finish())
+    }
+
+    /// `(offset in the tensor, length)` of each chunk.
+    fn chunks(&self, tensor: usize) -> Vec<(u64, usize)> {
+        let len = self.model.tensors[tensor].info.byte_len();
+        (0..len)
+            .step_by(CHUNK)
+            .map(|start| {
+                (
+                    start,
+                    usize::try_from((len - start).min(CHUNK as u64)).unwrap_or(CHUNK),
+                )
+            })
+            .collect()
+    }
+
+    /// Reads one chunk into this worker's buffer and runs `work` on its bytes.
+    fn with_chunk<T>(
+        &self,
+        tensor: usize,
+        (offset, len): (u64, usize),
+        counted: bool,
+        work: impl FnOnce(crate::format::Dtype, &[u8]) -> T,
+    ) -> Result<T, Stop> {
+        if self.control.cancelled.load(Ordering::Relaxed) {
+            return Err(Stop::Cancelled);
+        }
+        let entry = &self.model.tensors[tensor];
+        let Some(dtype) = entry.info.dtype.known() else {
+            return Err(Stop::Cancelled);
+        };
+        let (start, _) = self.model.file_range(entry);
+        let file = self.files[entry.shard].as_ref().ok_or_else(|| {
+            Stop::Io(io::Error::new(
+                io::ErrorKind::NotFound,
+                "the file could not be opened",
+            ))
+        })?;
+        BUFFER.with_borrow_mut(|buffer| {
+            if buffer.len() * 8 < len {
+                buffer.resize(CHUNK / 8, 0);
+            }
+            let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(buffer)[..len];
+            read_exact_at(file, bytes, start + offset).map_err(Stop::Io)?;
+            let result = work(dtype, bytes);
+            if counted {
+                self.tracker.advance(len as u64);
+            }
+            Ok(result)
+        })
+    }
+}
+
+#[cfg(unix)]
+fn read_exact_at(file: &File, buffer: &mut [u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buffer, offset)
+}
+
+#[cfg(windows)]
+fn read_exact_at(file: &File, mut buffer: &mut [u8], mut offset: u64) -> io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !buffer.is_empty() {
+        match file.seek_read(buffer, offset)? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => {
+                buffer = &mut buffer[n..];
+                offset += n as u64;
+            }
+        }
+    }
+    Ok(())
+}
