@@ -98,6 +98,8 @@ pub struct ScanOptions {
     pub threads: Option<usize>,
     /// Compute every tensor's histogram too (a second pass over the data).
     pub histograms: bool,
+    /// Start paused (until [`Scan::set_paused`] resumes it).
+    pub paused: bool,
     pub limits: Limits,
 }
 
@@ -125,6 +127,7 @@ impl Scan {
         events: Sender<ScanEvent>,
     ) -> Scan {
         let control = Arc::new(Control::default());
+        control.paused.store(options.paused, Ordering::Relaxed);
         let worker_control = Arc::clone(&control);
         let thread = std::thread::Builder::new()
             .name("stui-scan".into())

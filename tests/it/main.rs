@@ -9,4 +9,5 @@ mod cli;
 mod conformance;
 mod reference;
 mod sharded;
+mod stats;
 mod support;
