@@ -22,6 +22,21 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Option<Command>,
+
+    /// Colours in the explorer: auto (off when `NO_COLOR` is set), always, never.
+    #[arg(long, value_enum, default_value_t = ColorMode::Auto, global = true)]
+    pub color: ColorMode,
+
+    /// Log frame times and input-to-frame latencies of the explorer to FILE (or set `STUI_LOG`).
+    #[arg(long, value_name = "FILE", env = "STUI_LOG", global = true)]
+    pub log: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorMode {
+    Auto,
+    Always,
+    Never,
 }
 
 #[derive(Debug, Subcommand)]

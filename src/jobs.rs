@@ -81,6 +81,15 @@ impl Progress {
         self.bytes_done as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
+    /// Bytes per second so far, in whole bytes.
+    pub fn bytes_per_second(&self) -> u64 {
+        let micros = u64::try_from(self.elapsed.as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        u64::try_from(u128::from(self.bytes_done) * 1_000_000 / u128::from(micros))
+            .unwrap_or(u64::MAX)
+    }
+
     /// Estimated time to finish at the rate so far.
     pub fn remaining(&self) -> Option<Duration> {
         let rate = self.rate();
@@ -100,6 +109,9 @@ pub struct ScanOptions {
     pub histograms: bool,
     /// Start paused (until [`Scan::set_paused`] resumes it).
     pub paused: bool,
+    /// After `Done`, keep serving [`Scan::prioritize`] requests (histograms for the explorer)
+    /// until cancelled; the scan then ends with `Cancelled`.
+    pub serve: bool,
     pub limits: Limits,
 }
 
@@ -116,6 +128,8 @@ struct Control {
     paused: AtomicBool,
     /// Tensors to scan next, most recent request last; `true` also asks for the histogram.
     requests: Mutex<Vec<(usize, bool)>>,
+    /// Wakes a scan that has finished and waits for requests.
+    wake: std::sync::Condvar,
 }
 
 impl Scan {
@@ -139,6 +153,7 @@ impl Scan {
     /// Stops the scan; the scan sends `Cancelled` once the chunks under way are done.
     pub fn cancel(&self) {
         self.control.cancelled.store(true, Ordering::Relaxed);
+        self.control.wake.notify_all();
     }
 
     pub fn set_paused(&self, paused: bool) {
@@ -158,6 +173,7 @@ impl Scan {
             .unwrap_or_else(PoisonError::into_inner);
         requests.retain(|&(t, _)| t != tensor);
         requests.push((tensor, histogram));
+        self.control.wake.notify_all();
     }
 
     /// Waits for the scan thread to end.
@@ -291,6 +307,9 @@ fn coordinate(
     let ended = coordinator.run(&mut queue);
     if ended == Ended::Finished {
         coordinator.finish();
+        if options.serve {
+            coordinator.serve();
+        }
     }
 }
 
@@ -470,6 +489,30 @@ impl Coordinator<'_> {
             Ended::Stopped
         } else {
             Ended::Finished
+        }
+    }
+
+    /// Answers requests until the scan is cancelled.
+    fn serve(&mut self) {
+        let control = self.scanner.control;
+        let mut empty = VecDeque::new();
+        loop {
+            {
+                let requests = control
+                    .requests
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                let waiting = control
+                    .wake
+                    .wait_while(requests, |r| {
+                        r.is_empty() && !control.cancelled.load(Ordering::Relaxed)
+                    })
+                    .unwrap_or_else(PoisonError::into_inner);
+                drop(waiting);
+            }
+            if self.run(&mut empty) == Ended::Stopped {
+                return;
+            }
         }
     }
 

@@ -10,6 +10,7 @@
 //! - [`jobs`]: the background scan that reads tensor data and streams results on a channel.
 //! - [`report`]: text and JSON output of the headless commands.
 //! - [`cli`], [`commands`]: the command line and one function per subcommand.
+//! - [`tui`]: the interactive explorer; the only module that uses the terminal.
 
 pub mod analysis;
 pub mod cli;
@@ -22,3 +23,4 @@ pub mod jobs;
 pub mod report;
 pub mod text;
 pub mod tree;
+pub mod tui;

@@ -11,3 +11,5 @@ mod reference;
 mod sharded;
 mod stats;
 mod support;
+mod terminal;
+mod tui;

@@ -1,0 +1,60 @@
+//! Everything the explorer reacts to arrives on one channel: terminal input, scan results and
+//! signals, each from its own thread.
+
+use crate::jobs::ScanEvent;
+use ratatui::crossterm::event as terminal;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::Instant;
+
+#[derive(Debug)]
+pub enum Event {
+    /// A key, mouse or resize event, with when it was read.
+    Input(terminal::Event, Instant),
+    Scan(ScanEvent),
+    /// SIGTERM or SIGHUP (the SSH connection dropped): leave at once, terminal restored.
+    Signal,
+}
+
+/// Starts the input and signal threads and returns the channel they feed, and a sender for the
+/// scan's events.
+pub fn start() -> (Sender<ScanEvent>, Receiver<Event>) {
+    let (sender, receiver) = channel();
+    let input = sender.clone();
+    // The threads end with the process; a send fails only once the loop has stopped listening.
+    let _ = std::thread::Builder::new()
+        .name("stui-input".into())
+        .spawn(move || {
+            while let Ok(event) = terminal::read() {
+                if input.send(Event::Input(event, Instant::now())).is_err() {
+                    break;
+                }
+            }
+        });
+    let signals = sender.clone();
+    #[cfg(unix)]
+    if let Ok(mut incoming) = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ]) {
+        let _ = std::thread::Builder::new()
+            .name("stui-signals".into())
+            .spawn(move || {
+                for _ in incoming.forever() {
+                    if signals.send(Event::Signal).is_err() {
+                        break;
+                    }
+                }
+            });
+    }
+    let (scan_sender, scan_receiver) = channel();
+    let _ = std::thread::Builder::new()
+        .name("stui-results".into())
+        .spawn(move || {
+            for event in scan_receiver {
+                if sender.send(Event::Scan(event)).is_err() {
+                    break;
+                }
+            }
+        });
+    (scan_sender, receiver)
+}

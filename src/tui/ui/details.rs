@@ -1,0 +1,143 @@
+//! Details and statistics of the selection.
+
+use super::{block, inner};
+use crate::analysis::Moments;
+use crate::text::{Bytes, Count, Shape, escape, format_bytes};
+use crate::tree::ROOT;
+use crate::tui::app::{App, TensorState};
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Paragraph, Wrap};
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+    frame.render_widget(block("tensor", false, app), area);
+    let lines = match app.selected_node() {
+        Some(node) => match app.tree.node(node).tensor {
+            Some(tensor) if app.tree.children(node).is_empty() => tensor_lines(app, tensor),
+            _ => group_lines(app, node),
+        },
+        None => vec![Line::from("nothing selected")],
+    };
+    frame.render_widget(
+        Paragraph::new(lines).wrap(Wrap { trim: false }),
+        inner(area),
+    );
+}
+
+fn tensor_lines(app: &App, tensor: usize) -> Vec<Line<'static>> {
+    let theme = &app.theme;
+    let entry = &app.model.tensors[tensor];
+    let info = &entry.info;
+    let params = info
+        .element_count()
+        .map_or_else(|| "overflow".to_owned(), |n| Count(n).to_string());
+    let [begin, end] = info.data_offsets;
+    let mut lines = vec![
+        Line::styled(escape(entry.name()).into_owned(), theme.title),
+        Line::from(format!(
+            "{} {}  {params} params  {}",
+            escape(info.dtype.name()),
+            Shape(&info.shape),
+            Bytes(info.byte_len())
+        )),
+        Line::styled(
+            format!(
+                "bytes {begin}..{end} of {}",
+                escape(&app.model.shard_of(entry).label)
+            ),
+            theme.dim,
+        ),
+    ];
+    match &app.tensors[tensor] {
+        TensorState::Pending => lines.push(Line::styled("statistics pending", theme.dim)),
+        TensorState::Scanning => lines.push(Line::styled("scanning…", theme.dim)),
+        TensorState::Failed(why) => {
+            lines.push(Line::styled(format!("not scanned: {why}"), theme.error));
+        }
+        TensorState::Done(m) => lines.extend(stats_lines(app, m)),
+    }
+    lines
+}
+
+fn number(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.4e}"))
+}
+
+fn stats_lines(app: &App, m: &Moments) -> Vec<Line<'static>> {
+    let theme = &app.theme;
+    let finite = m.finite() > 0;
+    let bad = m.nan + m.pos_inf + m.neg_inf > 0;
+    let specials = format!(
+        "NaN {}  +Inf {}  -Inf {}  zeros {}",
+        m.nan, m.pos_inf, m.neg_inf, m.zeros
+    );
+    vec![
+        Line::from(format!(
+            "min {}  max {}",
+            number(finite.then_some(m.min)),
+            number(finite.then_some(m.max))
+        )),
+        Line::from(format!(
+            "mean {}  std {}",
+            number(m.mean()),
+            number(m.std())
+        )),
+        Line::from(format!("absmax {}", number(m.absmax()))),
+        Line::from(Span::styled(
+            if bad {
+                format!("✖ {specials}")
+            } else {
+                specials
+            },
+            if bad { theme.error } else { theme.base },
+        )),
+    ]
+}
+
+fn group_lines(app: &App, node: crate::tree::NodeId) -> Vec<Line<'static>> {
+    let theme = &app.theme;
+    let totals = &app.tree.node(node).totals;
+    let path = if node == ROOT {
+        "(whole model)".to_owned()
+    } else {
+        escape(&app.tree.path(node)).into_owned()
+    };
+    let mix: Vec<String> = app
+        .tree
+        .dtype_mix(node, &app.model.tensors)
+        .0
+        .iter()
+        .map(|share| {
+            format!(
+                "{} {}",
+                share.dtype.map_or("?", |d| d.name()),
+                format_bytes(share.bytes)
+            )
+        })
+        .collect();
+    let marks = app.marks.get(node as usize).copied().unwrap_or_default();
+    let mut lines = vec![
+        Line::styled(path, theme.title),
+        Line::from(format!(
+            "{} tensors  {} params  {}",
+            totals.tensors,
+            Count(totals.parameters),
+            Bytes(totals.bytes)
+        )),
+        Line::from(mix.join(", ")),
+    ];
+    if marks.errors > 0 {
+        lines.push(Line::styled(
+            format!("✖ {} tensors with errors (NaN, Inf, ...)", marks.errors),
+            theme.error,
+        ));
+    }
+    if marks.warnings > 0 {
+        lines.push(Line::styled(
+            format!("⚠ {} tensors with warnings", marks.warnings),
+            theme.warning,
+        ));
+    }
+    lines
+}

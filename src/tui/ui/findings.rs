@@ -1,0 +1,78 @@
+//! The findings list, and the screen for a file with nothing readable.
+
+use super::{block, inner};
+use crate::finding::{Finding, Severity};
+use crate::text::escape;
+use crate::tui::app::{App, Focus};
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{List, ListState, Paragraph, Wrap};
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+    let findings = app.visible_findings();
+    let filter = match app.severity {
+        None => "all",
+        Some(Severity::Error) => "errors",
+        Some(Severity::Warning) => "warnings",
+        Some(Severity::Info) => "info",
+    };
+    let title = format!("findings · {} ({filter})", findings.len());
+    let focused = app.focus == Focus::Findings && app.popup.is_none();
+    let lines: Vec<Line> = findings.iter().map(|f| finding_line(app, f)).collect();
+    let list = List::new(lines)
+        .block(block(&title, focused, app))
+        .highlight_style(app.theme.selected);
+    let mut state = ListState::default().with_selected(focused.then_some(app.finding_selected));
+    frame.render_stateful_widget(list, area, &mut state);
+}
+
+fn finding_line<'a>(app: &App, finding: &Finding) -> Line<'a> {
+    let theme = &app.theme;
+    let (mark, style) = match finding.severity {
+        Severity::Error => ("✖ error  ", theme.error),
+        Severity::Warning => ("⚠ warning", theme.warning),
+        Severity::Info => ("· info   ", theme.info),
+    };
+    let mut place = String::new();
+    if let Some(file) = &finding.file {
+        place.push_str(&escape(file));
+        place.push_str(": ");
+    }
+    if let Some(tensor) = &finding.tensor {
+        place.push_str(&escape(tensor));
+        place.push_str(": ");
+    }
+    Line::from(vec![
+        Span::styled(mark, style),
+        Span::raw(" "),
+        Span::styled(finding.code.as_str(), theme.dim),
+        Span::raw(" "),
+        Span::raw(place),
+        Span::raw(escape(&finding.message).into_owned()),
+    ])
+}
+
+/// In place of the tree when no tensor could be read: what the file seems to be, and why not.
+pub fn render_unreadable(frame: &mut Frame, area: Rect, app: &App) {
+    let theme = &app.theme;
+    frame.render_widget(block("this file cannot be read", true, app), area);
+    let mut lines = vec![
+        Line::styled(
+            format!(
+                "stui could not read any tensor from {}.",
+                crate::text::escape_path(&app.model.path)
+            ),
+            theme.error,
+        ),
+        Line::from(""),
+    ];
+    for finding in app
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+    {
+        lines.push(Line::from(format!("• {}", escape(&finding.message))));
+    }
+    frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: true }), inner(area));
+}

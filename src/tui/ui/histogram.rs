@@ -1,0 +1,92 @@
+//! The histogram of the selected tensor: bins squeezed to the pane's width, linear or log counts.
+
+use super::{block, inner};
+use crate::tui::app::{App, Scale};
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::Line;
+use ratatui::widgets::{Paragraph, Sparkline};
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+    let scale = if app.histogram_scale == Scale::Log {
+        "log count"
+    } else {
+        "count"
+    };
+    let histogram = app.selected_tensor().and_then(|t| app.histograms.get(&t));
+    let title = format!("histogram · {scale}");
+    frame.render_widget(block(&title, false, app), area);
+    let inside = inner(area);
+    let Some(histogram) = histogram else {
+        let note = if app.selected_tensor().is_some() {
+            "computing…"
+        } else {
+            "select a tensor"
+        };
+        frame.render_widget(Paragraph::new(Line::styled(note, app.theme.dim)), inside);
+        return;
+    };
+    let [bars, axis] = inside.layout(&Layout::vertical([
+        Constraint::Min(1),
+        Constraint::Length(1),
+    ]));
+    let width = usize::from(bars.width).max(1);
+    let columns = squeeze(&histogram.counts, width);
+    let values: Vec<u64> = if app.histogram_scale == Scale::Log {
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "scaled log of a count"
+        )]
+        columns
+            .iter()
+            .map(|&c| ((c as f64 + 1.0).log10() * 1000.0) as u64)
+            .collect()
+    } else {
+        columns
+    };
+    frame.render_widget(
+        Sparkline::default().data(&values).style(app.theme.bar),
+        bars,
+    );
+    let low = format!("{:.3e}", histogram.min);
+    let high = format!("{:.3e}", histogram.max);
+    let gap = usize::from(axis.width).saturating_sub(low.len() + high.len());
+    frame.render_widget(
+        Paragraph::new(Line::styled(
+            format!("{low}{}{high}", " ".repeat(gap)),
+            app.theme.dim,
+        )),
+        axis,
+    );
+}
+
+/// Sums adjacent bins so that they fit in `width` columns (or spreads them when there is room).
+fn squeeze(counts: &[u64], width: usize) -> Vec<u64> {
+    let columns = width.min(counts.len() * 2).max(1);
+    (0..columns)
+        .map(|column| {
+            let start = column * counts.len() / columns;
+            let end = ((column + 1) * counts.len() / columns).max(start + 1);
+            counts[start..end.min(counts.len())].iter().sum()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::squeeze;
+
+    #[test]
+    fn squeezing_keeps_the_total() {
+        let counts: Vec<u64> = (0..64).collect();
+        for width in [1, 7, 30, 64, 200] {
+            assert!(squeeze(&counts, width).iter().sum::<u64>() >= counts.iter().sum::<u64>());
+            assert!(squeeze(&counts, width).len() <= width.max(1));
+        }
+        assert_eq!(
+            squeeze(&counts, 32).iter().sum::<u64>(),
+            counts.iter().sum::<u64>()
+        );
+    }
+}

@@ -1,0 +1,106 @@
+//! Popups over the middle of the screen: help (from the keymap) and `__metadata__`.
+
+use super::{block, inner};
+use crate::text::escape;
+use crate::tui::app::{App, Popup};
+use crate::tui::keymap::{BINDINGS, Binding, Context, GLOBAL};
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Flex, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Clear, Paragraph};
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App, popup: Popup) {
+    let height = (area.height * 4 / 5).max(area.height.saturating_sub(4).min(area.height));
+    let width = (area.width * 4 / 5)
+        .max(area.width.saturating_sub(4).min(76))
+        .min(area.width);
+    let [middle] = area.layout(&Layout::vertical([Constraint::Length(height)]).flex(Flex::Center));
+    let [box_area] =
+        middle.layout(&Layout::horizontal([Constraint::Length(width)]).flex(Flex::Center));
+    frame.render_widget(Clear, box_area);
+    let (title, lines) = match popup {
+        Popup::Help => ("keys", help_lines(app)),
+        Popup::Metadata => ("__metadata__", metadata_lines(app)),
+    };
+    frame.render_widget(block(title, true, app), box_area);
+    let inside = inner(box_area);
+    // Long lists flow into as many columns as they need.
+    let rows = usize::from(inside.height).max(1);
+    let columns = lines.len().div_ceil(rows).max(1);
+    let areas = inside.layout_vec(&Layout::horizontal(vec![
+        Constraint::Ratio(
+            1,
+            u32::try_from(columns).unwrap_or(1)
+        );
+        columns
+    ]));
+    for (chunk, area) in lines.chunks(rows).zip(areas) {
+        frame.render_widget(Paragraph::new(chunk.to_vec()), area);
+    }
+}
+
+fn help_lines(app: &App) -> Vec<Line<'static>> {
+    let line = |keys: String, label: &str| {
+        Line::from(vec![
+            Span::styled(format!(" {keys:<12}"), app.theme.key),
+            Span::raw(label.to_owned()),
+        ])
+    };
+    let mut lines = Vec::new();
+    let sections: [(&str, Vec<&Binding>); 4] = [
+        (
+            "tree",
+            BINDINGS
+                .iter()
+                .filter(|b| b.context == Context::Tree)
+                .collect(),
+        ),
+        // Moving in the findings list uses the tree's keys; only its own are listed.
+        (
+            "findings",
+            BINDINGS
+                .iter()
+                .filter(|b| b.context == Context::Findings)
+                .filter(|b| {
+                    !BINDINGS
+                        .iter()
+                        .any(|t| t.context == Context::Tree && t.action == b.action)
+                })
+                .collect(),
+        ),
+        (
+            "search",
+            BINDINGS
+                .iter()
+                .filter(|b| b.context == Context::Search)
+                .collect(),
+        ),
+        ("everywhere", GLOBAL.iter().collect()),
+    ];
+    for (name, bindings) in sections {
+        lines.push(Line::styled(name.to_owned(), app.theme.title));
+        for binding in bindings {
+            let keys: Vec<String> = binding.keys.iter().map(|k| k.label()).collect();
+            lines.push(line(keys.join(" "), binding.label));
+        }
+    }
+    lines.push(line("Ctrl-C".into(), "quit"));
+    lines.push(line("mouse".into(), "wheel scrolls, click selects"));
+    lines
+}
+
+fn metadata_lines(app: &App) -> Vec<Line<'static>> {
+    if app.model.metadata.is_empty() {
+        return vec![Line::styled("(no __metadata__)", app.theme.dim)];
+    }
+    app.model
+        .metadata
+        .iter()
+        .map(|(key, value)| {
+            Line::from(vec![
+                Span::styled(format!("{} = ", escape(key)), app.theme.key),
+                Span::raw(escape(value).into_owned()),
+            ])
+        })
+        .collect()
+}

@@ -1,0 +1,85 @@
+//! The header, the scan status line and the key hints.
+
+use crate::text::{Bytes, Count, escape_path};
+use crate::tui::app::{App, ScanState};
+use crate::tui::keymap;
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+
+pub fn render_header(frame: &mut Frame, area: Rect, app: &App) {
+    let theme = &app.theme;
+    let model = &app.model;
+    let (verdict, style) = if model.is_valid() {
+        ("valid", theme.good)
+    } else {
+        ("NOT VALID", theme.error)
+    };
+    let totals = &app.tree.root().totals;
+    let line = Line::from(vec![
+        Span::styled(" stui ", theme.title),
+        Span::raw(escape_path(&model.path)),
+        Span::raw("  "),
+        Span::styled(verdict, style),
+        Span::styled(
+            format!(
+                "  {} tensors · {} params · {}",
+                totals.tensors,
+                Count(totals.parameters),
+                Bytes(model.file_bytes())
+            ),
+            theme.dim,
+        ),
+    ]);
+    frame.render_widget(Paragraph::new(line), area);
+}
+
+pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
+    let theme = &app.theme;
+    let text = match (app.scan, app.progress) {
+        (ScanState::Done, Some(p)) => format!(
+            " scan done: {} tensors, {} in {:.1} s",
+            p.tensors_done,
+            Bytes(p.bytes_done),
+            p.elapsed.as_secs_f64()
+        ),
+        (ScanState::Cancelled, _) => " scan stopped".to_owned(),
+        (state, Some(p)) => {
+            let left = p.remaining().map_or_else(String::new, |d| {
+                format!(" · {:.0} s left", d.as_secs_f64().ceil())
+            });
+            let paused = if state == ScanState::Paused {
+                "paused · "
+            } else {
+                ""
+            };
+            format!(
+                " {paused}scanning {}/{} tensors · {} of {} · {}/s{left}",
+                p.tensors_done,
+                p.tensors_total,
+                Bytes(p.bytes_done),
+                Bytes(p.bytes_total),
+                Bytes(p.bytes_per_second())
+            )
+        }
+        (ScanState::Paused, None) => " scan paused".to_owned(),
+        _ => " scan starting…".to_owned(),
+    };
+    frame.render_widget(Paragraph::new(Line::styled(text, theme.dim)), area);
+}
+
+pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
+    let theme = &app.theme;
+    let mut spans = Vec::new();
+    if app.searching {
+        spans.push(Span::styled(" /", theme.key));
+        spans.push(Span::raw(crate::text::escape(&app.search).into_owned()));
+        spans.push(Span::styled("▏", theme.key));
+    }
+    for (key, label) in keymap::hints(app.context()) {
+        spans.push(Span::styled(format!(" {key}"), theme.key));
+        spans.push(Span::raw(format!(" {label} ")));
+    }
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}

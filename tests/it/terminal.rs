@@ -1,0 +1,130 @@
+//! The explorer in a real terminal (tmux): it opens, scans, marks the NaN layer, `n` lands on
+//! it, `q` leaves, and the shell gets its terminal back as it was.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+struct Tmux {
+    session: String,
+}
+
+impl Tmux {
+    fn start(width: u16, height: u16) -> Option<Tmux> {
+        if Command::new("tmux").arg("-V").output().is_err() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "tmux is missing; .ci/run installs it"
+            );
+            eprintln!("tmux is not installed here: the real-terminal test cannot run");
+            return None;
+        }
+        let session = format!("stui-test-{}", std::process::id());
+        let status = Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                &session,
+                "-x",
+                &width.to_string(),
+                "-y",
+                &height.to_string(),
+            ])
+            .args([
+                "env",
+                "PS1=$ ",
+                "TERM=xterm-256color",
+                "bash",
+                "--norc",
+                "--noprofile",
+            ])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        Some(Tmux { session })
+    }
+
+    fn send(&self, keys: &[&str]) {
+        let status = Command::new("tmux")
+            .args(["send-keys", "-t", &self.session])
+            .args(keys)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn screen(&self) -> String {
+        let output = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.session])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Waits until the screen satisfies `test`, and returns it.
+    fn wait_for(&self, what: &str, test: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let screen = self.screen();
+            if test(&screen) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; the screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.session])
+            .status();
+    }
+}
+
+#[test]
+fn the_explorer_in_a_real_terminal() {
+    let Some(tmux) = Tmux::start(80, 24) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let before = dir.path().join("before");
+    let after = dir.path().join("after");
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/demo.safetensors");
+    tmux.send(&[&format!("stty -g > {}", before.display()), "Enter"]);
+    tmux.wait_for("the shell", |_| before.exists());
+    tmux.send(&[
+        &format!("{} {}", env!("CARGO_BIN_EXE_stui"), demo.display()),
+        "Enter",
+    ]);
+    let screen = tmux.wait_for("the scan to finish", |s| s.contains("scan done"));
+    assert!(
+        screen.lines().any(|l| l.contains("✖1 model")),
+        "the NaN mark climbs to the top:\n{screen}"
+    );
+    tmux.send(&["n"]);
+    let screen = tmux.wait_for("the NaN tensor", |s| {
+        s.contains("NaN 3") || s.contains("✖1 weight")
+    });
+    assert!(
+        screen.contains("model.layers.2.mlp.down_proj"),
+        "n selects the NaN tensor:\n{screen}"
+    );
+    tmux.send(&["q"]);
+    tmux.wait_for("the shell prompt", |s| {
+        !s.contains("scan done") && s.contains("$ ")
+    });
+    tmux.send(&[&format!("stty -g > {}", after.display()), "Enter"]);
+    tmux.wait_for("the terminal settings", |_| {
+        after.exists() && std::fs::metadata(&after).is_ok_and(|m| m.len() > 0)
+    });
+    assert_eq!(
+        std::fs::read_to_string(&before).unwrap(),
+        std::fs::read_to_string(&after).unwrap()
+    );
+}

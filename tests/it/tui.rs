@@ -1,0 +1,184 @@
+//! The explorer's screens, drawn on ratatui's test backend after injected actions and scan events.
+
+use crate::support;
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::style::Color;
+use std::sync::Arc;
+use std::time::Duration;
+use stui::analysis::{HistogramBuilder, moments_of, values};
+use stui::format::Model;
+use stui::jobs::{Progress, ScanEvent};
+use stui::tui::action::Action;
+use stui::tui::app::App;
+use stui::tui::{Theme, ui};
+
+fn demo(colored: bool) -> App {
+    // Relative, so that the header (and the snapshots) do not depend on where the repository is.
+    let path = std::path::Path::new("assets/demo.safetensors");
+    assert!(path.is_file(), "tests run from the repository root");
+    App::new(Arc::new(Model::open(path).unwrap()), Theme::new(colored))
+}
+
+fn draw(app: &mut App, width: u16, height: u16) -> Terminal<TestBackend> {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|frame| ui::render(frame, app)).unwrap();
+    terminal
+}
+
+fn screen(app: &mut App, width: u16, height: u16) -> String {
+    draw(app, width, height).backend().to_string()
+}
+
+/// Feeds the app what a full scan of the demo reports, with fixed timings.
+fn finish_scan(app: &mut App) {
+    let model = Arc::clone(&app.model);
+    let bytes = std::fs::read(&model.shards[0].path).unwrap();
+    for (tensor, entry) in model.tensors.iter().enumerate() {
+        let (start, len) = model.file_range(entry);
+        let data = &bytes[usize::try_from(start).unwrap()..usize::try_from(start + len).unwrap()];
+        let dtype = entry.info.dtype.known().unwrap();
+        let moments = moments_of(dtype, data);
+        app.on_scan(ScanEvent::Stats { tensor, moments });
+        for finding in stui::analysis::checks::tensor_findings(
+            entry.name(),
+            dtype,
+            &moments,
+            &Default::default(),
+        ) {
+            app.on_scan(ScanEvent::Finding(finding));
+        }
+        let mut builder = HistogramBuilder::new(moments.min, moments.max);
+        values::feed(dtype, data, &mut builder);
+        app.on_scan(ScanEvent::Histogram {
+            tensor,
+            histogram: builder.finish(),
+        });
+    }
+    app.on_scan(ScanEvent::Done(progress(model.tensors.len(), 2_500_864)));
+}
+
+fn progress(done: usize, bytes: u64) -> Progress {
+    Progress {
+        bytes_done: bytes,
+        bytes_total: 2_500_864,
+        tensors_done: done,
+        tensors_total: 39,
+        elapsed: Duration::from_millis(250),
+    }
+}
+
+#[test]
+fn loading_from_the_header_alone() {
+    let mut app = demo(true);
+    insta::assert_snapshot!(screen(&mut app, 80, 24));
+}
+
+#[test]
+fn scanning_shows_progress() {
+    let mut app = demo(true);
+    app.on_scan(ScanEvent::Progress(progress(12, 1_000_000)));
+    insta::assert_snapshot!(screen(&mut app, 80, 24));
+}
+
+#[test]
+fn nan_is_marked_up_the_tree_and_n_lands_on_it() {
+    let mut app = demo(true);
+    finish_scan(&mut app);
+    app.update(Action::NextProblem);
+    let selected = app
+        .selected_tensor()
+        .map(|t| app.model.tensors[t].name().to_owned());
+    assert_eq!(
+        selected.as_deref(),
+        Some("model.layers.2.mlp.down_proj.weight")
+    );
+    insta::assert_snapshot!("nan_80x24", screen(&mut app, 80, 24));
+    insta::assert_snapshot!("nan_120x40", screen(&mut app, 120, 40));
+}
+
+#[test]
+fn histogram_views() {
+    let mut app = demo(true);
+    finish_scan(&mut app);
+    app.update(Action::Down);
+    insta::assert_snapshot!("histogram_linear", screen(&mut app, 120, 40));
+    app.update(Action::ToggleLogHistogram);
+    insta::assert_snapshot!("histogram_log", screen(&mut app, 120, 40));
+}
+
+#[test]
+fn search_filters_the_tree() {
+    let mut app = demo(true);
+    app.update(Action::StartSearch);
+    for c in "o_proj".chars() {
+        app.update(Action::SearchType(c));
+    }
+    insta::assert_snapshot!(screen(&mut app, 80, 24));
+}
+
+#[test]
+fn help_and_metadata_popups() {
+    let mut app = demo(true);
+    app.update(Action::ShowHelp);
+    insta::assert_snapshot!("help", screen(&mut app, 80, 24));
+    app.update(Action::ClosePopup);
+    app.update(Action::ShowMetadata);
+    insta::assert_snapshot!("metadata", screen(&mut app, 80, 24));
+}
+
+#[test]
+fn an_unreadable_file_gets_an_error_screen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = support::write(
+        dir.path(),
+        "model.safetensors",
+        b"version https://git-lfs.github.com/spec/v1\nsize 100\n",
+    );
+    let mut app = App::new(Arc::new(Model::open(&path).unwrap()), Theme::new(true));
+    let text = screen(&mut app, 80, 24);
+    assert!(text.contains("cannot be read"), "{text}");
+    assert!(text.contains("Git LFS pointer"), "{text}");
+}
+
+#[test]
+fn no_color_uses_no_colour_at_all() {
+    let mut app = demo(false);
+    finish_scan(&mut app);
+    app.update(Action::NextProblem);
+    let terminal = draw(&mut app, 80, 24);
+    let buffer = terminal.backend().buffer();
+    for cell in buffer.content() {
+        assert!(
+            cell.fg == Color::Reset && cell.bg == Color::Reset,
+            "a coloured cell: {cell:?}"
+        );
+    }
+    let text = terminal.backend().to_string();
+    assert!(text.contains('✖'), "marks show by symbol without colour");
+    insta::assert_snapshot!("no_color", text);
+}
+
+#[test]
+fn tiny_terminals_do_not_panic() {
+    let mut app = demo(true);
+    for (width, height) in [(0, 0), (1, 1), (19, 7), (20, 8), (40, 10)] {
+        draw(&mut app, width, height);
+    }
+}
+
+#[test]
+fn findings_enter_jumps_to_the_tensor() {
+    let mut app = demo(true);
+    finish_scan(&mut app);
+    app.update(Action::FocusNext);
+    app.update(Action::Last);
+    app.update(Action::JumpToFinding);
+    let selected = app
+        .selected_tensor()
+        .map(|t| app.model.tensors[t].name().to_owned());
+    assert_eq!(
+        selected.as_deref(),
+        Some("model.layers.3.self_attn.o_proj.weight")
+    );
+}
