@@ -44,7 +44,7 @@ fn finish_scan(app: &mut App) {
             entry.name(),
             dtype,
             &moments,
-            &Default::default(),
+            &stui::analysis::checks::Limits::default(),
         ) {
             app.on_scan(ScanEvent::Finding(finding));
         }
