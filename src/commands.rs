@@ -92,7 +92,7 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
     let tree = LayerTree::build(&model.tensors, |tensor| {
         needle
             .as_deref()
-            .is_none_or(|needle| contains_ignore_case(tensor.name(), needle))
+            .is_none_or(|needle| crate::text::contains_ignore_case(tensor.name(), needle))
     });
     let report = Inspect {
         model: &model,
@@ -153,7 +153,7 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
     let tree = LayerTree::build(&model.tensors, |tensor| {
         needle
             .as_deref()
-            .is_none_or(|needle| contains_ignore_case(tensor.name(), needle))
+            .is_none_or(|needle| crate::text::contains_ignore_case(tensor.name(), needle))
     });
     let chosen: Vec<usize> = tree.tensors_below(crate::tree::ROOT).collect();
     let options = ScanOptions {
@@ -244,17 +244,4 @@ fn skip_freeing<T>(value: T) {
 
 fn has_errors(model: &Model) -> bool {
     model.findings.iter().any(|f| f.severity == Severity::Error)
-}
-
-/// Case-insensitive substring test; `needle` must already be lowercase.
-fn contains_ignore_case(haystack: &str, needle: &str) -> bool {
-    if haystack.is_ascii() && needle.is_ascii() {
-        haystack
-            .as_bytes()
-            .windows(needle.len().max(1))
-            .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
-            || needle.is_empty()
-    } else {
-        haystack.to_lowercase().contains(needle)
-    }
 }

@@ -57,6 +57,19 @@ fn needs_escape(c: char) -> bool {
         )
 }
 
+/// Case-insensitive substring test; `needle` must already be lowercase.
+pub fn contains_ignore_case(haystack: &str, needle: &str) -> bool {
+    if haystack.is_ascii() && needle.is_ascii() {
+        needle.is_empty()
+            || haystack
+                .as_bytes()
+                .windows(needle.len())
+                .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+    } else {
+        haystack.to_lowercase().contains(needle)
+    }
+}
+
 /// Columns the text takes in a terminal (ASCII is counted without a table lookup).
 pub fn display_width(text: &str) -> usize {
     if text.is_ascii() {

@@ -9,6 +9,7 @@ pub mod action;
 pub mod app;
 mod event;
 pub mod keymap;
+pub mod outline;
 pub mod theme;
 pub mod ui;
 
@@ -159,7 +160,14 @@ fn handle_input(app: &mut App, input: &terminal::Event) -> (bool, Option<Effect>
         terminal::Event::Mouse(mouse) => match mouse.kind {
             MouseEventKind::ScrollDown => app.scroll(true),
             MouseEventKind::ScrollUp => app.scroll(false),
-            MouseEventKind::Down(_) => app.click(mouse.column, mouse.row),
+            MouseEventKind::Down(_) => {
+                let row = app.tree_area.and_then(|(x, y, width, height)| {
+                    let inside = (x..x + width).contains(&mouse.column)
+                        && (y..y + height).contains(&mouse.row);
+                    inside.then(|| usize::from(mouse.row - y))
+                });
+                app.click(row)
+            }
             _ => (false, None),
         },
         terminal::Event::Resize(..) => (true, None),

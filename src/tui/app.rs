@@ -8,12 +8,11 @@ use crate::analysis::{Histogram, Moments};
 use crate::finding::{Finding, Severity};
 use crate::format::Model;
 use crate::jobs::{Progress, ScanEvent};
-use crate::text::escape;
 use crate::tree::{LayerTree, NodeId, ROOT};
 use foldhash::HashMap;
-use ratatui::text::{Line, Span};
+
+use super::outline::Outline;
 use std::sync::Arc;
-use tui_tree_widget::{TreeItem, TreeState};
 
 /// What the app asks of the world outside it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,8 +70,7 @@ pub struct App {
     pub model: Arc<Model>,
     pub theme: Theme,
     pub tree: LayerTree,
-    pub items: Vec<TreeItem<'static, NodeId>>,
-    pub tree_state: TreeState<NodeId>,
+    pub outline: Outline,
     pub tensors: Vec<TensorState>,
     pub histograms: HashMap<usize, Histogram>,
     pub findings: Vec<Finding>,
@@ -94,7 +92,8 @@ pub struct App {
     pub should_quit: bool,
     /// Rows the tree shows at once, for paging (set when drawing).
     pub page: usize,
-    items_stale: bool,
+    /// Where the tree's rows are on screen, `(x, y, width, height)` (set when drawing), for clicks.
+    pub tree_area: Option<(u16, u16, u16, u16)>,
 }
 
 impl App {
@@ -106,16 +105,16 @@ impl App {
             .enumerate()
             .map(|(i, t)| (t.name().to_owned(), i))
             .collect();
+        let tree = LayerTree::build(&model.tensors, |_| true);
         let mut app = App {
             theme,
-            tree: LayerTree::build(&model.tensors, |_| true),
-            items: Vec::new(),
-            tree_state: TreeState::default(),
+            outline: Outline::new(&tree),
+            marks: vec![Marks::default(); tree.len()],
+            tree,
             tensors,
             histograms: HashMap::default(),
             findings: Vec::new(),
             concern: vec![None; model.tensors.len()],
-            marks: Vec::new(),
             by_name,
             focus: Focus::Tree,
             popup: None,
@@ -128,27 +127,13 @@ impl App {
             histogram_scale: Scale::Linear,
             should_quit: false,
             page: 10,
-            items_stale: true,
+            tree_area: None,
             model,
         };
         for finding in app.model.findings.clone() {
             app.add_finding(finding);
         }
-        app.rebuild_tree();
-        // Open the first level, and the path to the first tensor, so the screen starts useful.
-        for &child in app.tree.children(ROOT) {
-            app.tree_state.open(vec![child]);
-        }
-        app.select_first_row();
         app
-    }
-
-    /// Selects the first row. (The tree widget's own `select_first` knows the rows only after a
-    /// first render.)
-    fn select_first_row(&mut self) {
-        if let Some(&first) = self.tree.children(ROOT).first() {
-            self.tree_state.select(vec![first]);
-        }
     }
 
     /// The keymap context the app is in.
@@ -166,7 +151,7 @@ impl App {
 
     /// The selected node of the tree.
     pub fn selected_node(&self) -> Option<NodeId> {
-        self.tree_state.selected().last().copied()
+        self.outline.selected_node()
     }
 
     /// The selected tensor, if a tensor is selected.
@@ -183,16 +168,6 @@ impl App {
             .collect()
     }
 
-    /// Rebuilds the tree items if marks changed since they were built. Returns whether it did.
-    pub fn refresh_items(&mut self) -> bool {
-        if !self.items_stale {
-            return false;
-        }
-        self.items = self.build_items(ROOT);
-        self.items_stale = false;
-        true
-    }
-
     /// Applies an action. Returns whether anything visible changed, and an effect if one is asked.
     pub fn update(&mut self, action: Action) -> (bool, Option<Effect>) {
         let before = self.selected_tensor();
@@ -206,25 +181,17 @@ impl App {
         (changed || effect.is_some(), effect)
     }
 
-    /// A mouse click at a screen position: selects the tree row there.
-    pub fn click(&mut self, column: u16, row: u16) -> (bool, Option<Effect>) {
+    /// A mouse click on the tree's `row` (counted from its first visible row), or elsewhere.
+    pub fn click(&mut self, row: Option<usize>) -> (bool, Option<Effect>) {
         let before = self.selected_tensor();
-        let changed = self
-            .tree_state
-            .click_at(ratatui::layout::Position::new(column, row));
+        let changed = row.is_some_and(|row| self.outline.select_row(self.outline.offset() + row));
         self.after_selection(before, changed)
     }
 
     /// The mouse wheel: moves the selection by three rows.
     pub fn scroll(&mut self, down: bool) -> (bool, Option<Effect>) {
         let before = self.selected_tensor();
-        let changed = if down {
-            self.tree_state
-                .select_relative(|c| c.map_or(0, |c| c.saturating_add(3)))
-        } else {
-            self.tree_state
-                .select_relative(|c| c.map_or(0, |c| c.saturating_sub(3)))
-        };
+        let changed = self.outline.move_by(if down { 3 } else { -3 });
         self.after_selection(before, changed)
     }
 
@@ -245,7 +212,8 @@ impl App {
     }
 
     fn apply(&mut self, action: Action) -> bool {
-        let state = &mut self.tree_state;
+        let page = isize::try_from(self.page).unwrap_or(10);
+        let (outline, tree) = (&mut self.outline, &self.tree);
         match action {
             Action::Quit => {
                 self.should_quit = true;
@@ -296,43 +264,22 @@ impl App {
             Action::PreviousProblem => self.jump_to_problem(false),
             Action::JumpToFinding => self.jump_to_finding(),
             _ if self.focus == Focus::Findings => self.move_in_findings(action),
-            Action::Up => state.key_up(),
-            Action::Down => state.key_down(),
-            Action::Expand => state.key_right(),
-            Action::Collapse => state.key_left(),
-            Action::Toggle => state.toggle_selected(),
-            Action::First => {
-                let before = self.tree_state.selected().to_vec();
-                self.select_first_row();
-                self.tree_state.selected() != before
-            }
-            Action::Last => state.select_last(),
-            Action::PageUp => {
-                state.select_relative(|current| current.map_or(0, |c| c.saturating_sub(self.page)))
-            }
-            Action::PageDown => {
-                state.select_relative(|current| current.map_or(0, |c| c.saturating_add(self.page)))
-            }
-            Action::HalfPageUp => state
-                .select_relative(|current| current.map_or(0, |c| c.saturating_sub(self.page / 2))),
-            Action::HalfPageDown => state
-                .select_relative(|current| current.map_or(0, |c| c.saturating_add(self.page / 2))),
-            Action::ExpandAll => {
-                let paths: Vec<Vec<NodeId>> = self
-                    .tree
-                    .walk(ROOT)
-                    .filter(|&(id, _)| !self.tree.children(id).is_empty())
-                    .map(|(id, _)| self.path_to(id))
-                    .collect();
-                for path in paths {
-                    self.tree_state.open(path);
-                }
-                true
-            }
+            Action::Up => outline.move_by(-1),
+            Action::Down => outline.move_by(1),
+            Action::Expand => outline.expand(tree),
+            Action::Collapse => outline.collapse(tree),
+            Action::Toggle => outline.toggle(tree),
+            Action::First => outline.select_row(0),
+            Action::Last => outline.select_row(usize::MAX),
+            Action::PageUp => outline.move_by(-page),
+            Action::PageDown => outline.move_by(page),
+            Action::HalfPageUp => outline.move_by(-page / 2),
+            Action::HalfPageDown => outline.move_by(page / 2),
+            Action::ExpandAll => outline.set_all(tree, true),
             Action::CollapseAll => {
-                let changed = self.tree_state.close_all();
-                self.select_first_row();
-                changed
+                outline.set_all(tree, false);
+                outline.select_row(0);
+                true
             }
         }
     }
@@ -342,19 +289,19 @@ impl App {
             Action::StartSearch => self.searching = true,
             Action::SearchType(c) => {
                 self.search.push(c);
-                self.rebuild_tree();
+                self.apply_filter();
             }
             Action::SearchDelete => {
                 if self.search.pop().is_none() {
                     return false;
                 }
-                self.rebuild_tree();
+                self.apply_filter();
             }
             Action::SearchAccept => self.searching = false,
             Action::SearchCancel => {
                 self.searching = false;
                 self.search.clear();
-                self.rebuild_tree();
+                self.apply_filter();
             }
             _ => return false,
         }
@@ -432,19 +379,25 @@ impl App {
         let Some(node) = self.tree.node_of_tensor(tensor) else {
             return false;
         };
-        let path = self.path_to(node);
-        for depth in 1..path.len() {
-            self.tree_state.open(path[..depth].to_vec());
-        }
-        self.tree_state.select(path)
+        self.outline.select(&self.tree, node)
     }
 
-    /// The identifiers from the top of the tree down to `node`.
-    fn path_to(&self, node: NodeId) -> Vec<NodeId> {
-        let mut path: Vec<NodeId> = self.tree.ancestors(node).collect();
-        path.reverse();
-        path.push(node);
-        path
+    /// Shows only the tensors whose names contain the search text (case-insensitive).
+    fn apply_filter(&mut self) {
+        if self.search.is_empty() {
+            self.outline.filter(&self.tree, None);
+            return;
+        }
+        let needle = self.search.to_lowercase();
+        let matching: Vec<usize> = self
+            .model
+            .tensors
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| crate::text::contains_ignore_case(t.name(), &needle))
+            .map(|(i, _)| i)
+            .collect();
+        self.outline.filter(&self.tree, Some(&matching));
     }
 
     /// Takes in what the scan reports. Returns whether anything visible changed.
@@ -503,7 +456,6 @@ impl App {
             };
             if worse {
                 self.concern[tensor] = Some(finding.severity);
-                self.items_stale = true;
                 self.mark_path(tensor, before, finding.severity);
             }
         }
@@ -519,9 +471,6 @@ impl App {
         let Some(node) = self.tree.node_of_tensor(tensor) else {
             return;
         };
-        if self.marks.is_empty() {
-            return;
-        }
         for id in std::iter::once(node)
             .chain(self.tree.ancestors(node))
             .chain(std::iter::once(ROOT))
@@ -536,110 +485,6 @@ impl App {
                 Severity::Info => {}
             }
         }
-    }
-
-    fn compute_marks(&self) -> Vec<Marks> {
-        let mut marks = vec![Marks::default(); self.tree.len()];
-        for (tensor, concern) in self.concern.iter().enumerate() {
-            let Some(concern) = concern else { continue };
-            let Some(node) = self.tree.node_of_tensor(tensor) else {
-                continue;
-            };
-            for id in std::iter::once(node)
-                .chain(self.tree.ancestors(node))
-                .chain(std::iter::once(ROOT))
-            {
-                match concern {
-                    Severity::Error => marks[id as usize].errors += 1,
-                    Severity::Warning => marks[id as usize].warnings += 1,
-                    Severity::Info => {}
-                }
-            }
-        }
-        marks
-    }
-
-    /// Rebuilds the tree for the current search text, keeping the selection when it is still there.
-    fn rebuild_tree(&mut self) {
-        let selected = self.selected_tensor();
-        let needle = self.search.to_lowercase();
-        self.tree = LayerTree::build(&self.model.tensors, |t| {
-            needle.is_empty() || t.name().to_lowercase().contains(&needle)
-        });
-        self.marks = self.compute_marks();
-        self.tree_state = TreeState::default();
-        self.items = self.build_items(ROOT);
-        self.items_stale = false;
-        if !self.search.is_empty() {
-            let paths: Vec<Vec<NodeId>> = self
-                .tree
-                .walk(ROOT)
-                .filter(|&(id, _)| !self.tree.children(id).is_empty())
-                .map(|(id, _)| self.path_to(id))
-                .collect();
-            for path in paths {
-                self.tree_state.open(path);
-            }
-        }
-        match selected {
-            Some(tensor) if self.select_tensor(tensor) => {}
-            _ => self.select_first_row(),
-        }
-    }
-
-    fn build_items(&self, parent: NodeId) -> Vec<TreeItem<'static, NodeId>> {
-        self.tree
-            .children(parent)
-            .iter()
-            .map(|&id| {
-                let line = self.item_line(id);
-                let children = self.build_items(id);
-                if children.is_empty() {
-                    TreeItem::new_leaf(id, line)
-                } else {
-                    // Identifiers are node ids, unique among siblings by construction.
-                    TreeItem::new(id, line.clone(), children)
-                        .unwrap_or_else(|_| TreeItem::new_leaf(id, line))
-                }
-            })
-            .collect()
-    }
-
-    fn item_line(&self, id: NodeId) -> Line<'static> {
-        let theme = &self.theme;
-        let node = self.tree.node(id);
-        let marks = self.marks.get(id as usize).copied().unwrap_or_default();
-        let mut spans = Vec::with_capacity(4);
-        if marks.errors > 0 {
-            spans.push(Span::styled(format!("✖{} ", marks.errors), theme.error));
-        } else if marks.warnings > 0 {
-            spans.push(Span::styled(format!("⚠{} ", marks.warnings), theme.warning));
-        }
-        let segment = escape(self.tree.segment(id)).into_owned();
-        let needle = self.search.to_lowercase();
-        let style = if marks.errors > 0 {
-            theme.error
-        } else {
-            theme.base
-        };
-        if !needle.is_empty() && segment.to_lowercase().contains(&needle) {
-            spans.push(Span::styled(segment, theme.matched));
-        } else {
-            spans.push(Span::styled(segment, style));
-        }
-        let detail = match node.tensor {
-            Some(tensor) if self.tree.children(id).is_empty() => {
-                let info = &self.model.tensors[tensor].info;
-                format!(
-                    "  {} {}",
-                    escape(info.dtype.name()),
-                    crate::text::Shape(&info.shape)
-                )
-            }
-            _ => format!("  {}", node.totals.tensors),
-        };
-        spans.push(Span::styled(detail, theme.dim));
-        Line::from(spans)
     }
 }
 
@@ -680,7 +525,6 @@ mod tests {
             .unwrap();
         assert_eq!(app.marks[layers as usize].errors, 1);
         assert_eq!(app.marks[ROOT as usize].errors, 1);
-        assert!(app.refresh_items());
     }
 
     #[test]
@@ -701,9 +545,16 @@ mod tests {
         for c in "down".chars() {
             app.update(Action::SearchType(c));
         }
-        assert_eq!(app.tree.root().totals.tensors, 4);
+        let shown = |app: &App| {
+            app.outline
+                .rows()
+                .iter()
+                .filter(|&&(n, _)| app.tree.node(n).tensor.is_some())
+                .count()
+        };
+        assert_eq!(shown(&app), 4);
         app.update(Action::SearchCancel);
-        assert_eq!(app.tree.root().totals.tensors, 39);
+        assert_eq!(app.outline.rows().len(), 6, "opened as before the search");
         assert!(!app.searching);
     }
 

@@ -61,15 +61,21 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     );
 }
 
-/// Sums adjacent bins so that they fit in `width` columns (or spreads them when there is room).
+/// Fits the bins into `width` columns: equal groups of adjacent bins summed when they are too
+/// many (unequal groups would draw spikes), each bin repeated when there is room.
 fn squeeze(counts: &[u64], width: usize) -> Vec<u64> {
-    let columns = width.min(counts.len() * 2).max(1);
-    (0..columns)
-        .map(|column| {
-            let start = column * counts.len() / columns;
-            let end = ((column + 1) * counts.len() / columns).max(start + 1);
-            counts[start..end.min(counts.len())].iter().sum()
-        })
+    let width = width.max(1);
+    if width >= counts.len() {
+        let repeat = width / counts.len().max(1);
+        return counts
+            .iter()
+            .flat_map(|&c| std::iter::repeat_n(c, repeat))
+            .collect();
+    }
+    let group = counts.len().div_ceil(width);
+    counts
+        .chunks(group)
+        .map(|chunk| chunk.iter().sum())
         .collect()
 }
 
@@ -78,15 +84,18 @@ mod tests {
     use super::squeeze;
 
     #[test]
-    fn squeezing_keeps_the_total() {
+    fn squeezing_keeps_the_shape() {
         let counts: Vec<u64> = (0..64).collect();
-        for width in [1, 7, 30, 64, 200] {
-            assert!(squeeze(&counts, width).iter().sum::<u64>() >= counts.iter().sum::<u64>());
-            assert!(squeeze(&counts, width).len() <= width.max(1));
+        for width in [1, 7, 30, 63] {
+            let columns = squeeze(&counts, width);
+            assert!(columns.len() <= width);
+            assert_eq!(columns.iter().sum::<u64>(), counts.iter().sum::<u64>());
         }
+        assert_eq!(squeeze(&counts, 130).len(), 128);
         assert_eq!(
-            squeeze(&counts, 32).iter().sum::<u64>(),
-            counts.iter().sum::<u64>()
+            squeeze(&[5; 64], 40),
+            vec![10; 32],
+            "equal groups, no spikes"
         );
     }
 }

@@ -1,30 +1,80 @@
-//! The layer tree pane.
+//! The layer tree pane: only the rows on screen are drawn.
 
-use super::block;
+use super::{block, inner};
+use crate::text::{Shape, escape};
+use crate::tree::NodeId;
 use crate::tui::app::{App, Focus};
 use ratatui::Frame;
 use ratatui::layout::Rect;
-use tui_tree_widget::Tree;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
 
 pub fn render(frame: &mut Frame, area: Rect, app: &mut App) {
-    app.refresh_items();
-    app.page = usize::from(area.height.saturating_sub(2)).max(1);
     let title = if app.search.is_empty() {
         "tree".to_owned()
     } else {
-        format!("tree · /{}", crate::text::escape(&app.search))
+        format!("tree · /{}", escape(&app.search))
     };
     let focused = app.focus == Focus::Tree && app.popup.is_none();
-    let theme = app.theme;
-    let Ok(tree) = Tree::new(&app.items) else {
-        return;
+    frame.render_widget(block(&title, focused, app), area);
+    let rows_area = inner(area);
+    let height = usize::from(rows_area.height);
+    app.page = height.max(1);
+    app.tree_area = Some((rows_area.x, rows_area.y, rows_area.width, rows_area.height));
+    let first = app.outline.scroll_into_view(height);
+    let selected = app.outline.selected_row();
+    let lines: Vec<Line> = app.outline.rows()[first..]
+        .iter()
+        .take(height)
+        .enumerate()
+        .map(|(i, &(node, depth))| {
+            let mut line = row_line(app, node, depth);
+            if first + i == selected {
+                line = line.style(app.theme.selected);
+            }
+            line
+        })
+        .collect();
+    frame.render_widget(Paragraph::new(lines), rows_area);
+}
+
+fn row_line(app: &App, id: NodeId, depth: u16) -> Line<'static> {
+    let theme = &app.theme;
+    let tree = &app.tree;
+    let node = tree.node(id);
+    let leaf = tree.children(id).is_empty();
+    let symbol = match (leaf, app.outline.is_open(id)) {
+        (true, _) => "  ",
+        (false, true) => "▾ ",
+        (false, false) => "▸ ",
     };
-    let tree = tree
-        .block(block(&title, focused, app))
-        .highlight_style(theme.selected)
-        .highlight_symbol("")
-        .node_closed_symbol("▸ ")
-        .node_open_symbol("▾ ")
-        .node_no_children_symbol("  ");
-    frame.render_stateful_widget(tree, area, &mut app.tree_state);
+    let mut spans = vec![Span::raw(format!(
+        "{}{symbol}",
+        "  ".repeat(usize::from(depth))
+    ))];
+    let marks = app.marks.get(id as usize).copied().unwrap_or_default();
+    if marks.errors > 0 {
+        spans.push(Span::styled(format!("✖{} ", marks.errors), theme.error));
+    } else if marks.warnings > 0 {
+        spans.push(Span::styled(format!("⚠{} ", marks.warnings), theme.warning));
+    }
+    let segment = escape(tree.segment(id)).into_owned();
+    let needle = app.search.to_lowercase();
+    let style = if !needle.is_empty() && crate::text::contains_ignore_case(&segment, &needle) {
+        theme.matched
+    } else if marks.errors > 0 {
+        theme.error
+    } else {
+        theme.base
+    };
+    spans.push(Span::styled(segment, style));
+    let detail = match node.tensor {
+        Some(tensor) if leaf => {
+            let info = &app.model.tensors[tensor].info;
+            format!("  {} {}", escape(info.dtype.name()), Shape(&info.shape))
+        }
+        _ => format!("  {}", node.totals.tensors),
+    };
+    spans.push(Span::styled(detail, theme.dim));
+    Line::from(spans)
 }

@@ -1,0 +1,262 @@
+//! What the tree pane shows of the layer tree: which groups are open, which nodes pass the
+//! search filter, the rows that result, the selection and the scroll position.
+//!
+//! Rows are recomputed only when a group opens or closes or the filter changes, and a frame
+//! draws only the rows on screen, so the tree stays fast with every node of a 100,000-tensor
+//! model open.
+
+use crate::tree::{LayerTree, NodeId, ROOT};
+
+#[derive(Debug, Default)]
+pub struct Outline {
+    open: Vec<bool>,
+    /// Nodes that pass the filter: a tensor below matches. All of them without a filter.
+    shown: Vec<bool>,
+    /// The visible rows, top to bottom: node and depth.
+    rows: Vec<(NodeId, u16)>,
+    selected: usize,
+    offset: usize,
+    /// Which groups were open before a filter opened the ones it shows.
+    open_before_filter: Option<Vec<bool>>,
+}
+
+impl Outline {
+    /// The outline of `tree` with its first level open.
+    pub fn new(tree: &LayerTree) -> Outline {
+        let mut outline = Outline {
+            open: vec![false; tree.len()],
+            shown: vec![true; tree.len()],
+            ..Outline::default()
+        };
+        outline.open[ROOT as usize] = true;
+        for &child in tree.children(ROOT) {
+            outline.open[child as usize] = true;
+        }
+        outline.rebuild(tree);
+        outline
+    }
+
+    pub fn rows(&self) -> &[(NodeId, u16)] {
+        &self.rows
+    }
+
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    pub fn selected_row(&self) -> usize {
+        self.selected
+    }
+
+    pub fn selected_node(&self) -> Option<NodeId> {
+        self.rows.get(self.selected).map(|&(node, _)| node)
+    }
+
+    pub fn is_open(&self, node: NodeId) -> bool {
+        self.open[node as usize]
+    }
+
+    /// Recomputes the rows, keeping the selected node selected when it is still visible.
+    fn rebuild(&mut self, tree: &LayerTree) {
+        let keep = self.selected_node();
+        self.rows.clear();
+        let mut stack: Vec<(NodeId, u16)> =
+            tree.children(ROOT).iter().rev().map(|&c| (c, 0)).collect();
+        while let Some((node, depth)) = stack.pop() {
+            if !self.shown[node as usize] {
+                continue;
+            }
+            self.rows.push((node, depth));
+            if self.open[node as usize] {
+                stack.extend(tree.children(node).iter().rev().map(|&c| (c, depth + 1)));
+            }
+        }
+        self.selected = keep
+            .and_then(|node| self.rows.iter().position(|&(n, _)| n == node))
+            .unwrap_or(0);
+    }
+
+    /// Shows only the nodes above the `matching` tensors (each group of them open); or every
+    /// node again, opened as before the filter, when `matching` is `None`.
+    pub fn filter(&mut self, tree: &LayerTree, matching: Option<&[usize]>) {
+        match matching {
+            None => {
+                self.shown.fill(true);
+                if let Some(open) = self.open_before_filter.take() {
+                    self.open = open;
+                }
+            }
+            Some(tensors) => {
+                if self.open_before_filter.is_none() {
+                    self.open_before_filter = Some(self.open.clone());
+                }
+                self.shown.fill(false);
+                for node in tensors.iter().filter_map(|&t| tree.node_of_tensor(t)) {
+                    for up in std::iter::once(node).chain(tree.ancestors(node)) {
+                        if std::mem::replace(&mut self.shown[up as usize], true) {
+                            break;
+                        }
+                        self.open[up as usize] = true;
+                    }
+                }
+            }
+        }
+        self.rebuild(tree);
+    }
+
+    /// Selects `node`, opening the groups above it. Returns whether it is now selected.
+    pub fn select(&mut self, tree: &LayerTree, node: NodeId) -> bool {
+        if !self.shown[node as usize] {
+            return false;
+        }
+        let mut changed = false;
+        for up in tree.ancestors(node) {
+            changed |= !std::mem::replace(&mut self.open[up as usize], true);
+        }
+        if changed {
+            self.rebuild(tree);
+        }
+        match self.rows.iter().position(|&(n, _)| n == node) {
+            Some(row) => {
+                self.selected = row;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Moves the selection by `delta` rows, within the rows. Returns whether it moved.
+    pub fn move_by(&mut self, delta: isize) -> bool {
+        let last = self.rows.len().saturating_sub(1);
+        let target = self.selected.saturating_add_signed(delta).min(last);
+        std::mem::replace(&mut self.selected, target) != target
+    }
+
+    pub fn select_row(&mut self, row: usize) -> bool {
+        let target = row.min(self.rows.len().saturating_sub(1));
+        std::mem::replace(&mut self.selected, target) != target
+    }
+
+    /// Opens the selected group, or if it is open, moves to its first child.
+    pub fn expand(&mut self, tree: &LayerTree) -> bool {
+        let Some(node) = self.selected_node() else {
+            return false;
+        };
+        if tree.children(node).is_empty() {
+            return false;
+        }
+        if self.open[node as usize] {
+            return self.move_by(1);
+        }
+        self.open[node as usize] = true;
+        self.rebuild(tree);
+        true
+    }
+
+    /// Closes the selected group, or if it is closed (or a tensor), moves to its parent.
+    pub fn collapse(&mut self, tree: &LayerTree) -> bool {
+        let Some(node) = self.selected_node() else {
+            return false;
+        };
+        if self.open[node as usize] && !tree.children(node).is_empty() {
+            self.open[node as usize] = false;
+            self.rebuild(tree);
+            return true;
+        }
+        match tree.node(node).parent.filter(|&p| p != ROOT) {
+            Some(parent) => self.select(tree, parent),
+            None => false,
+        }
+    }
+
+    pub fn toggle(&mut self, tree: &LayerTree) -> bool {
+        let Some(node) = self.selected_node() else {
+            return false;
+        };
+        if tree.children(node).is_empty() {
+            return false;
+        }
+        self.open[node as usize] ^= true;
+        self.rebuild(tree);
+        true
+    }
+
+    pub fn set_all(&mut self, tree: &LayerTree, open: bool) -> bool {
+        self.open.fill(open);
+        self.open[ROOT as usize] = true;
+        self.rebuild(tree);
+        true
+    }
+
+    /// Keeps the selection on screen in a view of `height` rows; returns the first row to draw.
+    pub fn scroll_into_view(&mut self, height: usize) -> usize {
+        let height = height.max(1);
+        if self.selected < self.offset {
+            self.offset = self.selected;
+        } else if self.selected >= self.offset + height {
+            self.offset = self.selected + 1 - height;
+        }
+        self.offset = self.offset.min(self.rows.len().saturating_sub(height));
+        self.offset
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{Dtype, Tensor, TensorInfo};
+
+    fn tree(names: &[&str]) -> (LayerTree, Vec<Tensor>) {
+        let tensors: Vec<Tensor> = names
+            .iter()
+            .enumerate()
+            .map(|(i, &name)| Tensor {
+                info: TensorInfo {
+                    name: name.into(),
+                    dtype: Dtype::U8.into(),
+                    shape: vec![1],
+                    data_offsets: [i as u64, i as u64 + 1],
+                },
+                shard: 0,
+            })
+            .collect();
+        (LayerTree::build(&tensors, |_| true), tensors)
+    }
+
+    fn labels(outline: &Outline, tree: &LayerTree) -> Vec<String> {
+        outline
+            .rows()
+            .iter()
+            .map(|&(n, d)| format!("{}{}", "  ".repeat(d as usize), tree.segment(n)))
+            .collect()
+    }
+
+    #[test]
+    fn opens_closes_and_filters() {
+        let (tree, tensors) = tree(&["a.x.w", "a.y.w", "b.w"]);
+        let mut outline = Outline::new(&tree);
+        assert_eq!(labels(&outline, &tree), ["a", "  x", "  y", "b", "  w"]);
+        assert!(outline.collapse(&tree));
+        assert_eq!(labels(&outline, &tree), ["a", "b", "  w"]);
+        outline.set_all(&tree, true);
+        assert_eq!(outline.rows().len(), 7);
+        let matching: Vec<usize> = (0..tensors.len())
+            .filter(|&t| tensors[t].name().contains('y'))
+            .collect();
+        outline.filter(&tree, Some(&matching));
+        assert_eq!(labels(&outline, &tree), ["a", "  y", "    w"]);
+        outline.filter(&tree, None);
+        assert_eq!(outline.rows().len(), 7, "opened as before the filter");
+    }
+
+    #[test]
+    fn selecting_a_deep_node_opens_its_ancestors() {
+        let (tree, _) = tree(&["a.x.w", "b.w"]);
+        let mut outline = Outline::new(&tree);
+        outline.set_all(&tree, false);
+        let deep = tree.node_of_tensor(0).unwrap();
+        assert!(outline.select(&tree, deep));
+        assert_eq!(outline.selected_node(), Some(deep));
+        assert_eq!(outline.scroll_into_view(2), 1);
+    }
+}
