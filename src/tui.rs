@@ -133,8 +133,12 @@ fn event_loop(
         for event in std::iter::once(first).chain(events.try_iter()) {
             let (changed, effect) = match event {
                 Event::Input(input, at) => {
-                    oldest_input.get_or_insert(at);
-                    handle_input(app, &input)
+                    let outcome = handle_input(app, &input);
+                    // Latency is measured for input that changes the screen.
+                    if outcome.0 {
+                        oldest_input.get_or_insert(at);
+                    }
+                    outcome
                 }
                 Event::Scan(result) => (app.on_scan(result), None),
                 Event::Signal => {
