@@ -45,8 +45,9 @@ pub fn feed(dtype: Dtype, bytes: &[u8], sink: &mut impl Sink) {
                 sink,
             ),
         },
-        Dtype::Bf16 => widen_f32(
-            u16s(bytes).map(|bits| f32::from_bits(u32::from(bits) << 16)),
+        Dtype::Bf16 => widen_f32_from(
+            bytes,
+            |b: [u8; 2]| f32::from_bits(u32::from(u16::from_le_bytes(b)) << 16),
             sink,
         ),
         Dtype::F16 => {
@@ -61,8 +62,8 @@ pub fn feed(dtype: Dtype, bytes: &[u8], sink: &mut impl Sink) {
                 sink.f32s(&floats[..count]);
             }
         }
-        Dtype::I16 => widen_f32(u16s(bytes).map(|bits| f32::from(bits.cast_signed())), sink),
-        Dtype::U16 => widen_f32(u16s(bytes).map(f32::from), sink),
+        Dtype::I16 => widen_f32_from(bytes, |b: [u8; 2]| f32::from(i16::from_le_bytes(b)), sink),
+        Dtype::U16 => widen_f32_from(bytes, |b: [u8; 2]| f32::from(u16::from_le_bytes(b)), sink),
         Dtype::I32 => widen_f64(
             bytes
                 .chunks_exact(4)
@@ -180,10 +181,20 @@ fn array<const N: usize>(bytes: &[u8]) -> [u8; N] {
     array
 }
 
-fn u16s(bytes: &[u8]) -> impl Iterator<Item = u16> + '_ {
-    bytes
-        .chunks_exact(2)
-        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+/// Decodes fixed-size elements a block at a time, in a loop simple enough to vectorize.
+fn widen_f32_from<const N: usize>(
+    bytes: &[u8],
+    decode: impl Fn([u8; N]) -> f32,
+    sink: &mut impl Sink,
+) {
+    let mut block = [0f32; BLOCK];
+    for chunk in bytes.chunks(N * BLOCK) {
+        let count = chunk.len() / N;
+        for (slot, element) in block.iter_mut().zip(chunk.chunks_exact(N)) {
+            *slot = decode(array(element));
+        }
+        sink.f32s(&block[..count]);
+    }
 }
 
 fn widen_f32(values: impl Iterator<Item = f32>, sink: &mut impl Sink) {
