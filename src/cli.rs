@@ -53,6 +53,12 @@ pub enum Command {
     /// Tensors holding NaN or Inf come first. Exits 1 when any tensor holds NaN or Inf, or any
     /// error is found.
     Stats(StatsArgs),
+    /// Quantize the 2-D float weights to int8 (symmetric, round half to even) and save a copy in
+    /// the compressed-tensors layout that vLLM, transformers and llm-compressor read.
+    ///
+    /// Norms, biases, 1-D tensors, embeddings and `lm_head` are kept as they are. The output is
+    /// checked after saving and every quantized tensor compared with its source.
+    Quantize(QuantizeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -99,4 +105,35 @@ pub struct StatsArgs {
     /// Worker threads (default: one per core).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+}
+
+#[derive(Debug, Args)]
+#[expect(clippy::struct_excessive_bools, reason = "each is a command-line flag")]
+pub struct QuantizeArgs {
+    /// The model: a .safetensors file, an index .json, or a folder.
+    pub path: PathBuf,
+    /// Where to write: a .safetensors file (a folder for a sharded model).
+    #[arg(short, long, value_name = "OUT")]
+    pub output: PathBuf,
+    /// One scale per output channel (row); the default.
+    #[arg(long, conflicts_with = "per_tensor")]
+    pub per_channel: bool,
+    /// One scale for the whole tensor.
+    #[arg(long)]
+    pub per_tensor: bool,
+    /// Quantize only tensors whose names match GLOB (`*` and `?`); may be repeated.
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
+    /// Never quantize tensors whose names match GLOB; may be repeated.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+    /// Keep tensors holding NaN or Inf as they are, instead of stopping.
+    #[arg(long)]
+    pub skip_nonfinite: bool,
+    /// Replace OUT if it exists.
+    #[arg(long)]
+    pub yes: bool,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
 }

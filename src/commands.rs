@@ -2,7 +2,7 @@
 //! [`crate::report`].
 
 use crate::analysis::{Histogram, Moments};
-use crate::cli::{CheckArgs, Cli, Command, InspectArgs, StatsArgs};
+use crate::cli::{CheckArgs, Cli, Command, InspectArgs, QuantizeArgs, StatsArgs};
 use crate::error::Result;
 use crate::finding::Finding;
 use crate::finding::Severity;
@@ -38,6 +38,7 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
         Some(Command::Inspect(args)) => inspect(&args, out),
         Some(Command::Check(args)) => check(&args, out),
         Some(Command::Stats(args)) => stats(&args, out),
+        Some(Command::Quantize(args)) => quantize(&args, out),
         None => match cli.path {
             Some(path) => {
                 let args = InspectArgs {
@@ -220,6 +221,66 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
         Outcome::Problems
     } else {
         Outcome::Clean
+    })
+}
+
+fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failure> {
+    use crate::quantize::{Control, Granularity, NonFinite, Options};
+    let model = open(&args.path)?;
+    if args.output.exists() && !args.yes {
+        return Err(Failure::Stui(crate::error::Error::Invalid(format!(
+            "{} exists; pass --yes to replace it",
+            crate::text::escape_path(&args.output)
+        ))));
+    }
+    let options = Options {
+        granularity: if args.per_tensor {
+            Granularity::PerTensor
+        } else {
+            Granularity::PerChannel
+        },
+        include: args.include.clone(),
+        exclude: args.exclude.clone(),
+        non_finite: if args.skip_nonfinite {
+            NonFinite::Skip
+        } else {
+            NonFinite::Stop
+        },
+        ..Options::default()
+    };
+    let control = Arc::new(Control::default());
+    let bar = progress_bar();
+    let watcher = {
+        let control = Arc::clone(&control);
+        let bar = bar.clone();
+        std::thread::spawn(move || {
+            while Arc::strong_count(&control) > 1 {
+                bar.set_length(
+                    control
+                        .bytes_total
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                );
+                bar.set_position(
+                    control
+                        .bytes_done
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                );
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        })
+    };
+    let summary = crate::quantize::quantize(&model, &args.output, &options, &control);
+    drop(control);
+    let _ = watcher.join();
+    bar.finish_and_clear();
+    let summary = summary?;
+    let mut out = io::BufWriter::new(out);
+    crate::report::write_quantize(&mut out, &summary, args.json)?;
+    out.flush()?;
+    Ok(if summary.verified {
+        Outcome::Clean
+    } else {
+        Outcome::Problems
     })
 }
 

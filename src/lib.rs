@@ -8,6 +8,7 @@
 //! - [`tree`]: the layer tree built from dotted names, with totals on every node.
 //! - [`analysis`]: statistics, histograms and numeric findings from tensor bytes, every dtype.
 //! - [`jobs`]: the background scan that reads tensor data and streams results on a channel.
+//! - [`quantize`]: int8 quantization, written in the compressed-tensors layout.
 //! - [`report`]: text and JSON output of the headless commands.
 //! - [`cli`], [`commands`]: the command line and one function per subcommand.
 //! - [`tui`]: the interactive explorer; the only module that uses the terminal.
@@ -20,6 +21,7 @@ pub mod error;
 pub mod finding;
 pub mod format;
 pub mod jobs;
+pub mod quantize;
 pub mod report;
 pub mod text;
 pub mod tree;

@@ -851,3 +851,54 @@ impl Stats<'_> {
         )
     }
 }
+
+/// `stui quantize`: what was quantized, how well, and what was kept.
+pub fn write_quantize<W: Write>(
+    out: &mut W,
+    summary: &crate::quantize::Summary,
+    json: bool,
+) -> io::Result<()> {
+    if json {
+        return write_json(out, summary);
+    }
+    for path in &summary.output {
+        writeln!(out, "wrote {}", escape_path(path))?;
+    }
+    writeln!(
+        out,
+        "{} tensors quantized to int8 ({}), {} kept; {} -> {}; {}",
+        summary.quantized.len(),
+        match summary.granularity {
+            crate::quantize::Granularity::PerChannel => "per channel",
+            crate::quantize::Granularity::PerTensor => "per tensor",
+        },
+        summary.kept.len(),
+        format_bytes(summary.bytes_before),
+        format_bytes(summary.bytes_after),
+        if summary.verified {
+            "the output is valid"
+        } else {
+            "THE OUTPUT DID NOT VERIFY"
+        }
+    )?;
+    let mut worst: Vec<&crate::quantize::Quantized> = summary.quantized.iter().collect();
+    worst.sort_by(|a, b| a.error.snr_db.total_cmp(&b.error.snr_db));
+    if !worst.is_empty() {
+        writeln!(
+            out,
+            "{:<60}  {:>8}  {:>12}  {:>10}",
+            "WORST TENSORS", "SNR dB", "MAX ERROR", "REL RMS"
+        )?;
+    }
+    for q in worst.iter().take(10) {
+        writeln!(
+            out,
+            "{:<60}  {:>8.2}  {:>12.4e}  {:>10.4e}",
+            escape(&q.name),
+            q.error.snr_db,
+            q.error.max_abs_error,
+            q.error.relative_rms_error
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,1035 @@
+//! Symmetric int8 quantization of a model's 2-D float weights, written in the compressed-tensors
+//! layout that vLLM, llm-compressor and transformers read:
+//!
+//! - a quantized `P.weight` keeps its name, with dtype I8 and its shape; beside it
+//!   `P.weight_scale`, in the source's float dtype (F16 for F8 sources), shape `[out, 1]` per
+//!   output channel or `[1]` per tensor;
+//! - `q = round_half_even(x / scale)` clamped to `[-127, 127]`, `scale = absmax / 127` (per row
+//!   or per tensor); a row of zeros gets scale 0. Values are computed with the scale as stored,
+//!   so dequantizing (`q * scale`) is within half a scale of the source everywhere;
+//! - every other tensor is copied byte for byte; `__metadata__` keeps the source's entries, with
+//!   `format: pt` and the quantization recorded (`quantization_config`, a JSON string).
+//!
+//! Output is streamed a chunk at a time, so memory stays bounded whatever the model's size, and
+//! written through a temporary file in the target folder that is renamed into place.
+
+use crate::analysis::values;
+use crate::error::{Error, Result};
+use crate::format::writer::{FileLayout, TensorSpec, write_atomically};
+use crate::format::{Dtype, Model, Tensor};
+use crate::text::escape;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// One scale per output row, or one for the whole tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Granularity {
+    PerChannel,
+    PerTensor,
+}
+
+impl Granularity {
+    fn strategy(self) -> &'static str {
+        match self {
+            Granularity::PerChannel => "channel",
+            Granularity::PerTensor => "tensor",
+        }
+    }
+}
+
+/// What to do with a chosen tensor holding NaN or Inf.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NonFinite {
+    /// Keep it as it is and say so.
+    Skip,
+    /// Refuse to write anything.
+    Stop,
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub granularity: Granularity,
+    /// Only tensors whose names match one of these (`*` and `?` wildcards); all when empty.
+    pub include: Vec<String>,
+    /// Never tensors whose names match one of these.
+    pub exclude: Vec<String>,
+    pub keep_embeddings: bool,
+    pub keep_lm_head: bool,
+    pub keep_norms: bool,
+    pub non_finite: NonFinite,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            granularity: Granularity::PerChannel,
+            include: Vec::new(),
+            exclude: Vec::new(),
+            keep_embeddings: true,
+            keep_lm_head: true,
+            keep_norms: true,
+            non_finite: NonFinite::Stop,
+        }
+    }
+}
+
+/// Why a tensor is not quantized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kept {
+    NotFloat,
+    NotTwoDimensional,
+    NotAWeight,
+    Embedding,
+    LmHead,
+    Norm,
+    Excluded,
+    NotIncluded,
+    NonFinite,
+    Unreadable,
+}
+
+/// The decision for one tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    Quantize,
+    Keep(Kept),
+}
+
+/// Decides, from names, dtypes and shapes alone, which tensors to quantize.
+pub fn choose(tensor: &Tensor, options: &Options) -> Choice {
+    let info = &tensor.info;
+    let name = tensor.name();
+    let Some(dtype) = info.dtype.known() else {
+        return Choice::Keep(Kept::NotFloat);
+    };
+    let lower = name.to_ascii_lowercase();
+    let keep = if !matches!(
+        dtype,
+        Dtype::F32
+            | Dtype::F16
+            | Dtype::Bf16
+            | Dtype::F64
+            | Dtype::F8E4M3
+            | Dtype::F8E5M2
+            | Dtype::F8E4M3Fnuz
+            | Dtype::F8E5M2Fnuz
+    ) {
+        Some(Kept::NotFloat)
+    } else if info.shape.len() != 2 {
+        Some(Kept::NotTwoDimensional)
+    } else if !name.ends_with(".weight") {
+        Some(Kept::NotAWeight)
+    } else if options.keep_embeddings
+        && (lower.contains("embed") || lower.contains("wte") || lower.contains("wpe"))
+    {
+        Some(Kept::Embedding)
+    } else if options.keep_lm_head && lower.contains("lm_head") {
+        Some(Kept::LmHead)
+    } else if options.keep_norms && (lower.contains("norm") || lower.contains(".ln_")) {
+        Some(Kept::Norm)
+    } else if options.exclude.iter().any(|pattern| glob(pattern, name)) {
+        Some(Kept::Excluded)
+    } else if !options.include.is_empty()
+        && !options.include.iter().any(|pattern| glob(pattern, name))
+    {
+        Some(Kept::NotIncluded)
+    } else {
+        None
+    };
+    keep.map_or(Choice::Quantize, Choice::Keep)
+}
+
+/// Matches `text` against a pattern where `*` stands for any run of characters and `?` for one.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (pattern, text): (Vec<char>, Vec<char>) =
+        (pattern.chars().collect(), text.chars().collect());
+    let (mut p, mut t, mut star, mut resume) = (0, 0, None, 0);
+    while t < text.len() {
+        if p < pattern.len() && (pattern[p] == '?' || pattern[p] == text[t]) {
+            p += 1;
+            t += 1;
+        } else if p < pattern.len() && pattern[p] == '*' {
+            star = Some(p);
+            p += 1;
+            resume = t;
+        } else if let Some(s) = star {
+            p = s + 1;
+            resume += 1;
+            t = resume;
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|&c| c == '*')
+}
+
+/// The float dtype a quantized tensor's scales are stored in.
+pub fn scale_dtype(source: Dtype) -> Dtype {
+    match source {
+        Dtype::F32 | Dtype::F16 | Dtype::Bf16 | Dtype::F64 => source,
+        _ => Dtype::F16,
+    }
+}
+
+/// `value` as it reads back after storing in `dtype`.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "rounding to the stored type is the point"
+)]
+fn stored(dtype: Dtype, value: f64) -> f64 {
+    match dtype {
+        Dtype::F64 => value,
+        Dtype::F32 => f64::from(value as f32),
+        Dtype::Bf16 => half::bf16::from_f64(value).to_f64(),
+        _ => half::f16::from_f64(value).to_f64(),
+    }
+}
+
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "rounding to the stored type is the point"
+)]
+fn encode_scale(dtype: Dtype, value: f64, out: &mut Vec<u8>) {
+    match dtype {
+        Dtype::F64 => out.extend_from_slice(&value.to_le_bytes()),
+        Dtype::F32 => out.extend_from_slice(&(value as f32).to_le_bytes()),
+        Dtype::Bf16 => out.extend_from_slice(&half::bf16::from_f64(value).to_le_bytes()),
+        _ => out.extend_from_slice(&half::f16::from_f64(value).to_le_bytes()),
+    }
+}
+
+/// How well a tensor survives quantization.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Error8 {
+    /// Signal-to-noise ratio in dB: `10 log10(sum x^2 / sum (x - x')^2)`; infinite when exact.
+    pub snr_db: f64,
+    pub max_abs_error: f64,
+    /// `sqrt(sum (x - x')^2 / sum x^2)`.
+    pub relative_rms_error: f64,
+    /// Worst `|x - x'| / scale` over the elements (at most 0.5 by construction).
+    pub max_error_in_scales: f64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct ErrorSums {
+    signal: f64,
+    noise: f64,
+    max_abs: f64,
+    max_in_scales: f64,
+}
+
+impl ErrorSums {
+    fn add(&mut self, x: f64, dequantized: f64, scale: f64) {
+        let error = (x - dequantized).abs();
+        self.signal += x * x;
+        self.noise += error * error;
+        self.max_abs = self.max_abs.max(error);
+        if scale > 0.0 {
+            self.max_in_scales = self.max_in_scales.max(error / scale);
+        }
+    }
+
+    fn merge(&mut self, other: &ErrorSums) {
+        self.signal += other.signal;
+        self.noise += other.noise;
+        self.max_abs = self.max_abs.max(other.max_abs);
+        self.max_in_scales = self.max_in_scales.max(other.max_in_scales);
+    }
+
+    fn finish(&self) -> Error8 {
+        let snr_db = if self.noise == 0.0 {
+            f64::INFINITY
+        } else {
+            10.0 * (self.signal / self.noise).log10()
+        };
+        let relative_rms_error = if self.signal == 0.0 {
+            0.0
+        } else {
+            (self.noise / self.signal).sqrt()
+        };
+        Error8 {
+            snr_db,
+            max_abs_error: self.max_abs,
+            relative_rms_error,
+            max_error_in_scales: self.max_in_scales,
+        }
+    }
+}
+
+/// The result for one quantized tensor.
+#[derive(Clone, Debug, Serialize)]
+pub struct Quantized {
+    pub name: String,
+    pub source_dtype: &'static str,
+    pub scale_dtype: &'static str,
+    #[serde(flatten)]
+    pub error: Error8,
+}
+
+/// What a quantization did.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub output: Vec<PathBuf>,
+    pub granularity: Granularity,
+    pub quantized: Vec<Quantized>,
+    pub kept: Vec<(String, Kept)>,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    /// The tensor with the lowest SNR.
+    pub worst: Option<String>,
+    /// Files written that the reference implementation accepts.
+    pub verified: bool,
+}
+
+/// Progress shared with whoever shows it, and the cancel flag.
+#[derive(Debug, Default)]
+pub struct Control {
+    pub cancelled: AtomicBool,
+    pub bytes_done: AtomicU64,
+    pub bytes_total: AtomicU64,
+}
+
+impl Control {
+    fn check(&self) -> io::Result<()> {
+        if self.cancelled.load(Ordering::Relaxed) {
+            Err(io::Error::new(io::ErrorKind::Interrupted, "cancelled"))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Rows read at a time are about this many bytes.
+const CHUNK: u64 = 4 << 20;
+
+/// Quantizes `model` into `output`: a `.safetensors` file for a single-file model, a folder for
+/// a sharded one. Nothing is written unless every check passes; each file is written through a
+/// temporary file renamed into place.
+pub fn quantize(
+    model: &Model,
+    output: &Path,
+    options: &Options,
+    control: &Control,
+) -> Result<Summary> {
+    let sharded = model.shards.len() > 1 || model.source != crate::format::model::Source::File;
+    let sources: Vec<PathBuf> = model.shards.iter().map(|s| canonical(&s.path)).collect();
+    let targets: Vec<PathBuf> = if sharded {
+        model.shards.iter().map(|s| output.join(&s.label)).collect()
+    } else {
+        vec![output.to_owned()]
+    };
+    for target in &targets {
+        if sources.contains(&canonical(target)) {
+            return Err(Error::Invalid(format!(
+                "refusing to overwrite the source {}",
+                escape(&target.display().to_string())
+            )));
+        }
+    }
+    if !model.is_valid() {
+        return Err(Error::Invalid(
+            "the model is not valid (see `stui check`); refusing to quantize it".into(),
+        ));
+    }
+    let files: Vec<File> = model
+        .shards
+        .iter()
+        .map(|s| File::open(&s.path).map_err(|e| Error::io(&s.path, e)))
+        .collect::<Result<_>>()?;
+    let mut choices: Vec<Choice> = model.tensors.iter().map(|t| choose(t, options)).collect();
+
+    let scales = compute_scales(model, &files, &mut choices, options, control)?;
+
+    if let Some(folder) = targets[0].parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(folder).map_err(|e| Error::io(folder, e))?;
+        remove_stale_temporaries(folder);
+    }
+    let ignore = ignored_modules(model, &choices);
+    let context = ShardContext {
+        model,
+        files: &files,
+        choices: &choices,
+        scales: &scales,
+        options,
+        ignore: &ignore,
+        control,
+    };
+    let mut quantized = Vec::new();
+    let mut bytes_after = 0;
+    for (shard, target) in targets.iter().enumerate() {
+        let (results, bytes) = context.write_shard(shard, target)?;
+        bytes_after += bytes;
+        quantized.extend(results);
+    }
+    if sharded {
+        write_index(model, output, &choices, &scales)?;
+    }
+    if let Some(folder) = targets[0].parent() {
+        copy_companions(model, folder, &ignore, options)?;
+    }
+    let kept = model
+        .tensors
+        .iter()
+        .zip(&choices)
+        .filter_map(|(t, c)| match c {
+            Choice::Keep(why) => Some((t.name().to_owned(), *why)),
+            Choice::Quantize => None,
+        })
+        .collect();
+    let worst = quantized
+        .iter()
+        .min_by(|a, b| a.error.snr_db.total_cmp(&b.error.snr_db))
+        .map(|q| q.name.clone());
+    let verified = verify(model, &targets, output, sharded, &quantized, control)?;
+    Ok(Summary {
+        output: targets,
+        granularity: options.granularity,
+        quantized,
+        kept,
+        bytes_before: model.file_bytes(),
+        bytes_after,
+        worst,
+        verified,
+    })
+}
+
+/// The first pass: every quantized tensor's scales, as stored. A tensor holding NaN or Inf is
+/// kept as it is or stops everything, as the options say.
+fn compute_scales(
+    model: &Model,
+    files: &[File],
+    choices: &mut [Choice],
+    options: &Options,
+    control: &Control,
+) -> Result<BTreeMap<usize, Vec<f64>>> {
+    let mut scales: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    let total: u64 = model
+        .tensors
+        .iter()
+        .zip(choices.iter())
+        .map(|(t, c)| if *c == Choice::Quantize { 2 } else { 1 } * t.info.byte_len())
+        .sum();
+    control.bytes_total.store(total, Ordering::Relaxed);
+    for (index, tensor) in model.tensors.iter().enumerate() {
+        if choices[index] != Choice::Quantize {
+            continue;
+        }
+        match row_absmax(model, files, tensor, control)
+            .map_err(|e| Error::io(&model.shard_of(tensor).path, e))?
+        {
+            Some(absmax) => {
+                let dtype = scale_dtype(tensor.info.dtype.known().unwrap_or(Dtype::F32));
+                let absmax = match options.granularity {
+                    Granularity::PerChannel => absmax,
+                    Granularity::PerTensor => vec![absmax.iter().copied().fold(0.0, f64::max)],
+                };
+                scales.insert(
+                    index,
+                    absmax.iter().map(|&a| stored(dtype, a / 127.0)).collect(),
+                );
+            }
+            None => match options.non_finite {
+                NonFinite::Skip => choices[index] = Choice::Keep(Kept::NonFinite),
+                NonFinite::Stop => {
+                    return Err(Error::Invalid(format!(
+                        "`{}` holds NaN or Inf; quantizing it would spread them (skip such tensors to go on)",
+                        escape(tensor.name())
+                    )));
+                }
+            },
+        }
+    }
+
+    Ok(scales)
+}
+
+/// Reopens what was written: every file must be valid, and every quantized tensor, read back
+/// and dequantized, must be within half a scale of its source everywhere.
+fn verify(
+    model: &Model,
+    targets: &[PathBuf],
+    output: &Path,
+    sharded: bool,
+    quantized: &[Quantized],
+    control: &Control,
+) -> Result<bool> {
+    let written = if sharded {
+        Model::open(output)?
+    } else {
+        Model::open(&targets[0])?
+    };
+    if !written.is_valid() {
+        return Ok(false);
+    }
+    let by_name: BTreeMap<&str, &Tensor> = written.tensors.iter().map(|t| (t.name(), t)).collect();
+    let files: Vec<File> = written
+        .shards
+        .iter()
+        .map(|s| File::open(&s.path).map_err(|e| Error::io(&s.path, e)))
+        .collect::<Result<_>>()?;
+    let source_files: Vec<File> = model
+        .shards
+        .iter()
+        .map(|s| File::open(&s.path).map_err(|e| Error::io(&s.path, e)))
+        .collect::<Result<_>>()?;
+    let source_by_name: BTreeMap<&str, &Tensor> =
+        model.tensors.iter().map(|t| (t.name(), t)).collect();
+    for entry in quantized {
+        let scale_name = format!("{}_scale", entry.name);
+        let (Some(&weight), Some(&scale), Some(&source)) = (
+            by_name.get(entry.name.as_str()),
+            by_name.get(scale_name.as_str()),
+            source_by_name.get(entry.name.as_str()),
+        ) else {
+            return Ok(false);
+        };
+        let io_error = |e| Error::io(&written.shard_of(weight).path, e);
+        let mut scales = Vec::new();
+        for_each_rows(&written, &files, &as_matrix(scale), control, |_, values| {
+            scales.extend_from_slice(values);
+            Ok(())
+        })
+        .map_err(io_error)?;
+        let columns = usize::try_from(weight.info.shape[1]).unwrap_or(1).max(1);
+        let (weight_start, _) = written.file_range(weight);
+        let weight_file = &files[weight.shard];
+        let mut ok = true;
+        let mut int8 = Vec::new();
+        // Stream the source a chunk of rows at a time, reading the same rows of the output.
+        for_each_rows(model, &source_files, source, control, |first_row, rows| {
+            int8.resize(rows.len(), 0u8);
+            read_exact_at(
+                weight_file,
+                &mut int8,
+                weight_start + (first_row * columns) as u64,
+            )?;
+            for (i, (&x, &q)) in rows.iter().zip(&int8).enumerate() {
+                let row = first_row + i / columns;
+                let s = if scales.len() == 1 {
+                    scales[0]
+                } else {
+                    scales[row]
+                };
+                let dequantized = f64::from(q.cast_signed()) * s;
+                ok &= (x - dequantized).abs() <= s * 0.5 * (1.0 + 1e-9) + f64::MIN_POSITIVE;
+            }
+            Ok(())
+        })
+        .map_err(|e| Error::io(&model.shard_of(source).path, e))?;
+        if !ok {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// A scale tensor (`[out, 1]` or `[1]`) seen as a matrix, so that its rows can be read.
+fn as_matrix(tensor: &Tensor) -> Tensor {
+    let mut matrix = tensor.clone();
+    if matrix.info.shape.len() == 1 {
+        matrix.info.shape = vec![matrix.info.shape[0], 1];
+    }
+    matrix
+}
+
+fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned())
+}
+
+/// Removes temporary files an interrupted save left in `folder`.
+fn remove_stale_temporaries(folder: &Path) {
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(".stui-tmp-") && name.ends_with(".partial") {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Calls `each` with consecutive runs of whole rows of `tensor` as values, reading about
+/// [`CHUNK`] bytes at a time. Rows are `[out, in]`'s rows.
+fn for_each_rows(
+    model: &Model,
+    files: &[File],
+    tensor: &Tensor,
+    control: &Control,
+    mut each: impl FnMut(usize, &[f64]) -> io::Result<()>,
+) -> io::Result<()> {
+    let info = &tensor.info;
+    let dtype = info
+        .dtype
+        .known()
+        .ok_or_else(|| io::Error::other("unknown dtype"))?;
+    let (rows, columns) = (info.shape[0], info.shape[1]);
+    let row_bytes = dtype.byte_len(columns).unwrap_or(0).max(1);
+    let rows_per_chunk = (CHUNK / row_bytes).max(1);
+    let (start, _) = model.file_range(tensor);
+    let file = &files[tensor.shard];
+    let mut buffer = Vec::new();
+    let mut decoded = Vec::new();
+    let mut row = 0;
+    while row < rows {
+        control.check()?;
+        let count = rows_per_chunk.min(rows - row);
+        let len = usize::try_from(count * row_bytes).map_err(io::Error::other)?;
+        buffer.resize(len, 0);
+        read_exact_at(file, &mut buffer, start + row * row_bytes)?;
+        decoded.clear();
+        values::feed(dtype, &buffer, &mut Collect(&mut decoded));
+        each(usize::try_from(row).map_err(io::Error::other)?, &decoded)?;
+        control.bytes_done.fetch_add(len as u64, Ordering::Relaxed);
+        row += count;
+    }
+    Ok(())
+}
+
+struct Collect<'a>(&'a mut Vec<f64>);
+
+impl values::Sink for Collect<'_> {
+    fn f32s(&mut self, values: &[f32]) {
+        self.0.extend(values.iter().map(|&v| f64::from(v)));
+    }
+    fn f64s(&mut self, values: &[f64]) {
+        self.0.extend_from_slice(values);
+    }
+}
+
+/// Each row's largest magnitude, or `None` if the tensor holds NaN or Inf.
+fn row_absmax(
+    model: &Model,
+    files: &[File],
+    tensor: &Tensor,
+    control: &Control,
+) -> io::Result<Option<Vec<f64>>> {
+    let columns = usize::try_from(tensor.info.shape[1]).map_err(io::Error::other)?;
+    let mut absmax = Vec::new();
+    let mut finite = true;
+    for_each_rows(model, files, tensor, control, |_, values| {
+        for row in values.chunks(columns.max(1)) {
+            finite &= row.iter().all(|v| v.is_finite());
+            absmax.push(row.iter().fold(0f64, |m, v| m.max(v.abs())));
+        }
+        Ok(())
+    })?;
+    Ok(finite.then_some(absmax))
+}
+
+/// Where a written tensor's bytes come from: a source tensor copied, quantized, or its scales.
+enum Source {
+    Copy(usize),
+    Weight(usize),
+    Scale(usize),
+}
+
+/// Everything writing a shard needs.
+struct ShardContext<'a> {
+    model: &'a Model,
+    files: &'a [File],
+    choices: &'a [Choice],
+    scales: &'a BTreeMap<usize, Vec<f64>>,
+    options: &'a Options,
+    ignore: &'a [String],
+    control: &'a Control,
+}
+
+impl ShardContext<'_> {
+    fn write_shard(&self, shard: usize, target: &Path) -> Result<(Vec<Quantized>, u64)> {
+        let ShardContext {
+            model,
+            files,
+            choices,
+            scales,
+            options,
+            ignore,
+            control,
+        } = *self;
+        // Specs: each tensor of the shard, and a scale beside each quantized one.
+        let mut specs = Vec::new();
+        let mut sources = Vec::new();
+        for (index, tensor) in model
+            .tensors
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.shard == shard)
+        {
+            let dtype = tensor.info.dtype.known().unwrap_or(Dtype::U8);
+            if choices[index] == Choice::Quantize {
+                specs.push(TensorSpec::new(
+                    tensor.name(),
+                    Dtype::I8,
+                    &tensor.info.shape,
+                ));
+                sources.push(Source::Weight(index));
+                let scale_shape: &[u64] = match options.granularity {
+                    Granularity::PerChannel => &[tensor.info.shape[0], 1],
+                    Granularity::PerTensor => &[1],
+                };
+                specs.push(TensorSpec::new(
+                    format!("{}_scale", tensor.name()),
+                    scale_dtype(dtype),
+                    scale_shape,
+                ));
+                sources.push(Source::Scale(index));
+            } else {
+                specs.push(TensorSpec {
+                    name: tensor.name().to_owned(),
+                    dtype,
+                    shape: tensor.info.shape.clone(),
+                });
+                sources.push(Source::Copy(index));
+            }
+        }
+        let metadata = output_metadata(model.shards[shard].metadata.as_ref(), options, ignore);
+        let layout = FileLayout::plan(&specs, Some(&metadata))?;
+        let mut results = Vec::new();
+        write_atomically(target, |out| {
+            layout.write(out, |spec, out| match sources[spec] {
+                Source::Copy(index) => {
+                    copy_tensor(model, files, &model.tensors[index], out, control)
+                }
+                Source::Scale(index) => {
+                    let dtype = specs[spec].dtype;
+                    let mut bytes = Vec::new();
+                    for &scale in &scales[&index] {
+                        encode_scale(dtype, scale, &mut bytes);
+                    }
+                    out.write_all(&bytes)
+                }
+                Source::Weight(index) => {
+                    let tensor = &model.tensors[index];
+                    let error = write_weight(model, files, tensor, &scales[&index], out, control)?;
+                    results.push(Quantized {
+                        name: tensor.name().to_owned(),
+                        source_dtype: tensor.info.dtype.known().map_or("?", Dtype::name),
+                        scale_dtype: scale_dtype(tensor.info.dtype.known().unwrap_or(Dtype::F32))
+                            .name(),
+                        error,
+                    });
+                    Ok(())
+                }
+            })
+        })?;
+        Ok((results, layout.file_len()))
+    }
+}
+
+fn copy_tensor(
+    model: &Model,
+    files: &[File],
+    tensor: &Tensor,
+    out: &mut impl Write,
+    control: &Control,
+) -> io::Result<()> {
+    let (start, len) = model.file_range(tensor);
+    let mut buffer = vec![0u8; usize::try_from(CHUNK.min(len)).map_err(io::Error::other)?];
+    let mut done = 0;
+    while done < len {
+        control.check()?;
+        let count = usize::try_from((len - done).min(CHUNK)).map_err(io::Error::other)?;
+        read_exact_at(&files[tensor.shard], &mut buffer[..count], start + done)?;
+        out.write_all(&buffer[..count])?;
+        done += count as u64;
+        control
+            .bytes_done
+            .fetch_add(count as u64, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Writes a tensor's int8 values and measures the error they leave.
+fn write_weight(
+    model: &Model,
+    files: &[File],
+    tensor: &Tensor,
+    scales: &[f64],
+    out: &mut impl Write,
+    control: &Control,
+) -> io::Result<Error8> {
+    let columns = usize::try_from(tensor.info.shape[1]).map_err(io::Error::other)?;
+    let mut sums = ErrorSums::default();
+    let mut bytes = Vec::new();
+    for_each_rows(model, files, tensor, control, |first_row, values| {
+        bytes.clear();
+        let mut chunk_sums = ErrorSums::default();
+        for (offset, row) in values.chunks(columns.max(1)).enumerate() {
+            let scale = if scales.len() == 1 {
+                scales[0]
+            } else {
+                scales[first_row + offset]
+            };
+            for &x in row {
+                let q = quantize_value(x, scale);
+                chunk_sums.add(x, f64::from(q) * scale, scale);
+                bytes.push(q.to_le_bytes()[0]);
+            }
+        }
+        sums.merge(&chunk_sums);
+        out.write_all(&bytes)
+    })?;
+    Ok(sums.finish())
+}
+
+/// `round_half_even(x / scale)` clamped to `[-127, 127]`; 0 when the scale is 0.
+pub fn quantize_value(x: f64, scale: f64) -> i8 {
+    if scale == 0.0 || !scale.is_finite() {
+        return 0;
+    }
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "clamped to the int8 range first"
+    )]
+    let q = (x / scale).round_ties_even().clamp(-127.0, 127.0) as i8;
+    q
+}
+
+/// The source's metadata, with `format: pt` and the quantization recorded.
+fn output_metadata(
+    source: Option<&BTreeMap<String, String>>,
+    options: &Options,
+    ignore: &[String],
+) -> BTreeMap<String, String> {
+    let mut metadata = source.cloned().unwrap_or_default();
+    metadata
+        .entry("format".into())
+        .or_insert_with(|| "pt".into());
+    metadata.insert(
+        "quantization_config".into(),
+        quantization_config(options, ignore).to_string(),
+    );
+    metadata
+}
+
+/// The compressed-tensors `quantization_config`; `ignore` names the modules left as they were.
+pub fn quantization_config(options: &Options, ignore: &[String]) -> serde_json::Value {
+    serde_json::json!({
+        "quant_method": "compressed-tensors",
+        "format": "int-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {
+                    "num_bits": 8, "type": "int", "symmetric": true,
+                    "strategy": options.granularity.strategy(), "dynamic": false
+                },
+                "input_activations": {
+                    "num_bits": 8, "type": "int", "symmetric": true,
+                    "strategy": "token", "dynamic": true
+                }
+            }
+        },
+        "ignore": ignore,
+    })
+}
+
+/// The modules whose weights stay as they were, for the config's `ignore` list.
+fn ignored_modules(model: &Model, choices: &[Choice]) -> Vec<String> {
+    model
+        .tensors
+        .iter()
+        .zip(choices)
+        .filter(|(t, c)| matches!(c, Choice::Keep(_)) && t.name().ends_with(".weight"))
+        .map(|(t, _)| t.name().trim_end_matches(".weight").to_owned())
+        .collect()
+}
+
+fn write_index(
+    model: &Model,
+    output: &Path,
+    choices: &[Choice],
+    scales: &BTreeMap<usize, Vec<f64>>,
+) -> Result<()> {
+    let mut weight_map = BTreeMap::new();
+    let mut total_size = 0u64;
+    for (index, tensor) in model.tensors.iter().enumerate() {
+        let label = &model.shards[tensor.shard].label;
+        weight_map.insert(tensor.name().to_owned(), label.clone());
+        if choices[index] == Choice::Quantize {
+            let count = tensor.info.element_count().unwrap_or(0);
+            let dtype = scale_dtype(tensor.info.dtype.known().unwrap_or(Dtype::F32));
+            total_size += count + scales[&index].len() as u64 * u64::from(dtype.bits() / 8);
+            weight_map.insert(format!("{}_scale", tensor.name()), label.clone());
+        } else {
+            total_size += tensor.info.byte_len();
+        }
+    }
+    let index =
+        serde_json::json!({ "metadata": { "total_size": total_size }, "weight_map": weight_map });
+    let path = output.join(crate::format::index::INDEX_FILE_NAME);
+    let text = serde_json::to_string_pretty(&index).map_err(|e| Error::Invalid(e.to_string()))?;
+    write_atomically(&path, |out| out.write_all(text.as_bytes()))
+}
+
+/// Copies `config.json` (with the quantization added) and the small files beside the model into
+/// the output folder, when that is not the model's own folder.
+fn copy_companions(
+    model: &Model,
+    output: &Path,
+    ignore: &[String],
+    options: &Options,
+) -> Result<()> {
+    let Some(source) = model.shards.first().and_then(|s| s.path.parent()) else {
+        return Ok(());
+    };
+    let output = if output.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        output
+    };
+    let source = if source.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        source
+    };
+    if canonical(source) == canonical(output) {
+        return Ok(());
+    }
+    let entries = std::fs::read_dir(source).map_err(|e| Error::io(source, e))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        let small = entry
+            .metadata()
+            .is_ok_and(|m| m.is_file() && m.len() < 64 << 20);
+        if !small
+            || name.ends_with(".safetensors")
+            || name.ends_with(".index.json")
+            || name.starts_with('.')
+        {
+            continue;
+        }
+        let target = output.join(&name);
+        if name == "config.json" {
+            let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+            let mut config: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+                Error::Invalid(format!("{}: {e}", escape(&path.display().to_string())))
+            })?;
+            if let Some(object) = config.as_object_mut() {
+                object.insert(
+                    "quantization_config".into(),
+                    quantization_config(options, ignore),
+                );
+            }
+            let text =
+                serde_json::to_string_pretty(&config).map_err(|e| Error::Invalid(e.to_string()))?;
+            write_atomically(&target, |out| out.write_all(text.as_bytes()))?;
+        } else {
+            let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+            write_atomically(&target, |out| out.write_all(&bytes))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn read_exact_at(file: &File, buffer: &mut [u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buffer, offset)
+}
+
+#[cfg(windows)]
+fn read_exact_at(file: &File, mut buffer: &mut [u8], mut offset: u64) -> io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !buffer.is_empty() {
+        match file.seek_read(buffer, offset)? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => {
+                buffer = &mut buffer[n..];
+                offset += n as u64;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_half_to_even_and_clamps() {
+        assert_eq!(quantize_value(2.5, 1.0), 2);
+        assert_eq!(quantize_value(3.5, 1.0), 4);
+        assert_eq!(quantize_value(-2.5, 1.0), -2);
+        assert_eq!(quantize_value(1000.0, 1.0), 127);
+        assert_eq!(quantize_value(-1000.0, 1.0), -127);
+        assert_eq!(quantize_value(5.0, 0.0), 0);
+    }
+
+    #[test]
+    fn globs_match_names() {
+        assert!(glob("*.mlp.*", "model.layers.0.mlp.down_proj.weight"));
+        assert!(glob("model.layers.?.mlp*", "model.layers.3.mlp.up"));
+        assert!(!glob("model.layers.?.mlp*", "model.layers.12.mlp.up"));
+        assert!(glob("*", ""));
+        assert!(!glob("a", "b"));
+    }
+
+    #[test]
+    fn chooses_two_dimensional_float_weights_only() {
+        let tensor = |name: &str, dtype: Dtype, shape: &[u64]| Tensor {
+            info: crate::format::TensorInfo {
+                name: name.into(),
+                dtype: dtype.into(),
+                shape: shape.to_vec(),
+                data_offsets: [0, 0],
+            },
+            shard: 0,
+        };
+        let options = Options::default();
+        assert_eq!(
+            choose(
+                &tensor("m.layers.0.mlp.w.weight", Dtype::Bf16, &[4, 4]),
+                &options
+            ),
+            Choice::Quantize
+        );
+        assert_eq!(
+            choose(
+                &tensor("m.layers.0.mlp.w.bias", Dtype::Bf16, &[4, 4]),
+                &options
+            ),
+            Choice::Keep(Kept::NotAWeight)
+        );
+        assert_eq!(
+            choose(&tensor("m.norm.weight", Dtype::Bf16, &[4, 4]), &options),
+            Choice::Keep(Kept::Norm)
+        );
+        assert_eq!(
+            choose(&tensor("lm_head.weight", Dtype::F32, &[4, 4]), &options),
+            Choice::Keep(Kept::LmHead)
+        );
+        assert_eq!(
+            choose(
+                &tensor("m.embed_tokens.weight", Dtype::F32, &[4, 4]),
+                &options
+            ),
+            Choice::Keep(Kept::Embedding)
+        );
+        assert_eq!(
+            choose(&tensor("m.w.weight", Dtype::I32, &[4, 4]), &options),
+            Choice::Keep(Kept::NotFloat)
+        );
+        assert_eq!(
+            choose(&tensor("m.w.weight", Dtype::F32, &[4]), &options),
+            Choice::Keep(Kept::NotTwoDimensional)
+        );
+        let excluding = Options {
+            exclude: vec!["*.mlp.*".into()],
+            ..Options::default()
+        };
+        assert_eq!(
+            choose(&tensor("m.mlp.w.weight", Dtype::F32, &[4, 4]), &excluding),
+            Choice::Keep(Kept::Excluded)
+        );
+    }
+}
