@@ -64,3 +64,27 @@ pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     std::fs::write(&path, bytes).unwrap();
     path
 }
+
+/// A Python check of a quantized file against its source, with `safetensors` and numpy:
+/// `python -c SCRIPT SOURCE OUTPUT`.
+pub fn python_check_script() -> &'static str {
+    r#"
+import sys
+import numpy as np
+from safetensors.numpy import load_file
+source, output = load_file(sys.argv[1]), load_file(sys.argv[2])
+checked = 0
+for name, q in output.items():
+    if name.endswith("_scale") and name[: -len("_scale")] in output:
+        continue
+    if q.dtype != np.int8:
+        assert np.array_equal(q, source[name]), name
+        continue
+    scale = output[name + "_scale"].astype(np.float64)
+    x = source[name].astype(np.float64)
+    error = np.abs(x - q.astype(np.float64) * scale)
+    assert np.all(error <= scale * 0.5 * (1 + 1e-9)), name
+    checked += 1
+print(f"checked {checked} quantized tensors")
+"#
+}

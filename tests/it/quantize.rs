@@ -1,0 +1,395 @@
+//! Quantize-and-save: the output is what loaders expect, read by the reference crate and the
+//! Python package, within half a scale of the source everywhere, and no fault leaves a partial file.
+
+use crate::support;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use stui::demo::{Fill, SyntheticModel};
+use stui::format::{Dtype, Model};
+use stui::quantize::{self, Control, Granularity, NonFinite, Options};
+
+fn model(dtype: Dtype) -> SyntheticModel {
+    SyntheticModel::new(11)
+        .tensor(
+            "model.layers.0.mlp.down_proj.weight",
+            dtype,
+            &[8, 16],
+            Fill::Normal {
+                mean: 0.0,
+                std: 0.5,
+            },
+        )
+        .tensor(
+            "model.layers.0.mlp.up_proj.weight",
+            dtype,
+            &[16, 8],
+            Fill::Normal {
+                mean: 0.1,
+                std: 2.0,
+            },
+        )
+        .tensor(
+            "model.layers.0.mlp.up_proj.bias",
+            dtype,
+            &[16],
+            Fill::Normal {
+                mean: 0.0,
+                std: 0.1,
+            },
+        )
+        .tensor(
+            "model.layers.0.input_layernorm.weight",
+            dtype,
+            &[8],
+            Fill::Normal {
+                mean: 1.0,
+                std: 0.02,
+            },
+        )
+        .tensor(
+            "model.embed_tokens.weight",
+            dtype,
+            &[32, 8],
+            Fill::Normal {
+                mean: 0.0,
+                std: 1.0,
+            },
+        )
+        .tensor(
+            "model.layers.0.self_attn.o_proj.weight",
+            dtype,
+            &[4, 4],
+            Fill::Zeros,
+        )
+        .metadata("format", "pt")
+        .metadata("note", "kept")
+}
+
+/// The value of every element of a tensor in a file read by the reference crate.
+fn reference_values(bytes: &[u8], name: &str) -> (safetensors::Dtype, Vec<usize>, Vec<f64>) {
+    let file = safetensors::SafeTensors::deserialize(bytes).unwrap();
+    let view = file.tensor(name).unwrap();
+    let dtype = match view.dtype() {
+        safetensors::Dtype::F32 => Dtype::F32,
+        safetensors::Dtype::BF16 => Dtype::Bf16,
+        safetensors::Dtype::F16 => Dtype::F16,
+        safetensors::Dtype::F64 => Dtype::F64,
+        safetensors::Dtype::I8 => Dtype::I8,
+        other => panic!("unexpected {other:?}"),
+    };
+    let values = (0..view.shape().iter().product())
+        .map(|i| stui::analysis::values::element(dtype, view.data(), i).unwrap())
+        .collect();
+    (view.dtype(), view.shape().to_vec(), values)
+}
+
+fn run(source: &Path, output: &Path, granularity: Granularity) -> quantize::Summary {
+    let model = Model::open(source).unwrap();
+    let options = Options {
+        granularity,
+        ..Options::default()
+    };
+    quantize::quantize(&model, output, &options, &Control::default()).unwrap()
+}
+
+#[test]
+fn the_reference_crate_reads_the_output_and_values_round_trip() {
+    for dtype in [Dtype::F32, Dtype::Bf16, Dtype::F16, Dtype::F64] {
+        for granularity in [Granularity::PerChannel, Granularity::PerTensor] {
+            let dir = tempfile::tempdir().unwrap();
+            let source = dir.path().join("model.safetensors");
+            model(dtype).write(&source).unwrap();
+            let output = dir.path().join("model.int8.safetensors");
+            let summary = run(&source, &output, granularity);
+            assert!(summary.verified, "{dtype} {granularity:?}");
+            assert_eq!(
+                summary.quantized.len(),
+                3,
+                "down_proj, up_proj and the zero o_proj"
+            );
+            let (source_bytes, output_bytes) = (
+                std::fs::read(&source).unwrap(),
+                std::fs::read(&output).unwrap(),
+            );
+            let reference = safetensors::SafeTensors::deserialize(&output_bytes).unwrap();
+            assert_eq!(reference.len(), 9);
+            // Kept tensors are copied byte for byte.
+            let original = safetensors::SafeTensors::deserialize(&source_bytes).unwrap();
+            for name in [
+                "model.layers.0.mlp.up_proj.bias",
+                "model.layers.0.input_layernorm.weight",
+                "model.embed_tokens.weight",
+            ] {
+                assert_eq!(
+                    reference.tensor(name).unwrap().data(),
+                    original.tensor(name).unwrap().data(),
+                    "{name}"
+                );
+            }
+            for name in [
+                "model.layers.0.mlp.down_proj.weight",
+                "model.layers.0.mlp.up_proj.weight",
+            ] {
+                let (q_dtype, shape, q) = reference_values(&output_bytes, name);
+                let (s_dtype, scale_shape, scales) =
+                    reference_values(&output_bytes, &format!("{name}_scale"));
+                let (_, _, x) = reference_values(&source_bytes, name);
+                assert_eq!(q_dtype, safetensors::Dtype::I8);
+                assert_eq!(s_dtype.to_string(), dtype.name());
+                let expected_scale_shape = if granularity == Granularity::PerChannel {
+                    vec![shape[0], 1]
+                } else {
+                    vec![1]
+                };
+                assert_eq!(scale_shape, expected_scale_shape);
+                for (i, (&x, &q)) in x.iter().zip(&q).enumerate() {
+                    let scale = if scales.len() == 1 {
+                        scales[0]
+                    } else {
+                        scales[i / shape[1]]
+                    };
+                    assert!(
+                        (x - q * scale).abs() <= scale * 0.5 * (1.0 + 1e-9),
+                        "{name}[{i}]: {x} vs {q} * {scale}"
+                    );
+                    assert!((-127.0..=127.0).contains(&q));
+                }
+            }
+            let file = safetensors::SafeTensors::read_metadata(&output_bytes)
+                .unwrap()
+                .1;
+            let metadata: BTreeMap<_, _> = file.metadata().clone().unwrap().into_iter().collect();
+            assert_eq!(metadata["format"], "pt");
+            assert_eq!(metadata["note"], "kept");
+            let config: serde_json::Value =
+                serde_json::from_str(&metadata["quantization_config"]).unwrap();
+            assert_eq!(config["quant_method"], "compressed-tensors");
+        }
+    }
+}
+
+#[test]
+fn the_file_is_laid_out_as_the_reference_writer_lays_it_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("model.safetensors");
+    model(Dtype::Bf16).write(&source).unwrap();
+    let output = dir.path().join("out.safetensors");
+    run(&source, &output, Granularity::PerChannel);
+    let bytes = std::fs::read(&output).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+    assert_eq!(header_len % 8, 0, "header padded to 8 bytes");
+    let file = Model::open(&output).unwrap();
+    let mut order: Vec<_> = file
+        .tensors
+        .iter()
+        .map(|t| {
+            (
+                t.info.data_offsets[0],
+                t.info.dtype.known().unwrap(),
+                t.name().to_owned(),
+            )
+        })
+        .collect();
+    order.sort();
+    let ranks: Vec<usize> = order.iter().map(|(_, d, _)| d.rank()).collect();
+    assert!(
+        ranks.windows(2).all(|w| w[0] >= w[1]),
+        "larger dtypes first: {order:?}"
+    );
+}
+
+#[test]
+fn nan_stops_or_is_skipped_and_the_source_is_never_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("model.safetensors");
+    model(Dtype::F32)
+        .plant("model.layers.0.mlp.down_proj.weight", 3, f64::NAN)
+        .write(&source)
+        .unwrap();
+    let loaded = Model::open(&source).unwrap();
+    let output = dir.path().join("out.safetensors");
+    assert!(
+        quantize::quantize(&loaded, &output, &Options::default(), &Control::default()).is_err()
+    );
+    assert!(!output.exists(), "nothing written when it stops");
+    let options = Options {
+        non_finite: NonFinite::Skip,
+        ..Options::default()
+    };
+    let summary = quantize::quantize(&loaded, &output, &options, &Control::default()).unwrap();
+    assert!(
+        summary
+            .kept
+            .iter()
+            .any(|(name, _)| name == "model.layers.0.mlp.down_proj.weight")
+    );
+    let before = std::fs::read(&source).unwrap();
+    assert!(quantize::quantize(&loaded, &source, &options, &Control::default()).is_err());
+    assert_eq!(std::fs::read(&source).unwrap(), before);
+}
+
+#[test]
+fn a_sharded_model_gives_sharded_output_with_its_index_and_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("model");
+    std::fs::create_dir(&folder).unwrap();
+    model(Dtype::Bf16)
+        .write(&folder.join("model-00001-of-00002.safetensors"))
+        .unwrap();
+    SyntheticModel::new(2)
+        .tensor(
+            "lm_head.weight",
+            Dtype::Bf16,
+            &[32, 8],
+            Fill::Normal {
+                mean: 0.0,
+                std: 1.0,
+            },
+        )
+        .tensor(
+            "model.layers.1.mlp.down_proj.weight",
+            Dtype::Bf16,
+            &[8, 16],
+            Fill::Normal {
+                mean: 0.0,
+                std: 1.0,
+            },
+        )
+        .write(&folder.join("model-00002-of-00002.safetensors"))
+        .unwrap();
+    std::fs::write(
+        folder.join("config.json"),
+        r#"{"model_type": "llama", "hidden_size": 8}"#,
+    )
+    .unwrap();
+    std::fs::write(folder.join("tokenizer.json"), "{}").unwrap();
+    let output = dir.path().join("model-int8");
+    let summary = run(&folder, &output, Granularity::PerChannel);
+    assert!(summary.verified);
+    let written = Model::open(&output).unwrap();
+    assert!(written.findings.is_empty(), "{:?}", written.findings);
+    assert_eq!(written.shards.len(), 2);
+    assert!(output.join("tokenizer.json").is_file());
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(output.join("config.json")).unwrap())
+            .unwrap();
+    let quantization = &config["quantization_config"];
+    assert_eq!(quantization["format"], "int-quantized");
+    assert_eq!(
+        quantization["config_groups"]["group_0"]["weights"]["strategy"],
+        "channel"
+    );
+    let ignore: Vec<&str> = quantization["ignore"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    for module in [
+        "lm_head",
+        "model.embed_tokens",
+        "model.layers.0.input_layernorm",
+    ] {
+        assert!(ignore.contains(&module), "{module} in {ignore:?}");
+    }
+    assert_eq!(config["hidden_size"], 8);
+}
+
+#[test]
+fn a_read_only_folder_is_a_clear_error_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("model.safetensors");
+    model(Dtype::F32).write(&source).unwrap();
+    let locked = dir.path().join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    let mut permissions = std::fs::metadata(&locked).unwrap().permissions();
+    permissions.set_readonly(true);
+    std::fs::set_permissions(&locked, permissions).unwrap();
+    let probe = locked.join("probe");
+    if std::fs::write(&probe, b"").is_ok() {
+        // Running as root: permissions do not stop writes; nothing to test here.
+        std::fs::remove_file(&probe).unwrap();
+        return;
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_stui"))
+        .args([
+            "quantize",
+            source.to_str().unwrap(),
+            "-o",
+            locked.join("out.safetensors").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("locked"));
+    assert_eq!(std::fs::read_dir(&locked).unwrap().count(), 0);
+}
+
+#[test]
+fn the_cli_refuses_to_replace_without_yes_and_reports_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("model.safetensors");
+    model(Dtype::F32).write(&source).unwrap();
+    let out = dir.path().join("out.safetensors");
+    std::fs::write(&out, b"existing").unwrap();
+    let stui = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_stui"))
+            .args([
+                "quantize",
+                source.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let refused = stui(&[]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert_eq!(std::fs::read(&out).unwrap(), b"existing");
+    let done = stui(&["--yes", "--json", "--per-tensor"]);
+    assert_eq!(
+        done.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&done.stdout).unwrap();
+    assert_eq!(summary["granularity"], "per-tensor");
+    assert_eq!(summary["quantized"].as_array().unwrap().len(), 3);
+    assert!(summary["bytes_after"].as_u64().unwrap() < summary["bytes_before"].as_u64().unwrap());
+}
+
+/// The Python `safetensors` package with numpy loads the output and dequantizes it within half
+/// a scale of the source. Runs where `STUI_PYTHON` names a Python with both (`.ci/run` sets one up).
+#[test]
+fn python_safetensors_loads_the_output() {
+    let Some(python) = std::env::var_os("STUI_PYTHON") else {
+        assert!(std::env::var_os("CI").is_none(), "CI must set STUI_PYTHON");
+        eprintln!("STUI_PYTHON is not set: the Python interop test cannot run here");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("model.safetensors");
+    model(Dtype::F32).write(&source).unwrap();
+    let output = dir.path().join("out.safetensors");
+    run(&source, &output, Granularity::PerChannel);
+    let script = support::python_check_script();
+    let result = Command::new(python)
+        .args([
+            "-c",
+            script,
+            source.to_str().unwrap(),
+            output.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        result.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&result.stdout),
+        String::from_utf8_lossy(&result.stderr)
+    );
+    assert!(String::from_utf8_lossy(&result.stdout).contains("checked 3 quantized tensors"));
+}
