@@ -779,6 +779,51 @@ fn write_weight(
     Ok(sums.finish())
 }
 
+/// What quantizing one tensor would cost, computed without writing anything: `None` when it
+/// holds NaN or Inf.
+pub fn preview(model: &Model, tensor: usize, granularity: Granularity) -> Result<Option<Error8>> {
+    let entry = &model.tensors[tensor];
+    let path = &model.shard_of(entry).path;
+    let files: Vec<File> = model
+        .shards
+        .iter()
+        .map(|s| File::open(&s.path).map_err(|e| Error::io(&s.path, e)))
+        .collect::<Result<_>>()?;
+    let control = Control::default();
+    let Some(absmax) =
+        row_absmax(model, &files, entry, &control).map_err(|e| Error::io(path, e))?
+    else {
+        return Ok(None);
+    };
+    let dtype = scale_dtype(entry.info.dtype.known().unwrap_or(Dtype::F32));
+    let absmax = match granularity {
+        Granularity::PerChannel => absmax,
+        Granularity::PerTensor => vec![absmax.iter().copied().fold(0.0, f64::max)],
+    };
+    let scales: Vec<f64> = absmax.iter().map(|&a| stored(dtype, a / 127.0)).collect();
+    let error = write_weight(model, &files, entry, &scales, &mut io::sink(), &control)
+        .map_err(|e| Error::io(path, e))?;
+    Ok(Some(error))
+}
+
+/// The default output next to the source: `<stem>.int8.safetensors` for a file, `<folder>-int8`
+/// beside a sharded model's folder.
+pub fn default_output(model: &Model) -> PathBuf {
+    let first = &model.shards[0].path;
+    if model.shards.len() > 1 || model.source != crate::format::model::Source::File {
+        let folder = first.parent().unwrap_or(Path::new("."));
+        let name = folder
+            .file_name()
+            .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
+        folder.with_file_name(format!("{name}-int8"))
+    } else {
+        let stem = first
+            .file_stem()
+            .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
+        first.with_file_name(format!("{stem}.int8.safetensors"))
+    }
+}
+
 /// `round_half_even(x / scale)` clamped to `[-127, 127]`; 0 when the scale is 0.
 pub fn quantize_value(x: f64, scale: f64) -> i8 {
     if scale == 0.0 || !scale.is_finite() {

@@ -18,6 +18,7 @@ pub use theme::Theme;
 
 use crate::format::Model;
 use crate::jobs::{Scan, ScanOptions};
+use crate::quantize;
 use anyhow::Context as _;
 use app::Effect;
 use event::Event;
@@ -27,7 +28,9 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::time::{Duration, Instant};
 
 /// How the explorer looks and what it records.
 #[derive(Clone, Debug, Default)]
@@ -49,26 +52,13 @@ pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let mut app = App::new(Arc::clone(&model), Theme::new(options.color));
-    let (scan_events, events) = event::start();
-    let everything = (0..model.tensors.len()).collect();
-    let scan = Scan::start(
-        model,
-        everything,
-        ScanOptions {
-            serve: true,
-            ..ScanOptions::default()
-        },
-        scan_events,
-    );
-    if let Some(Effect::Prioritize(tensor)) = app.wanted() {
-        scan.prioritize(tensor, true);
-    }
+    let (sender, events) = event::start();
+    let mut session = Session::open(model, options, &sender);
 
     let mut terminal = ratatui::init();
     install_restoring_panic_hook();
     let _ = execute!(std::io::stdout(), terminal::EnableMouseCapture);
-    let outcome = event_loop(&mut terminal, &mut app, &events, &scan, log.as_mut());
+    let outcome = event_loop(&mut terminal, &mut session, &sender, &events, log.as_mut());
     restore();
     if let Some(log) = log.as_mut() {
         let _ = log.flush();
@@ -96,11 +86,99 @@ fn install_restoring_panic_hook() {
     }));
 }
 
+/// The model being explored: its state and its scan.
+struct Session {
+    app: App,
+    scan: Scan,
+    color: bool,
+}
+
+impl Session {
+    fn open(model: Arc<Model>, options: &Options, sender: &Sender<Event>) -> Session {
+        let app = App::new(Arc::clone(&model), Theme::new(options.color));
+        let everything = (0..model.tensors.len()).collect();
+        let scan_options = ScanOptions {
+            serve: true,
+            ..ScanOptions::default()
+        };
+        let scan = Scan::start(model, everything, scan_options, event::forward_scan(sender));
+        if let Some(Effect::Prioritize(tensor)) = app.wanted() {
+            scan.prioritize(tensor, true);
+        }
+        Session {
+            app,
+            scan,
+            color: options.color,
+        }
+    }
+
+    /// Carries out what the app asks.
+    fn perform(&mut self, effect: Effect, sender: &Sender<Event>) {
+        match effect {
+            Effect::Prioritize(tensor) => self.scan.prioritize(tensor, true),
+            Effect::SetPaused(paused) => self.scan.set_paused(paused),
+            Effect::Preview(tensors, granularity) => {
+                let model = Arc::clone(&self.app.model);
+                let sender = sender.clone();
+                let _ = std::thread::Builder::new()
+                    .name("stui-preview".into())
+                    .spawn(move || {
+                        for tensor in tensors {
+                            let result = quantize::preview(&model, tensor, granularity)
+                                .map_err(|e| e.to_string());
+                            if sender
+                                .send(Event::Preview(tensor, granularity, result))
+                                .is_err()
+                            {
+                                break;
+                            }
+                        }
+                    });
+            }
+            Effect::Save(options, output, control) => {
+                let model = Arc::clone(&self.app.model);
+                let (saver, ticker) = (sender.clone(), sender.clone());
+                let finished = Arc::new(AtomicBool::new(false));
+                let done = Arc::clone(&finished);
+                let _ = std::thread::Builder::new()
+                    .name("stui-save".into())
+                    .spawn(move || {
+                        let result = quantize::quantize(&model, &output, &options, &control)
+                            .map_err(|e| e.to_string());
+                        done.store(true, Ordering::Relaxed);
+                        let _ = saver.send(Event::Saved(result));
+                    });
+                let _ = std::thread::Builder::new()
+                    .name("stui-ticks".into())
+                    .spawn(move || {
+                        while !finished.load(Ordering::Relaxed) && ticker.send(Event::Tick).is_ok()
+                        {
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                    });
+            }
+            Effect::Reopen(path) => match Model::open(&path) {
+                Ok(model) => {
+                    let options = Options {
+                        color: self.color,
+                        log: None,
+                    };
+                    *self = Session::open(Arc::new(model), &options, sender);
+                }
+                Err(error) => {
+                    self.app
+                        .on_saved(Err(format!("cannot open {}: {error}", path.display())));
+                }
+            },
+        }
+    }
+}
+
 fn event_loop(
     terminal: &mut ratatui::DefaultTerminal,
-    app: &mut App,
+    session: &mut Session,
+    sender: &Sender<Event>,
     events: &std::sync::mpsc::Receiver<Event>,
-    scan: &Scan,
     mut log: Option<&mut BufWriter<File>>,
 ) -> anyhow::Result<()> {
     let mut dirty = true;
@@ -109,7 +187,7 @@ fn event_loop(
         if dirty {
             let started = Instant::now();
             terminal
-                .draw(|frame| ui::render(frame, app))
+                .draw(|frame| ui::render(frame, &mut session.app))
                 .context("cannot draw")?;
             if let Some(log) = log.as_mut() {
                 let latency = oldest_input.map_or_else(String::new, |t| {
@@ -124,13 +202,14 @@ fn event_loop(
             dirty = false;
             oldest_input = None;
         }
-        if app.should_quit {
+        if session.app.should_quit {
             return Ok(());
         }
         let Ok(first) = events.recv() else {
             return Ok(());
         };
         for event in std::iter::once(first).chain(events.try_iter()) {
+            let app = &mut session.app;
             let (changed, effect) = match event {
                 Event::Input(input, at) => {
                     let outcome = handle_input(app, &input);
@@ -141,16 +220,20 @@ fn event_loop(
                     outcome
                 }
                 Event::Scan(result) => (app.on_scan(result), None),
+                Event::Preview(tensor, granularity, result) => {
+                    (app.on_preview(tensor, granularity, result), None)
+                }
+                Event::Saved(result) => (app.on_saved(result), None),
+                Event::Tick => (app.quantize.is_some(), None),
                 Event::Signal => {
                     app.should_quit = true;
                     (true, None)
                 }
             };
             dirty |= changed;
-            match effect {
-                Some(Effect::Prioritize(tensor)) => scan.prioritize(tensor, true),
-                Some(Effect::SetPaused(paused)) => scan.set_paused(paused),
-                None => {}
+            if let Some(effect) = effect {
+                session.perform(effect, sender);
+                dirty = true;
             }
         }
     }

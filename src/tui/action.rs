@@ -34,6 +34,18 @@ pub enum Action {
     SearchCancel,
     ShowMetadata,
     ShowHelp,
+    /// Open the quantize dialog for the selection.
+    Quantize,
+    QuantizeGranularity,
+    /// Quantize the whole model rather than the selection.
+    QuantizeWholeModel,
+    QuantizeSkipNonFinite,
+    /// Save (or confirm replacing the output).
+    QuantizeConfirm,
+    /// Cancel a save under way, or close the dialog.
+    QuantizeCancel,
+    /// After saving: open the new file in place.
+    OpenResult,
     ClosePopup,
     Quit,
 }

@@ -2,6 +2,7 @@
 //! signals, each from its own thread.
 
 use crate::jobs::ScanEvent;
+use crate::quantize::{Error8, Granularity, Summary};
 use ratatui::crossterm::event as terminal;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Instant;
@@ -13,11 +14,16 @@ pub enum Event {
     Scan(ScanEvent),
     /// SIGTERM or SIGHUP (the SSH connection dropped): leave at once, terminal restored.
     Signal,
+    /// A quantization preview of one tensor (`None`: it holds NaN or Inf).
+    Preview(usize, Granularity, Result<Option<Error8>, String>),
+    /// A quantize-and-save ended.
+    Saved(Result<Summary, String>),
+    /// Time passed while something shows progress.
+    Tick,
 }
 
-/// Starts the input and signal threads and returns the channel they feed, and a sender for the
-/// scan's events.
-pub fn start() -> (Sender<ScanEvent>, Receiver<Event>) {
+/// Starts the input and signal threads and returns the channel they feed.
+pub fn start() -> (Sender<Event>, Receiver<Event>) {
     let (sender, receiver) = channel();
     let input = sender.clone();
     // The threads end with the process; a send fails only once the loop has stopped listening.
@@ -46,7 +52,13 @@ pub fn start() -> (Sender<ScanEvent>, Receiver<Event>) {
                 }
             });
     }
+    (sender, receiver)
+}
+
+/// A sender for a scan's events, forwarded into the explorer's channel.
+pub fn forward_scan(sender: &Sender<Event>) -> Sender<ScanEvent> {
     let (scan_sender, scan_receiver) = channel();
+    let sender = sender.clone();
     let _ = std::thread::Builder::new()
         .name("stui-results".into())
         .spawn(move || {
@@ -56,5 +68,5 @@ pub fn start() -> (Sender<ScanEvent>, Receiver<Event>) {
                 }
             }
         });
-    (scan_sender, receiver)
+    scan_sender
 }

@@ -10,6 +10,7 @@ pub enum Context {
     Findings,
     Search,
     Popup,
+    Quantize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,7 +80,7 @@ const fn bind(
     }
 }
 
-use Context::{Findings, Popup, Search, Tree};
+use Context::{Findings, Popup, Quantize, Search, Tree};
 use KeyCode::{Backspace, Down, End, Enter, Esc, Home, Left, PageDown, PageUp, Right, Tab, Up};
 
 pub static BINDINGS: &[Binding] = &[
@@ -286,6 +287,49 @@ pub static BINDINGS: &[Binding] = &[
         ],
         Action::ClosePopup,
         "close",
+        true,
+    ),
+    bind(Tree, &[Key::Char('Q')], Action::Quantize, "quantize", true),
+    bind(
+        Quantize,
+        &[Key::Char('g')],
+        Action::QuantizeGranularity,
+        "channel/tensor",
+        true,
+    ),
+    bind(
+        Quantize,
+        &[Key::Char('s')],
+        Action::QuantizeSkipNonFinite,
+        "skip NaN/Inf",
+        true,
+    ),
+    bind(
+        Quantize,
+        &[Key::Char('w')],
+        Action::QuantizeWholeModel,
+        "whole model",
+        true,
+    ),
+    bind(
+        Quantize,
+        &[Key::Code(Enter)],
+        Action::QuantizeConfirm,
+        "save",
+        true,
+    ),
+    bind(
+        Quantize,
+        &[Key::Char('o')],
+        Action::OpenResult,
+        "open result",
+        true,
+    ),
+    bind(
+        Quantize,
+        &[Key::Code(Esc)],
+        Action::QuantizeCancel,
+        "cancel / close",
         true,
     ),
 ];

@@ -16,6 +16,7 @@ mod details;
 mod findings;
 mod histogram;
 mod popup;
+mod quantize;
 mod status;
 mod tree;
 
@@ -65,6 +66,9 @@ pub fn render(frame: &mut Frame, app: &mut App) {
     status::render_footer(frame, footer, app);
     if let Some(kind) = app.popup {
         popup::render(frame, area, app, kind);
+    }
+    if let Some(dialog) = &app.quantize {
+        quantize::render(frame, area, app, dialog);
     }
 }
 

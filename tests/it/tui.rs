@@ -182,3 +182,51 @@ fn findings_enter_jumps_to_the_tensor() {
         Some("model.layers.3.self_attn.o_proj.weight")
     );
 }
+
+#[test]
+fn the_quantize_dialog_previews_saves_and_reports() {
+    use stui::quantize::Granularity;
+    use stui::tui::app::{Effect, Stage};
+    let mut app = demo(true);
+    let (_, effect) = app.update(Action::Quantize);
+    assert!(matches!(effect, Some(Effect::Preview(..))));
+    let (_, effect) = app.update(Action::QuantizeWholeModel);
+    let Some(Effect::Preview(chosen, Granularity::PerChannel)) = effect else {
+        panic!("a preview of the whole model")
+    };
+    assert_eq!(chosen.len(), 28);
+    let nan = app
+        .model
+        .tensors
+        .iter()
+        .position(|t| t.name() == "model.layers.2.mlp.down_proj.weight")
+        .unwrap();
+    for &tensor in &chosen {
+        let result = if tensor == nan {
+            Ok(None)
+        } else {
+            stui::quantize::preview(&app.model, tensor, Granularity::PerChannel)
+                .map_err(|e| e.to_string())
+        };
+        app.on_preview(tensor, Granularity::PerChannel, result);
+    }
+    insta::assert_snapshot!("quantize_preview", screen(&mut app, 100, 30));
+    app.update(Action::QuantizeSkipNonFinite);
+    let (_, effect) = app.update(Action::QuantizeConfirm);
+    let dir = tempfile::tempdir().unwrap();
+    let Some(Effect::Save(options, _, control)) = effect else {
+        panic!("a save")
+    };
+    let output = dir.path().join("demo.int8.safetensors");
+    let result = stui::quantize::quantize(&app.model, &output, &options, &control)
+        .map_err(|e| e.to_string());
+    app.on_saved(result);
+    let dialog = app.quantize.as_ref().unwrap();
+    let Stage::Saved(summary) = &dialog.stage else {
+        panic!("saved")
+    };
+    assert!(summary.verified);
+    assert_eq!(summary.quantized.len(), 27);
+    let (_, effect) = app.update(Action::OpenResult);
+    assert!(matches!(effect, Some(Effect::Reopen(path)) if path == output));
+}
