@@ -491,36 +491,50 @@ fn verify(
         };
         let io_error = |e| Error::io(&written.shard_of(weight).path, e);
         let mut scales = Vec::new();
-        for_each_rows(&written, &files, &as_matrix(scale), control, |_, values| {
-            scales.extend_from_slice(values);
-            Ok(())
-        })
+        map_rows(
+            &written,
+            &files,
+            &as_matrix(scale),
+            control,
+            |_, values| Ok(values.to_vec()),
+            |values| {
+                scales.extend(values);
+                Ok(())
+            },
+        )
         .map_err(io_error)?;
         let columns = usize::try_from(weight.info.shape[1]).unwrap_or(1).max(1);
         let (weight_start, _) = written.file_range(weight);
         let weight_file = &files[weight.shard];
         let mut ok = true;
-        let mut int8 = Vec::new();
-        // Stream the source a chunk of rows at a time, reading the same rows of the output.
-        for_each_rows(model, &source_files, source, control, |first_row, rows| {
-            int8.resize(rows.len(), 0u8);
-            read_exact_at(
-                weight_file,
-                &mut int8,
-                weight_start + (first_row * columns) as u64,
-            )?;
-            for (i, (&x, &q)) in rows.iter().zip(&int8).enumerate() {
-                let row = first_row + i / columns;
-                let s = if scales.len() == 1 {
-                    scales[0]
-                } else {
-                    scales[row]
-                };
-                let dequantized = f64::from(q.cast_signed()) * s;
-                ok &= (x - dequantized).abs() <= s * 0.5 * (1.0 + 1e-9) + f64::MIN_POSITIVE;
-            }
-            Ok(())
-        })
+        // Stream the source a run of rows at a time, reading the same rows of the output.
+        map_rows(
+            model,
+            &source_files,
+            source,
+            control,
+            |first_row, rows| {
+                let mut int8 = vec![0u8; rows.len()];
+                read_exact_at(
+                    weight_file,
+                    &mut int8,
+                    weight_start + (first_row * columns) as u64,
+                )?;
+                Ok(rows.iter().zip(&int8).enumerate().all(|(i, (&x, &q))| {
+                    let s = if scales.len() == 1 {
+                        scales[0]
+                    } else {
+                        scales[first_row + i / columns]
+                    };
+                    (x - f64::from(q.cast_signed()) * s).abs()
+                        <= s * 0.5 * (1.0 + 1e-9) + f64::MIN_POSITIVE
+                }))
+            },
+            |within| {
+                ok &= within;
+                Ok(())
+            },
+        )
         .map_err(|e| Error::io(&model.shard_of(source).path, e))?;
         if !ok {
             return Ok(false);
@@ -556,15 +570,18 @@ fn remove_stale_temporaries(folder: &Path) {
     }
 }
 
-/// Calls `each` with consecutive runs of whole rows of `tensor` as values, reading about
-/// [`CHUNK`] bytes at a time. Rows are `[out, in]`'s rows.
-fn for_each_rows(
+/// Reads `tensor` a run of whole rows at a time (about [`CHUNK`] bytes), runs `compute` on each
+/// run's values on the rayon pool, a few runs at once, and hands the results to `consume` in
+/// order. Rows are `[out, in]`'s rows; `compute` gets the first row's index.
+fn map_rows<T: Send>(
     model: &Model,
     files: &[File],
     tensor: &Tensor,
     control: &Control,
-    mut each: impl FnMut(usize, &[f64]) -> io::Result<()>,
+    compute: impl Fn(usize, &[f64]) -> io::Result<T> + Sync,
+    mut consume: impl FnMut(T) -> io::Result<()>,
 ) -> io::Result<()> {
+    use rayon::prelude::*;
     let info = &tensor.info;
     let dtype = info
         .dtype
@@ -575,22 +592,41 @@ fn for_each_rows(
     let rows_per_chunk = (CHUNK / row_bytes).max(1);
     let (start, _) = model.file_range(tensor);
     let file = &files[tensor.shard];
-    let mut buffer = Vec::new();
-    let mut decoded = Vec::new();
-    let mut row = 0;
-    while row < rows {
+    let runs: Vec<(u64, u64)> = (0..rows)
+        .step_by(usize::try_from(rows_per_chunk).unwrap_or(1))
+        .map(|row| (row, rows_per_chunk.min(rows - row)))
+        .collect();
+    let window = rayon::current_num_threads().max(1) * 2;
+    for group in runs.chunks(window) {
         control.check()?;
-        let count = rows_per_chunk.min(rows - row);
-        let len = usize::try_from(count * row_bytes).map_err(io::Error::other)?;
-        buffer.resize(len, 0);
-        read_exact_at(file, &mut buffer, start + row * row_bytes)?;
-        decoded.clear();
-        values::feed(dtype, &buffer, &mut Collect(&mut decoded));
-        each(usize::try_from(row).map_err(io::Error::other)?, &decoded)?;
-        control.bytes_done.fetch_add(len as u64, Ordering::Relaxed);
-        row += count;
+        let results: Vec<io::Result<(T, u64)>> = group
+            .par_iter()
+            .map(|&(row, count)| {
+                let len = usize::try_from(count * row_bytes).map_err(io::Error::other)?;
+                BUFFERS.with_borrow_mut(|(buffer, decoded)| {
+                    buffer.resize(len, 0);
+                    read_exact_at(file, buffer, start + row * row_bytes)?;
+                    decoded.clear();
+                    values::feed(dtype, buffer, &mut Collect(decoded));
+                    Ok((
+                        compute(usize::try_from(row).map_err(io::Error::other)?, decoded)?,
+                        len as u64,
+                    ))
+                })
+            })
+            .collect();
+        for result in results {
+            let (value, bytes) = result?;
+            consume(value)?;
+            control.bytes_done.fetch_add(bytes, Ordering::Relaxed);
+        }
     }
     Ok(())
+}
+
+thread_local! {
+    /// Each worker's read buffer and decoded values, reused from run to run.
+    static BUFFERS: std::cell::RefCell<(Vec<u8>, Vec<f64>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 struct Collect<'a>(&'a mut Vec<f64>);
@@ -611,16 +647,30 @@ fn row_absmax(
     tensor: &Tensor,
     control: &Control,
 ) -> io::Result<Option<Vec<f64>>> {
-    let columns = usize::try_from(tensor.info.shape[1]).map_err(io::Error::other)?;
+    let columns = usize::try_from(tensor.info.shape[1])
+        .map_err(io::Error::other)?
+        .max(1);
     let mut absmax = Vec::new();
     let mut finite = true;
-    for_each_rows(model, files, tensor, control, |_, values| {
-        for row in values.chunks(columns.max(1)) {
-            finite &= row.iter().all(|v| v.is_finite());
-            absmax.push(row.iter().fold(0f64, |m, v| m.max(v.abs())));
-        }
-        Ok(())
-    })?;
+    map_rows(
+        model,
+        files,
+        tensor,
+        control,
+        |_, values| {
+            let all_finite = values.iter().all(|v| v.is_finite());
+            let maxima: Vec<f64> = values
+                .chunks(columns)
+                .map(|row| row.iter().fold(0f64, |m, v| m.max(v.abs())))
+                .collect();
+            Ok((maxima, all_finite))
+        },
+        |(maxima, all_finite)| {
+            finite &= all_finite;
+            absmax.extend(maxima);
+            Ok(())
+        },
+    )?;
     Ok(finite.then_some(absmax))
 }
 
@@ -755,27 +805,37 @@ fn write_weight(
     out: &mut impl Write,
     control: &Control,
 ) -> io::Result<Error8> {
-    let columns = usize::try_from(tensor.info.shape[1]).map_err(io::Error::other)?;
+    let columns = usize::try_from(tensor.info.shape[1])
+        .map_err(io::Error::other)?
+        .max(1);
     let mut sums = ErrorSums::default();
-    let mut bytes = Vec::new();
-    for_each_rows(model, files, tensor, control, |first_row, values| {
-        bytes.clear();
-        let mut chunk_sums = ErrorSums::default();
-        for (offset, row) in values.chunks(columns.max(1)).enumerate() {
-            let scale = if scales.len() == 1 {
-                scales[0]
-            } else {
-                scales[first_row + offset]
-            };
-            for &x in row {
-                let q = quantize_value(x, scale);
-                chunk_sums.add(x, f64::from(q) * scale, scale);
-                bytes.push(q.to_le_bytes()[0]);
+    map_rows(
+        model,
+        files,
+        tensor,
+        control,
+        |first_row, values| {
+            let mut bytes = Vec::with_capacity(values.len());
+            let mut chunk_sums = ErrorSums::default();
+            for (offset, row) in values.chunks(columns).enumerate() {
+                let scale = if scales.len() == 1 {
+                    scales[0]
+                } else {
+                    scales[first_row + offset]
+                };
+                for &x in row {
+                    let q = quantize_value(x, scale);
+                    chunk_sums.add(x, f64::from(q) * scale, scale);
+                    bytes.push(q.to_le_bytes()[0]);
+                }
             }
-        }
-        sums.merge(&chunk_sums);
-        out.write_all(&bytes)
-    })?;
+            Ok((bytes, chunk_sums))
+        },
+        |(bytes, chunk_sums)| {
+            sums.merge(&chunk_sums);
+            out.write_all(&bytes)
+        },
+    )?;
     Ok(sums.finish())
 }
 
@@ -826,14 +886,18 @@ pub fn default_output(model: &Model) -> PathBuf {
 
 /// `round_half_even(x / scale)` clamped to `[-127, 127]`; 0 when the scale is 0.
 pub fn quantize_value(x: f64, scale: f64) -> i8 {
+    // Adding and taking away 1.5 * 2^52 rounds half to even (the FPU's default mode) for any
+    // value this small, without a call to `rint` on CPUs without SSE4.1.
+    const ROUNDER: f64 = 6_755_399_441_055_744.0;
     if scale == 0.0 || !scale.is_finite() {
         return 0;
     }
+    let rounded = ((x / scale).clamp(-127.0, 127.0) + ROUNDER) - ROUNDER;
     #[expect(
         clippy::cast_possible_truncation,
-        reason = "clamped to the int8 range first"
+        reason = "a whole number in the int8 range"
     )]
-    let q = (x / scale).round_ties_even().clamp(-127.0, 127.0) as i8;
+    let q = rounded as i8;
     q
 }
 
