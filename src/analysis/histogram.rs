@@ -87,11 +87,7 @@ impl HistogramBuilder {
         if x == 0.0 {
             self.zeros += 1;
         } else {
-            #[expect(
-                clippy::cast_possible_truncation,
-                reason = "log2 of an f64 lies in -1075..1024"
-            )]
-            let exponent = x.abs().log2().floor() as i32;
+                        let exponent = floor_log2(x.abs());
             let slot = usize::try_from(exponent.clamp(LOG2_LOW, LOG2_HIGH) - LOG2_LOW).unwrap_or(0);
             self.log2[slot] += 1;
         }
@@ -122,6 +118,19 @@ impl HistogramBuilder {
             log2,
             zeros: self.zeros,
         }
+    }
+}
+
+/// `floor(log2(x))` for a finite positive `x`, read from its exponent bits (subnormals by
+/// `log2`).
+fn floor_log2(x: f64) -> i32 {
+    let biased = i32::try_from((x.to_bits() >> 52) & 0x7ff).unwrap_or(0);
+    if biased == 0 {
+        #[expect(clippy::cast_possible_truncation, reason = "log2 of a subnormal lies in -1075..-1022")]
+        let exponent = x.log2().floor() as i32;
+        exponent
+    } else {
+        biased - 1023
     }
 }
 
