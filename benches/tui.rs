@@ -73,7 +73,7 @@ fn main() -> anyhow::Result<()> {
     }
     println!("tensors                         {}", model.tensors.len());
     println!(
-        "app built (tree + items)        {:>8.2} ms",
+        "app built (tree + outline)      {:>8.2} ms",
         opened.as_secs_f64() * 1e3
     );
     println!(

@@ -87,7 +87,7 @@ impl HistogramBuilder {
         if x == 0.0 {
             self.zeros += 1;
         } else {
-                        let exponent = floor_log2(x.abs());
+            let exponent = floor_log2(x.abs());
             let slot = usize::try_from(exponent.clamp(LOG2_LOW, LOG2_HIGH) - LOG2_LOW).unwrap_or(0);
             self.log2[slot] += 1;
         }
@@ -126,7 +126,10 @@ impl HistogramBuilder {
 fn floor_log2(x: f64) -> i32 {
     let biased = i32::try_from((x.to_bits() >> 52) & 0x7ff).unwrap_or(0);
     if biased == 0 {
-        #[expect(clippy::cast_possible_truncation, reason = "log2 of a subnormal lies in -1075..-1022")]
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "log2 of a subnormal lies in -1075..-1022"
+        )]
         let exponent = x.log2().floor() as i32;
         exponent
     } else {

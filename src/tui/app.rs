@@ -144,6 +144,8 @@ pub struct App {
     pub page: usize,
     /// Where the tree's rows are on screen, `(x, y, width, height)` (set when drawing), for clicks.
     pub tree_area: Option<(u16, u16, u16, u16)>,
+    /// The dtype mix of each group shown so far, which takes a walk over its tensors to compute.
+    mixes: std::cell::RefCell<HashMap<NodeId, crate::tree::DtypeMix>>,
 }
 
 impl App {
@@ -179,6 +181,7 @@ impl App {
             should_quit: false,
             page: 10,
             tree_area: None,
+            mixes: std::cell::RefCell::default(),
             model,
         };
         for finding in app.model.findings.clone() {
@@ -211,6 +214,15 @@ impl App {
     pub fn selected_tensor(&self) -> Option<usize> {
         self.selected_node()
             .and_then(|node| self.tree.node(node).tensor)
+    }
+
+    /// Each dtype's share of the tensors below `node`, computed once per node shown.
+    pub fn dtype_mix(&self, node: NodeId) -> crate::tree::DtypeMix {
+        self.mixes
+            .borrow_mut()
+            .entry(node)
+            .or_insert_with(|| self.tree.dtype_mix(node, &self.model.tensors))
+            .clone()
     }
 
     /// The findings shown, under the severity filter.

@@ -104,8 +104,7 @@ fn group_lines(app: &App, node: crate::tree::NodeId) -> Vec<Line<'static>> {
         escape(&app.tree.path(node)).into_owned()
     };
     let mix: Vec<String> = app
-        .tree
-        .dtype_mix(node, &app.model.tensors)
+        .dtype_mix(node)
         .0
         .iter()
         .map(|share| {
