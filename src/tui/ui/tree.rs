@@ -23,12 +23,13 @@ pub fn render(frame: &mut Frame, area: Rect, app: &mut App) {
     app.tree_area = Some((rows_area.x, rows_area.y, rows_area.width, rows_area.height));
     let first = app.outline.scroll_into_view(height);
     let selected = app.outline.selected_row();
+    let width = usize::from(rows_area.width);
     let lines: Vec<Line> = app.outline.rows()[first..]
         .iter()
         .take(height)
         .enumerate()
         .map(|(i, &(node, depth))| {
-            let mut line = row_line(app, node, depth);
+            let mut line = row_line(app, node, depth, width);
             if first + i == selected {
                 line = line.style(app.theme.selected);
             }
@@ -38,7 +39,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &mut App) {
     frame.render_widget(Paragraph::new(lines), rows_area);
 }
 
-fn row_line(app: &App, id: NodeId, depth: u16) -> Line<'static> {
+/// One row: guides, open/closed symbol, marks, name, then shape (or tensor count) and dtype, and
+/// the size right-aligned when the width allows.
+fn row_line(app: &App, id: NodeId, depth: u16, width: usize) -> Line<'static> {
     let theme = &app.theme;
     let tree = &app.tree;
     let node = tree.node(id);
@@ -76,5 +79,14 @@ fn row_line(app: &App, id: NodeId, depth: u16) -> Line<'static> {
         _ => format!("  {}", node.totals.tensors),
     };
     spans.push(Span::styled(detail, theme.dim));
+    let size = crate::text::Bytes(node.totals.bytes).to_string();
+    let used: usize = spans
+        .iter()
+        .map(|s| crate::text::display_width(&s.content))
+        .sum();
+    if used + size.len() + 2 <= width {
+        spans.push(Span::raw(" ".repeat(width - used - size.len())));
+        spans.push(Span::styled(size, theme.dim));
+    }
     Line::from(spans)
 }
