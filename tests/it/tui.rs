@@ -139,9 +139,9 @@ fn an_unreadable_file_gets_an_error_screen() {
     let text = screen(&mut app, 80, 24);
     assert!(text.contains("cannot be read"), "{text}");
     assert!(text.contains("Git LFS pointer"), "{text}");
-    // The path is a temporary folder; the snapshot keeps the rest of the screen.
-    let text = text.replace(&path.display().to_string(), "model.safetensors");
-    insta::assert_snapshot!("unreadable", text);
+    // The header line holds the temporary path; the snapshot keeps the rest of the screen.
+    let body: Vec<&str> = text.lines().skip(1).collect();
+    insta::assert_snapshot!("unreadable", body.join("\n"));
 }
 
 #[test]

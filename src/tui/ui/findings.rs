@@ -59,10 +59,7 @@ pub fn render_unreadable(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(block("this file cannot be read", true, app), area);
     let mut lines = vec![
         Line::styled(
-            format!(
-                "stui could not read any tensor from {}.",
-                crate::text::escape_path(&app.model.path)
-            ),
+            "stui could not read any tensor from this file (it is named in the header above).",
             theme.error,
         ),
         Line::from(""),
