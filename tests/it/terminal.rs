@@ -19,7 +19,9 @@ impl Tmux {
             eprintln!("tmux is not installed here: the real-terminal test cannot run");
             return None;
         }
-        let session = format!("stui-test-{}", std::process::id());
+        static SESSIONS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let number = SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let session = format!("stui-test-{}-{number}", std::process::id());
         let status = Command::new("tmux")
             .args([
                 "new-session",
@@ -127,4 +129,46 @@ fn the_explorer_in_a_real_terminal() {
         std::fs::read_to_string(&before).unwrap(),
         std::fs::read_to_string(&after).unwrap()
     );
+}
+
+#[test]
+fn sigterm_and_sighup_give_the_terminal_back() {
+    for signal in ["TERM", "HUP"] {
+        let Some(tmux) = Tmux::start(80, 24) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        // A copy under a unique path, so that this process alone matches it.
+        let model = dir.path().join(format!("signal-{signal}.safetensors"));
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/demo.safetensors"),
+            &model,
+        )
+        .unwrap();
+        let (before, after) = (dir.path().join("before"), dir.path().join("after"));
+        tmux.send(&[&format!("stty -g > {}", before.display()), "Enter"]);
+        tmux.wait_for("the shell", |_| before.exists());
+        tmux.send(&[
+            &format!("{} {}", env!("CARGO_BIN_EXE_stui"), model.display()),
+            "Enter",
+        ]);
+        tmux.wait_for("the explorer", |s| s.contains("scan done"));
+        let status = Command::new("pkill")
+            .args([&format!("-{signal}"), "-f", &model.display().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "the explorer was found and signalled");
+        tmux.wait_for("the shell prompt", |s| {
+            !s.contains("scan done") && s.contains("$ ")
+        });
+        tmux.send(&[&format!("stty -g > {}", after.display()), "Enter"]);
+        tmux.wait_for("the terminal settings", |_| {
+            std::fs::metadata(&after).is_ok_and(|m| m.len() > 0)
+        });
+        assert_eq!(
+            std::fs::read_to_string(&before).unwrap(),
+            std::fs::read_to_string(&after).unwrap(),
+            "SIG{signal}"
+        );
+    }
 }
