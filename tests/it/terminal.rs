@@ -5,6 +5,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// Numbers the sessions of this process, which run side by side.
+static SESSIONS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 struct Tmux {
     session: String,
 }
@@ -19,7 +22,6 @@ impl Tmux {
             eprintln!("tmux is not installed here: the real-terminal test cannot run");
             return None;
         }
-        static SESSIONS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let number = SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let session = format!("stui-test-{}-{number}", std::process::id());
         let status = Command::new("tmux")
