@@ -9,14 +9,78 @@ use crate::text::{
 };
 use crate::tree::{DtypeMix, DtypeSet, LayerTree, NodeId, ROOT};
 use serde::Serialize;
+use serde_json::ser::{Formatter, PrettyFormatter};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-/// Writes a value as one JSON document followed by a newline.
+/// Writes a value as one JSON document followed by a newline. Strings keep their exact text,
+/// but the characters that could drive or disguise a terminal (C1 controls, bidirectional
+/// overrides, invisible marks) are written as `\uXXXX` escapes, as the C0 controls already are,
+/// so that printing the document is safe.
 pub fn write_json<W: Write, T: Serialize>(out: &mut W, value: &T) -> io::Result<()> {
-    serde_json::to_writer_pretty(&mut *out, value)?;
+    let mut serializer =
+        serde_json::Serializer::with_formatter(&mut *out, SafeFormatter(PrettyFormatter::new()));
+    value.serialize(&mut serializer)?;
     writeln!(out)
+}
+
+/// serde_json's pretty printer, escaping what [`crate::text::escape`] escapes in strings.
+struct SafeFormatter<'a>(PrettyFormatter<'a>);
+
+impl Formatter for SafeFormatter<'_> {
+    fn write_string_fragment<W: ?Sized + Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
+        let mut rest = fragment;
+        while let Some((at, c)) = rest
+            .char_indices()
+            .find(|&(_, c)| crate::text::is_hazard(c))
+        {
+            writer.write_all(rest[..at].as_bytes())?;
+            write!(writer, "\\u{:04x}", u32::from(c))?;
+            rest = &rest[at + c.len_utf8()..];
+        }
+        writer.write_all(rest.as_bytes())
+    }
+
+    fn begin_array<W: ?Sized + Write>(&mut self, writer: &mut W) -> io::Result<()> {
+        self.0.begin_array(writer)
+    }
+    fn end_array<W: ?Sized + Write>(&mut self, writer: &mut W) -> io::Result<()> {
+        self.0.end_array(writer)
+    }
+    fn begin_array_value<W: ?Sized + Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        self.0.begin_array_value(writer, first)
+    }
+    fn end_array_value<W: ?Sized + Write>(&mut self, writer: &mut W) -> io::Result<()> {
+        self.0.end_array_value(writer)
+    }
+    fn begin_object<W: ?Sized + Write>(&mut self, writer: &mut W) -> io::Result<()> {
+        self.0.begin_object(writer)
+    }
+    fn end_object<W: ?Sized + Write>(&mut self, writer: &mut W) -> io::Result<()> {
+        self.0.end_object(writer)
+    }
+    fn begin_object_key<W: ?Sized + Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        self.0.begin_object_key(writer, first)
+    }
+    fn begin_object_value<W: ?Sized + Write>(&mut self, writer: &mut W) -> io::Result<()> {
+        self.0.begin_object_value(writer)
+    }
+    fn end_object_value<W: ?Sized + Write>(&mut self, writer: &mut W) -> io::Result<()> {
+        self.0.end_object_value(writer)
+    }
 }
 
 #[derive(Debug, Serialize)]

@@ -45,6 +45,12 @@ pub fn escape_path(path: &std::path::Path) -> String {
     escape_bytes(path.as_os_str().as_encoded_bytes())
 }
 
+/// A character that [`escape`] shows escaped and that is not a C0 control (JSON escapes those
+/// already): C1 controls, DEL, and the marks that reorder or hide text.
+pub fn is_hazard(c: char) -> bool {
+    needs_escape(c) && u32::from(c) >= 0x20
+}
+
 fn needs_escape(c: char) -> bool {
     c.is_control()
         || matches!(

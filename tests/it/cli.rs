@@ -181,14 +181,22 @@ fn hostile_names_never_reach_the_terminal_raw() {
         &["inspect", "hostile.safetensors"][..],
         &["check", "hostile.safetensors"],
         &["inspect", "--flat", "hostile.safetensors"],
+        &["inspect", "--json", "hostile.safetensors"],
+        &["check", "--json", "hostile.safetensors"],
     ] {
         let (_, text) = run(dir.path(), args);
         assert!(
             !text.contains('\u{1b}') && !text.contains('\u{202e}') && !text.contains('\u{7}'),
             "{text:?}"
         );
-        if args[0] == "inspect" {
+        if args == ["inspect", "hostile.safetensors"] {
             assert!(text.contains("\\u{1b}[31m\\u{202e}name"), "{text}");
+        }
+        if args[1] == "--json" && args[0] == "inspect" {
+            assert!(
+                text.contains(r"evil\u001b[31m\u202ename"),
+                "the exact name, escaped: {text}"
+            );
         }
     }
 }
