@@ -25,7 +25,7 @@ pub fn write_json<W: Write, T: Serialize>(out: &mut W, value: &T) -> io::Result<
     writeln!(out)
 }
 
-/// serde_json's pretty printer, escaping what [`crate::text::escape`] escapes in strings.
+/// The `serde_json` pretty printer, escaping what [`crate::text::escape`] escapes in strings.
 struct SafeFormatter<'a>(PrettyFormatter<'a>);
 
 impl Formatter for SafeFormatter<'_> {
@@ -39,7 +39,7 @@ impl Formatter for SafeFormatter<'_> {
             .char_indices()
             .find(|&(_, c)| crate::text::is_hazard(c))
         {
-            writer.write_all(rest[..at].as_bytes())?;
+            writer.write_all(&rest.as_bytes()[..at])?;
             write!(writer, "\\u{:04x}", u32::from(c))?;
             rest = &rest[at + c.len_utf8()..];
         }
