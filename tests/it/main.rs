@@ -7,6 +7,7 @@
 
 mod cli;
 mod conformance;
+mod hostile;
 mod quantize;
 mod reference;
 mod sharded;
