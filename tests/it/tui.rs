@@ -30,6 +30,12 @@ fn screen(app: &mut App, width: u16, height: u16) -> String {
     draw(app, width, height).backend().to_string()
 }
 
+/// Snapshots the screen at 80x24 and at 120x40.
+fn both_sizes(name: &str, app: &mut App) {
+    insta::assert_snapshot!(format!("{name}_80x24"), screen(app, 80, 24));
+    insta::assert_snapshot!(format!("{name}_120x40"), screen(app, 120, 40));
+}
+
 /// Feeds the app what a full scan of the demo reports, with fixed timings.
 fn finish_scan(app: &mut App) {
     let model = Arc::clone(&app.model);
@@ -71,14 +77,14 @@ fn progress(done: usize, bytes: u64) -> Progress {
 #[test]
 fn loading_from_the_header_alone() {
     let mut app = demo(true);
-    insta::assert_snapshot!(screen(&mut app, 80, 24));
+    both_sizes("loading", &mut app);
 }
 
 #[test]
 fn scanning_shows_progress() {
     let mut app = demo(true);
     app.on_scan(ScanEvent::Progress(progress(12, 1_000_000)));
-    insta::assert_snapshot!(screen(&mut app, 80, 24));
+    both_sizes("scanning", &mut app);
 }
 
 #[test]
@@ -93,8 +99,7 @@ fn nan_is_marked_up_the_tree_and_n_lands_on_it() {
         selected.as_deref(),
         Some("model.layers.2.mlp.down_proj.weight")
     );
-    insta::assert_snapshot!("nan_80x24", screen(&mut app, 80, 24));
-    insta::assert_snapshot!("nan_120x40", screen(&mut app, 120, 40));
+    both_sizes("nan", &mut app);
 }
 
 #[test]
@@ -102,9 +107,9 @@ fn histogram_views() {
     let mut app = demo(true);
     finish_scan(&mut app);
     app.update(Action::Down);
-    insta::assert_snapshot!("histogram_linear", screen(&mut app, 120, 40));
+    both_sizes("histogram_linear", &mut app);
     app.update(Action::ToggleLogHistogram);
-    insta::assert_snapshot!("histogram_log", screen(&mut app, 120, 40));
+    both_sizes("histogram_log", &mut app);
 }
 
 #[test]
@@ -114,17 +119,17 @@ fn search_filters_the_tree() {
     for c in "o_proj".chars() {
         app.update(Action::SearchType(c));
     }
-    insta::assert_snapshot!(screen(&mut app, 80, 24));
+    both_sizes("search", &mut app);
 }
 
 #[test]
 fn help_and_metadata_popups() {
     let mut app = demo(true);
     app.update(Action::ShowHelp);
-    insta::assert_snapshot!("help", screen(&mut app, 80, 24));
+    both_sizes("help", &mut app);
     app.update(Action::ClosePopup);
     app.update(Action::ShowMetadata);
-    insta::assert_snapshot!("metadata", screen(&mut app, 80, 24));
+    both_sizes("metadata", &mut app);
 }
 
 #[test]
