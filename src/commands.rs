@@ -8,7 +8,7 @@ use crate::finding::Finding;
 use crate::finding::Severity;
 use crate::format::Model;
 use crate::jobs::{Scan, ScanEvent, ScanOptions};
-use crate::report::{Check, Inspect, Listing};
+use crate::report::{Check, Inspect, Listing, Report};
 use crate::report::{Stats, StatsRow};
 use crate::tree::LayerTree;
 use std::io::{self, Write};
@@ -128,13 +128,7 @@ fn check<W: Write>(args: &CheckArgs, out: &mut W) -> Result<Outcome, Failure> {
         model: &model,
         findings: &model.findings,
     };
-    let mut out = io::BufWriter::new(out);
-    if args.json {
-        report.write_json(&mut out)?;
-    } else {
-        report.write_text(&mut out)?;
-    }
-    out.flush()?;
+    print(out, &report, args.json)?;
     let failed = if args.strict {
         !model.is_valid()
     } else {
@@ -209,13 +203,7 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
         bytes_scanned: scanned,
         seconds: elapsed,
     };
-    let mut out = io::BufWriter::new(out);
-    if args.json {
-        report.write_json(&mut out)?;
-    } else {
-        report.write_text(&mut out)?;
-    }
-    out.flush()?;
+    print(out, &report, args.json)?;
     let errors = findings.iter().any(|f| f.severity == Severity::Error);
     Ok(if broken || errors {
         Outcome::Problems
@@ -282,6 +270,17 @@ fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failu
     } else {
         Outcome::Problems
     })
+}
+
+/// Writes a report, buffered, as JSON or text.
+fn print<W: Write>(out: &mut W, report: &dyn Report, json: bool) -> io::Result<()> {
+    let mut out = io::BufWriter::new(out);
+    if json {
+        report.write_json(&mut out)?;
+    } else {
+        report.write_text(&mut out)?;
+    }
+    out.flush()
 }
 
 /// A byte progress bar on stderr, drawn only when stderr is a terminal.

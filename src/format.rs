@@ -15,6 +15,8 @@ pub use file::SafetensorsFile;
 pub use model::{Model, Tensor};
 
 use std::fmt;
+use std::fs::File;
+use std::io;
 
 /// The largest header the reference accepts: 100,000,000 bytes (decimal).
 pub const MAX_HEADER_LEN: u64 = 100_000_000;
@@ -110,4 +112,27 @@ impl fmt::Display for Rejection {
             }
         }
     }
+}
+
+/// Reads exactly `buffer.len()` bytes at `offset`, without moving a file position (so threads
+/// can share the file). A file that ends first gives `UnexpectedEof`.
+#[cfg(unix)]
+pub fn read_exact_at(file: &File, buffer: &mut [u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buffer, offset)
+}
+
+/// Reads exactly `buffer.len()` bytes at `offset`; a file that ends first gives `UnexpectedEof`.
+#[cfg(windows)]
+pub fn read_exact_at(file: &File, mut buffer: &mut [u8], mut offset: u64) -> io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !buffer.is_empty() {
+        match file.seek_read(buffer, offset)? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => {
+                buffer = &mut buffer[n..];
+                offset += n as u64;
+            }
+        }
+    }
+    Ok(())
 }

@@ -13,7 +13,7 @@
 use crate::analysis::checks::{self, Limits};
 use crate::analysis::{Histogram, HistogramBuilder, Moments, values};
 use crate::finding::{Code, Finding};
-use crate::format::{Model, Tensor};
+use crate::format::{Model, Tensor, read_exact_at};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fs::File;
@@ -695,24 +695,4 @@ impl Scanner<'_> {
             Ok(result)
         })
     }
-}
-
-#[cfg(unix)]
-fn read_exact_at(file: &File, buffer: &mut [u8], offset: u64) -> io::Result<()> {
-    std::os::unix::fs::FileExt::read_exact_at(file, buffer, offset)
-}
-
-#[cfg(windows)]
-fn read_exact_at(file: &File, mut buffer: &mut [u8], mut offset: u64) -> io::Result<()> {
-    use std::os::windows::fs::FileExt;
-    while !buffer.is_empty() {
-        match file.seek_read(buffer, offset)? {
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            n => {
-                buffer = &mut buffer[n..];
-                offset += n as u64;
-            }
-        }
-    }
-    Ok(())
 }

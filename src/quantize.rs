@@ -16,7 +16,7 @@
 use crate::analysis::values;
 use crate::error::{Error, Result};
 use crate::format::writer::{FileLayout, TensorSpec, write_atomically};
-use crate::format::{Dtype, Model, Tensor};
+use crate::format::{Dtype, Model, Tensor, read_exact_at};
 use crate::text::escape;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -1035,26 +1035,6 @@ fn copy_companions(
         } else {
             let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
             write_atomically(&target, |out| out.write_all(&bytes))?;
-        }
-    }
-    Ok(())
-}
-
-#[cfg(unix)]
-fn read_exact_at(file: &File, buffer: &mut [u8], offset: u64) -> io::Result<()> {
-    std::os::unix::fs::FileExt::read_exact_at(file, buffer, offset)
-}
-
-#[cfg(windows)]
-fn read_exact_at(file: &File, mut buffer: &mut [u8], mut offset: u64) -> io::Result<()> {
-    use std::os::windows::fs::FileExt;
-    while !buffer.is_empty() {
-        match file.seek_read(buffer, offset)? {
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            n => {
-                buffer = &mut buffer[n..];
-                offset += n as u64;
-            }
         }
     }
     Ok(())

@@ -14,11 +14,17 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
+/// A headless command's output, as text for people or JSON for scripts.
+pub trait Report {
+    fn write_text(&self, out: &mut dyn Write) -> io::Result<()>;
+    fn write_json(&self, out: &mut dyn Write) -> io::Result<()>;
+}
+
 /// Writes a value as one JSON document followed by a newline. Strings keep their exact text,
 /// but the characters that could drive or disguise a terminal (C1 controls, bidirectional
 /// overrides, invisible marks) are written as `\uXXXX` escapes, as the C0 controls already are,
 /// so that printing the document is safe.
-pub fn write_json<W: Write, T: Serialize>(out: &mut W, value: &T) -> io::Result<()> {
+pub fn write_json<W: Write + ?Sized, T: Serialize>(out: &mut W, value: &T) -> io::Result<()> {
     let mut serializer =
         serde_json::Serializer::with_formatter(&mut *out, SafeFormatter(PrettyFormatter::new()));
     value.serialize(&mut serializer)?;
@@ -658,8 +664,8 @@ pub struct Check<'a> {
     pub findings: &'a [Finding],
 }
 
-impl Check<'_> {
-    pub fn write_json<W: Write>(&self, out: &mut W) -> io::Result<()> {
+impl Report for Check<'_> {
+    fn write_json(&self, out: &mut dyn Write) -> io::Result<()> {
         let rejection = self
             .model
             .first_rejection()
@@ -681,7 +687,7 @@ impl Check<'_> {
         )
     }
 
-    pub fn write_text<W: Write>(&self, out: &mut W) -> io::Result<()> {
+    fn write_text(&self, out: &mut dyn Write) -> io::Result<()> {
         let model = self.model;
         let verdict = match model.first_rejection() {
             None if model.is_valid() => "valid: the reference implementation accepts it".to_owned(),
@@ -722,7 +728,7 @@ fn plural(count: usize) -> &'static str {
 }
 
 /// One finding on one line: severity, code, where, and what.
-pub fn write_finding<W: Write>(out: &mut W, finding: &Finding) -> io::Result<()> {
+pub fn write_finding<W: Write + ?Sized>(out: &mut W, finding: &Finding) -> io::Result<()> {
     let mut place = String::new();
     if let Some(file) = &finding.file {
         place.push_str(&escape(file));
@@ -810,8 +816,8 @@ pub struct Stats<'a> {
     pub seconds: f64,
 }
 
-impl Stats<'_> {
-    pub fn write_json<W: Write>(&self, out: &mut W) -> io::Result<()> {
+impl Report for Stats<'_> {
+    fn write_json(&self, out: &mut dyn Write) -> io::Result<()> {
         let finite = |m: &Moments, value: f64| (m.finite() > 0).then_some(value);
         let tensors = self
             .rows
@@ -855,7 +861,7 @@ impl Stats<'_> {
         )
     }
 
-    pub fn write_text<W: Write>(&self, out: &mut W) -> io::Result<()> {
+    fn write_text(&self, out: &mut dyn Write) -> io::Result<()> {
         let name_width = self
             .rows
             .iter()
