@@ -59,6 +59,9 @@ pub enum Command {
     /// Norms, biases, 1-D tensors, embeddings and `lm_head` are kept as they are. The output is
     /// checked after saving and every quantized tensor compared with its source.
     Quantize(QuantizeArgs),
+    /// SHA-256 of each file (as sha256sum prints it) and, with --per-tensor, of each tensor's
+    /// bytes; and the model's structural ID.
+    Hash(HashArgs),
 }
 
 #[derive(Debug, Args)]
@@ -133,6 +136,18 @@ pub struct QuantizeArgs {
     /// Replace OUT if it exists.
     #[arg(long)]
     pub yes: bool,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct HashArgs {
+    /// The model: a .safetensors file, an index .json, or a folder.
+    pub path: PathBuf,
+    /// Also hash every tensor's bytes (in parallel).
+    #[arg(long)]
+    pub per_tensor: bool,
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,

@@ -2,7 +2,7 @@
 //! [`crate::report`].
 
 use crate::analysis::{Histogram, Moments};
-use crate::cli::{CheckArgs, Cli, Command, InspectArgs, QuantizeArgs, StatsArgs};
+use crate::cli::{CheckArgs, Cli, Command, HashArgs, InspectArgs, QuantizeArgs, StatsArgs};
 use crate::error::Result;
 use crate::finding::Finding;
 use crate::finding::Severity;
@@ -39,6 +39,7 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
         Some(Command::Check(args)) => check(&args, out),
         Some(Command::Stats(args)) => stats(&args, out),
         Some(Command::Quantize(args)) => quantize(&args, out),
+        Some(Command::Hash(args)) => hash(&args, out),
         None => match cli.path {
             Some(path) => {
                 let args = InspectArgs {
@@ -270,6 +271,39 @@ fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failu
     } else {
         Outcome::Problems
     })
+}
+
+fn hash<W: Write>(args: &HashArgs, out: &mut W) -> Result<Outcome, Failure> {
+    use rayon::prelude::*;
+    let model = open(&args.path)?;
+    let files: Vec<(String, String)> = model
+        .shards
+        .par_iter()
+        .map(|shard| {
+            crate::hash::file_sha256(&shard.path)
+                .map(|digest| (shard.path.to_string_lossy().into_owned(), digest))
+                .map_err(|e| crate::error::Error::io(&shard.path, e))
+        })
+        .collect::<Result<_, _>>()?;
+    let tensors = if args.per_tensor {
+        let digests = crate::hash::tensor_sha256s(&model);
+        let mut named = Vec::with_capacity(digests.len());
+        for (tensor, digest) in model.tensors.iter().zip(digests) {
+            let digest =
+                digest.map_err(|e| crate::error::Error::io(&model.shard_of(tensor).path, e))?;
+            named.push((tensor.name().to_owned(), digest));
+        }
+        Some(named)
+    } else {
+        None
+    };
+    let report = crate::report::Hashes {
+        files,
+        tensors,
+        structural_id: crate::hash::structural_id(&model),
+    };
+    print(out, &report, args.json)?;
+    Ok(Outcome::Clean)
 }
 
 /// Writes a report, buffered, as JSON or text.

@@ -9,6 +9,7 @@
 //! - [`analysis`]: statistics, histograms and numeric findings from tensor bytes, every dtype.
 //! - [`jobs`]: the background scan that reads tensor data and streams results on a channel.
 //! - [`quantize`]: int8 quantization, written in the compressed-tensors layout.
+//! - [`hash`]: SHA-256 of files and tensors, and the structural ID.
 //! - [`report`]: text and JSON output of the headless commands.
 //! - [`cli`], [`commands`]: the command line and one function per subcommand.
 //! - [`tui`]: the interactive explorer; the only module that uses the terminal.
@@ -20,6 +21,7 @@ pub mod demo;
 pub mod error;
 pub mod finding;
 pub mod format;
+pub mod hash;
 pub mod jobs;
 pub mod quantize;
 pub mod report;

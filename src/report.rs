@@ -168,6 +168,7 @@ struct InspectJson<'a> {
     file_bytes: u64,
     dtypes: Vec<DtypeJson>,
     metadata: &'a BTreeMap<String, String>,
+    structural_id: String,
     tensors: Vec<TensorJson<'a>>,
 }
 
@@ -225,6 +226,7 @@ impl Inspect<'_> {
                 file_bytes: model.file_bytes(),
                 dtypes: dtypes_json(&self.tree.dtype_mix(ROOT, &model.tensors)),
                 metadata: &model.metadata,
+                structural_id: crate::hash::structural_id(model),
                 tensors,
             },
         )
@@ -292,6 +294,7 @@ impl Inspect<'_> {
                 )
             })
             .collect();
+        writeln!(out, "structure   {}", crate::hash::structural_id(model))?;
         writeln!(
             out,
             "dtypes      {}",
@@ -971,4 +974,51 @@ pub fn write_quantize<W: Write>(
         )?;
     }
     Ok(())
+}
+
+/// `stui hash`: file digests (as `sha256sum` prints them), tensor digests, and the structural ID.
+#[derive(Debug, Serialize)]
+pub struct Hashes {
+    pub files: Vec<(String, String)>,
+    pub tensors: Option<Vec<(String, String)>>,
+    pub structural_id: String,
+}
+
+impl Report for Hashes {
+    fn write_text(&self, out: &mut dyn Write) -> io::Result<()> {
+        for (path, digest) in &self.files {
+            writeln!(out, "{digest}  {}", escape(path))?;
+        }
+        for (name, digest) in self.tensors.iter().flatten() {
+            writeln!(out, "{digest}  tensor {}", escape(name))?;
+        }
+        writeln!(out, "{}  structural id", self.structural_id)
+    }
+
+    fn write_json(&self, out: &mut dyn Write) -> io::Result<()> {
+        #[derive(Serialize)]
+        struct Named<'a> {
+            name: &'a str,
+            sha256: &'a str,
+        }
+        #[derive(Serialize)]
+        struct Document<'a> {
+            files: Vec<Named<'a>>,
+            tensors: Option<Vec<Named<'a>>>,
+            structural_id: &'a str,
+        }
+        fn named(list: &[(String, String)]) -> Vec<Named<'_>> {
+            list.iter()
+                .map(|(name, sha256)| Named { name, sha256 })
+                .collect()
+        }
+        write_json(
+            out,
+            &Document {
+                files: named(&self.files),
+                tensors: self.tensors.as_deref().map(named),
+                structural_id: &self.structural_id,
+            },
+        )
+    }
 }

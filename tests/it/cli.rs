@@ -242,3 +242,32 @@ fn the_readme_documents_every_finding_code() {
         );
     }
 }
+
+#[test]
+fn hash_matches_sha256sum_and_the_tensor_bytes() {
+    use sha2::Digest;
+    let (code, text) = run(
+        repo(),
+        &["hash", "--per-tensor", "--json", "assets/demo.safetensors"],
+    );
+    assert_eq!(code, 0);
+    let json: serde_json::Value =
+        serde_json::from_str(text.splitn(3, '\n').nth(2).unwrap()).unwrap();
+    let bytes = std::fs::read(support::demo_path()).unwrap();
+    let file_digest = format!("{:x}", sha2::Sha256::digest(&bytes));
+    assert_eq!(json["files"][0]["sha256"], file_digest.as_str());
+    if let Ok(output) = Command::new("sha256sum").arg(support::demo_path()).output() {
+        assert!(String::from_utf8_lossy(&output.stdout).starts_with(&file_digest));
+    }
+    let reference = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    for tensor in json["tensors"].as_array().unwrap() {
+        let name = tensor["name"].as_str().unwrap();
+        let digest = format!(
+            "{:x}",
+            sha2::Sha256::digest(reference.tensor(name).unwrap().data())
+        );
+        assert_eq!(tensor["sha256"], digest.as_str(), "{name}");
+    }
+    let (_, inspect) = run(repo(), &["inspect", "--json", "assets/demo.safetensors"]);
+    assert!(inspect.contains(json["structural_id"].as_str().unwrap()));
+}

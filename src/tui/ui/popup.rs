@@ -90,17 +90,18 @@ fn help_lines(app: &App) -> Vec<Line<'static>> {
 }
 
 fn metadata_lines(app: &App) -> Vec<Line<'static>> {
+    let structure = Line::from(vec![
+        Span::styled("structural id = ", app.theme.dim),
+        Span::raw(crate::hash::structural_id(&app.model)),
+    ]);
     if app.model.metadata.is_empty() {
-        return vec![Line::styled("(no __metadata__)", app.theme.dim)];
+        return vec![structure, Line::styled("(no __metadata__)", app.theme.dim)];
     }
-    app.model
-        .metadata
-        .iter()
-        .map(|(key, value)| {
-            Line::from(vec![
-                Span::styled(format!("{} = ", escape(key)), app.theme.key),
-                Span::raw(escape(value).into_owned()),
-            ])
-        })
-        .collect()
+    let entries = app.model.metadata.iter().map(|(key, value)| {
+        Line::from(vec![
+            Span::styled(format!("{} = ", escape(key)), app.theme.key),
+            Span::raw(escape(value).into_owned()),
+        ])
+    });
+    std::iter::once(structure).chain(entries).collect()
 }

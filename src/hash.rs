@@ -1,0 +1,151 @@
+//! Identity: SHA-256 of files and of each tensor's bytes, and a structural ID that names a
+//! model's layout whatever its values and its metadata.
+//!
+//! The structural ID is the SHA-256 of this text, in UTF-8, and hex-encoded:
+//!
+//! ```text
+//! safetensors-structure-v1\n
+//! NAME\0DTYPE\0SHAPE\0BYTES\n        one line per tensor, in byte order of NAME
+//! ```
+//!
+//! where DTYPE is the dtype name in lowercase (`bf16`), SHAPE the dimensions in decimal joined by
+//! `,` (empty for a scalar), and BYTES the tensor's byte length in decimal. Two files with the
+//! same tensors and different values, or with their header entries in another order, share it.
+
+use crate::format::{Model, read_exact_at};
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
+
+/// Bytes hashed at a time.
+const CHUNK: usize = 8 << 20;
+
+fn hex(digest: &[u8]) -> String {
+    use std::fmt::Write as _;
+    digest
+        .iter()
+        .fold(String::with_capacity(64), |mut text, byte| {
+            let _ = write!(text, "{byte:02x}");
+            text
+        })
+}
+
+/// The SHA-256 of a whole file, as `sha256sum` prints it.
+pub fn file_sha256(path: &Path) -> io::Result<String> {
+    let mut file = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; CHUNK];
+    loop {
+        let read = file.read(&mut buffer)?;
+        if read == 0 {
+            return Ok(hex(&hasher.finalize()));
+        }
+        hasher.update(&buffer[..read]);
+    }
+}
+
+/// The SHA-256 of every tensor's bytes, computed in parallel, in the model's tensor order.
+pub fn tensor_sha256s(model: &Model) -> Vec<io::Result<String>> {
+    let files: Vec<io::Result<File>> = model.shards.iter().map(|s| File::open(&s.path)).collect();
+    model
+        .tensors
+        .par_iter()
+        .map(|tensor| {
+            let file = files[tensor.shard]
+                .as_ref()
+                .map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
+            let (start, len) = model.file_range(tensor);
+            let mut hasher = Sha256::new();
+            let mut buffer = vec![0u8; CHUNK.min(usize::try_from(len).unwrap_or(CHUNK))];
+            let mut done = 0u64;
+            while done < len {
+                let count = usize::try_from((len - done).min(CHUNK as u64)).unwrap_or(CHUNK);
+                read_exact_at(file, &mut buffer[..count], start + done)?;
+                hasher.update(&buffer[..count]);
+                done += count as u64;
+            }
+            Ok(hex(&hasher.finalize()))
+        })
+        .collect()
+}
+
+/// The model's structural ID (see the module documentation for the exact bytes hashed).
+pub fn structural_id(model: &Model) -> String {
+    let mut order: Vec<&crate::format::Tensor> = model.tensors.iter().collect();
+    order.sort_unstable_by(|a, b| a.name().as_bytes().cmp(b.name().as_bytes()));
+    let mut hasher = Sha256::new();
+    hasher.update(b"safetensors-structure-v1\n");
+    let mut line = String::with_capacity(256);
+    for tensor in order {
+        use std::fmt::Write as _;
+        let info = &tensor.info;
+        line.clear();
+        line.push_str(&info.name);
+        line.push('\0');
+        line.push_str(&info.dtype.name().to_ascii_lowercase());
+        line.push('\0');
+        for (i, dim) in info.shape.iter().enumerate() {
+            let _ = write!(line, "{}{dim}", if i == 0 { "" } else { "," });
+        }
+        let _ = writeln!(line, "\0{}", info.byte_len());
+        hasher.update(line.as_bytes());
+    }
+    hex(&hasher.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demo::{Fill, SyntheticModel};
+    use crate::format::Dtype;
+
+    fn model(seed: u64, fill: Fill, dir: &Path, name: &str) -> Model {
+        let path = dir.join(name);
+        SyntheticModel::new(seed)
+            .tensor("b", Dtype::F32, &[2, 3], fill.clone())
+            .tensor("a", Dtype::Bf16, &[4], fill)
+            .metadata("note", name)
+            .write(&path)
+            .unwrap();
+        Model::open(&path).unwrap()
+    }
+
+    #[test]
+    fn the_structural_id_ignores_values_and_metadata_but_not_shapes() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = model(
+            1,
+            Fill::Normal {
+                mean: 0.0,
+                std: 1.0,
+            },
+            dir.path(),
+            "one.safetensors",
+        );
+        let two = model(2, Fill::Zeros, dir.path(), "two.safetensors");
+        assert_eq!(structural_id(&one), structural_id(&two));
+        let path = dir.path().join("three.safetensors");
+        SyntheticModel::new(1)
+            .tensor("b", Dtype::F32, &[3, 2], Fill::Zeros)
+            .tensor("a", Dtype::Bf16, &[4], Fill::Zeros)
+            .write(&path)
+            .unwrap();
+        assert_ne!(
+            structural_id(&one),
+            structural_id(&Model::open(&path).unwrap())
+        );
+    }
+
+    #[test]
+    fn hashes_are_sha256() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("abc");
+        std::fs::write(&path, b"abc").unwrap();
+        assert_eq!(
+            file_sha256(&path).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}
