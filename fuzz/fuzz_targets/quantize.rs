@@ -1,0 +1,48 @@
+//! A small random model, quantized and written: the output must verify, and every value must
+//! be within half a scale (the quantizer checks it itself and reports `verified`).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use stui::demo::{Fill, SyntheticModel};
+use stui::format::{Dtype, Model};
+use stui::quantize::{Control, NonFinite, Options, quantize};
+
+fuzz_target!(|input: (u8, u8, Vec<f32>)| {
+    let (rows, columns, values) = input;
+    let (rows, columns) = (u64::from(rows % 16) + 1, u64::from(columns % 16) + 1);
+    if values.is_empty() {
+        return;
+    }
+    let values: Vec<f64> = values.iter().map(|&v| f64::from(v)).collect();
+    let model = SyntheticModel::new(0).tensor(
+        "layer.proj.weight",
+        Dtype::F32,
+        &[rows, columns],
+        Fill::Values(values),
+    );
+    let Ok(dir) = tempfile_dir() else { return };
+    let source = dir.join("model.safetensors");
+    if model.write(&source).is_err() {
+        return;
+    }
+    let model = Model::open(&source).expect("a written model opens");
+    let options = Options {
+        non_finite: NonFinite::Skip,
+        ..Options::default()
+    };
+    let summary = quantize(
+        &model,
+        &dir.join("out.safetensors"),
+        &options,
+        &Control::default(),
+    )
+    .expect("quantized");
+    assert!(summary.verified);
+    let _ = std::fs::remove_dir_all(&dir);
+});
+
+fn tempfile_dir() -> std::io::Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("stui-fuzz-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
