@@ -28,17 +28,19 @@ pub struct Histogram {
 impl Histogram {
     /// The `BINS + 1` bin edges.
     pub fn edges(&self) -> Vec<f64> {
-        (0..=BINS)
-            .map(|i| {
-                let t = i as f64 / BINS as f64;
-                if i == BINS {
-                    self.max
-                } else {
-                    self.min * (1.0 - t) + self.max * t
-                }
-            })
-            .collect()
+        bin_edges(self.min, self.max).to_vec()
     }
+}
+
+fn bin_edges(min: f64, max: f64) -> [f64; BINS + 1] {
+    std::array::from_fn(|i| {
+        let t = i as f64 / BINS as f64;
+        if i == BINS {
+            max
+        } else {
+            min * (1.0 - t) + max * t
+        }
+    })
 }
 
 /// Builds a histogram over a known range from values fed to it.
@@ -48,6 +50,8 @@ pub struct HistogramBuilder {
     max: f64,
     /// `BINS / ((max - min) / 2)`, applied to halved offsets so that nothing can overflow.
     per_unit: f64,
+    /// The edges the scaled estimate is corrected against, so counts agree with `edges()`.
+    edges: [f64; BINS + 1],
     counts: [u64; BINS],
     log2: Vec<u64>,
     zeros: u64,
@@ -66,6 +70,7 @@ impl HistogramBuilder {
             min,
             max,
             per_unit,
+            edges: bin_edges(min, max),
             counts: [0; BINS],
             log2: vec![0; usize::try_from(LOG2_HIGH - LOG2_LOW + 1).unwrap_or(0)],
             zeros: 0,
@@ -81,8 +86,17 @@ impl HistogramBuilder {
             clippy::cast_sign_loss,
             reason = "clamped to the bins"
         )]
-        let bin =
+        let mut bin =
             ((x * 0.5 - self.min * 0.5) * self.per_unit).clamp(0.0, (BINS - 1) as f64) as usize;
+        // The estimate can be off by one next to an edge, where rounding decides.
+        if self.per_unit > 0.0 {
+            while bin > 0 && x < self.edges[bin] {
+                bin -= 1;
+            }
+            while bin < BINS - 1 && x >= self.edges[bin + 1] {
+                bin += 1;
+            }
+        }
         self.counts[bin] += 1;
         if x == 0.0 {
             self.zeros += 1;
