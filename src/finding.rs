@@ -66,8 +66,12 @@ codes! {
     HeaderNotObject => "header-not-object", "the header is JSON but not an object";
     HeaderLeadingWhitespace => "header-leading-whitespace", "the header starts with whitespace (accepted, but unusual)";
     HeaderLengthUnaligned => "header-length-unaligned", "the header length is not a multiple of 8, so the data is not 8-byte aligned";
+    HeaderPadding => "header-padding", "the header is padded with tabs or line breaks rather than spaces (accepted, unusual)";
     MetadataInvalid => "metadata-invalid", "__metadata__ is not an object of string values";
     MetadataDuplicate => "metadata-duplicate", "__metadata__ appears twice";
+    MetadataFormat => "metadata-format", "__metadata__ `format` or `quantization_config` has a value loaders do not expect";
+    MetadataUnknownKey => "metadata-unknown-key", "__metadata__ has keys without a known meaning (listed, for review)";
+    MetadataSuspicious => "metadata-suspicious", "a __metadata__ value is very long or holds control or invisible characters";
     TensorEntryInvalid => "tensor-entry-invalid", "a tensor entry is not an object with dtype, shape and data_offsets";
     TensorEntryPositional => "tensor-entry-positional", "a tensor entry is written as a [dtype, shape, offsets] array (accepted quirk)";
     TensorFieldUnknown => "tensor-field-unknown", "a tensor entry has a field the format does not define (ignored)";
@@ -83,6 +87,9 @@ codes! {
     SizeMismatch => "size-mismatch", "data_offsets span a different number of bytes than shape and dtype need";
     DataTruncated => "data-truncated", "the file ends before the last tensor's data: a truncated download or copy";
     TrailingBytes => "trailing-bytes", "bytes after the last tensor's data that no tensor claims";
+    TensorOver2Gib => "tensor-over-2gib", "a single tensor over 2 GiB, which some loaders cannot address";
+    IntegerWeight => "integer-weight", "a projection or norm weight stored in an integer dtype no quantized format uses";
+    DataMisaligned => "data-misaligned", "a tensor's data does not start on a multiple of its element size in the file";
     IndexInvalid => "index-invalid", "a sharded model's index.json cannot be read or has the wrong form";
     IndexPathEscapes => "index-path-escapes", "an index names a shard outside its own folder (refused)";
     ShardMissing => "shard-missing", "a shard named by the index does not exist";

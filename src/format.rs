@@ -6,6 +6,7 @@ pub mod file;
 pub mod header;
 pub mod index;
 pub mod layout;
+pub mod lint;
 pub mod model;
 pub mod sniff;
 pub mod writer;

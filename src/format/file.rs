@@ -2,6 +2,7 @@
 
 use super::header::{self, ParsedHeader};
 use super::layout::{self, data_order};
+use super::lint;
 use super::sniff::{self, SNIFF_LEN};
 use super::{LENGTH_PREFIX, MAX_HEADER_LEN, Rejection, TensorInfo};
 use crate::finding::{Code, Finding, Severity};
@@ -185,6 +186,9 @@ impl SafetensorsFile {
             all_entries_read,
         } = parsed;
         self.findings.extend(findings);
+        if complete {
+            self.findings.extend(lint::header_padding(text));
+        }
         self.metadata = metadata;
         self.tensors = tensors;
         complete && all_entries_read
@@ -209,6 +213,8 @@ impl SafetensorsFile {
                 ),
             ));
         }
+        self.findings
+            .extend(lint::red_flags(&self.tensors, self.metadata.as_ref()));
     }
 }
 

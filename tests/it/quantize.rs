@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 use stui::demo::{Fill, SyntheticModel};
+use stui::finding::Severity;
 use stui::format::{Dtype, Model};
 use stui::quantize::{self, Control, Granularity, NonFinite, Options};
 
@@ -268,7 +269,12 @@ fn a_sharded_model_gives_sharded_output_with_its_index_and_config() {
     let summary = run(&folder, &output, Granularity::PerChannel);
     assert!(summary.verified);
     let written = Model::open(&output).unwrap();
-    assert!(written.findings.is_empty(), "{:?}", written.findings);
+    let unwanted: Vec<_> = written
+        .findings
+        .iter()
+        .filter(|f| f.severity != Severity::Info)
+        .collect();
+    assert!(unwanted.is_empty(), "{unwanted:?}");
     assert_eq!(written.shards.len(), 2);
     assert!(output.join("tokenizer.json").is_file());
     let config: serde_json::Value =

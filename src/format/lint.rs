@@ -1,0 +1,219 @@
+//! Red flags in a file the reference accepts: things that are legal but suspicious or costly,
+//! each a finding with its own code.
+
+use super::{Dtype, TensorInfo};
+use crate::finding::{Code, Finding};
+use crate::text::escape;
+use std::collections::BTreeMap;
+
+/// A tensor this large trips 32-bit offsets in some loaders.
+const LARGE_TENSOR: u64 = 2 << 30;
+
+/// Metadata values longer than this are flagged.
+const LARGE_VALUE: usize = 64 << 10;
+
+/// `__metadata__` keys with a known meaning.
+const KNOWN_KEYS: [&str; 9] = [
+    "format",
+    "quantization",
+    "quantization_config",
+    "producer",
+    "model_type",
+    "architecture",
+    "license",
+    "total_parameters",
+    "version",
+];
+
+/// The red flags of one file's parsed header.
+pub fn red_flags(
+    tensors: &[TensorInfo],
+    metadata: Option<&BTreeMap<String, String>>,
+) -> Vec<Finding> {
+    let mut findings: Vec<Finding> = tensors.iter().flat_map(tensor_flags).collect();
+    if let Some(metadata) = metadata {
+        findings.extend(metadata_flags(metadata));
+    }
+    findings
+}
+
+/// Flags a complete header padded with JSON whitespace other than spaces.
+pub fn header_padding(text: &str) -> Option<Finding> {
+    let json_end = text.trim_end().len();
+    text[json_end..].bytes().any(|b| b != b' ').then(|| {
+        Finding::info(
+            Code::HeaderPadding,
+            "the header is padded with tabs or line breaks, not spaces (accepted, unusual)",
+        )
+    })
+}
+
+fn tensor_flags(tensor: &TensorInfo) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let name = tensor.name.as_str();
+    if tensor.byte_len() > LARGE_TENSOR {
+        findings.push(
+            Finding::warning(
+                Code::TensorOver2Gib,
+                format!(
+                    "{} bytes: over 2 GiB, which some loaders cannot address",
+                    tensor.byte_len()
+                ),
+            )
+            .for_tensor(name),
+        );
+    }
+    let Some(dtype) = tensor.dtype.known() else {
+        return findings;
+    };
+    let lower = name.to_ascii_lowercase();
+    let float_weight =
+        lower.ends_with(".weight") && (lower.contains("norm") || lower.ends_with("proj.weight"));
+    // U8, I8 and I32 are left out: quantized formats pack their weights in them.
+    let integer = matches!(
+        dtype,
+        Dtype::Bool | Dtype::U16 | Dtype::U32 | Dtype::U64 | Dtype::I16 | Dtype::I64
+    );
+    if float_weight && integer {
+        findings.push(
+            Finding::info(
+                Code::IntegerWeight,
+                format!("a weight its name says is a float is stored as {dtype}"),
+            )
+            .for_tensor(name),
+        );
+    }
+    // A data section misaligned as a whole is `header-length-unaligned`; this flags a tensor
+    // misplaced within it.
+    let element = u64::from(dtype.bits() / 8);
+    let start = tensor.data_offsets[0];
+    if element > 1 && !start.is_multiple_of(element) && tensor.byte_len() > 0 {
+        findings.push(
+            Finding::info(
+                Code::DataMisaligned,
+                format!(
+                    "its data starts at byte {start} of the data section, not a multiple of its \
+                     {element}-byte elements"
+                ),
+            )
+            .for_tensor(name),
+        );
+    }
+    findings
+}
+
+fn metadata_flags(metadata: &BTreeMap<String, String>) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    if let Some(format) = metadata.get("format")
+        && !["pt", "tf", "flax", "mlx", "np", "numpy", "paddle", "jax"].contains(&format.as_str())
+    {
+        findings.push(Finding::warning(
+            Code::MetadataFormat,
+            format!(
+                "`format` is `{}`; loaders expect `pt`, `tf`, `flax`, `mlx` or `np`",
+                escape(format)
+            ),
+        ));
+    }
+    if let Some(config) = metadata.get("quantization_config")
+        && serde_json::from_str::<serde_json::Value>(config).map_or(true, |v| !v.is_object())
+    {
+        findings.push(Finding::warning(
+            Code::MetadataFormat,
+            "`quantization_config` is not a JSON object",
+        ));
+    }
+    let unknown: Vec<String> = metadata
+        .keys()
+        .filter(|key| !KNOWN_KEYS.contains(&key.as_str()) && !key.starts_with("modelspec."))
+        .map(|key| format!("`{}`", escape(key)))
+        .collect();
+    if !unknown.is_empty() {
+        findings.push(Finding::info(
+            Code::MetadataUnknownKey,
+            format!("keys without a known meaning: {}", unknown.join(", ")),
+        ));
+    }
+    for (key, value) in metadata {
+        if value.len() > LARGE_VALUE {
+            findings.push(Finding::warning(
+                Code::MetadataSuspicious,
+                format!(
+                    "the value of `{}` is {} bytes long",
+                    escape(key),
+                    value.len()
+                ),
+            ));
+        } else if escape(value).len() != value.len() || escape(key).len() != key.len() {
+            findings.push(Finding::warning(
+                Code::MetadataSuspicious,
+                format!(
+                    "`{}` holds control or invisible characters: `{}`",
+                    escape(key),
+                    escape(value)
+                ),
+            ));
+        }
+    }
+    findings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(name: &str, dtype: Dtype, offsets: [u64; 2]) -> TensorInfo {
+        TensorInfo {
+            name: name.into(),
+            dtype: dtype.into(),
+            shape: vec![offsets[1] - offsets[0]],
+            data_offsets: offsets,
+        }
+    }
+
+    fn codes(findings: &[Finding]) -> Vec<&'static str> {
+        findings.iter().map(|f| f.code.as_str()).collect()
+    }
+
+    #[test]
+    fn flags_suspicious_tensors() {
+        let tensors = [
+            tensor("model.norm.weight", Dtype::U16, [0, 4]),
+            tensor("model.layers.0.q_proj.weight", Dtype::U8, [4, 8]),
+            tensor("x.weight", Dtype::U16, [8, 12]),
+        ];
+        assert_eq!(codes(&red_flags(&tensors, None)), ["integer-weight"]);
+        let f16 = TensorInfo {
+            shape: vec![2],
+            ..tensor("a", Dtype::F16, [1, 5])
+        };
+        assert_eq!(codes(&red_flags(&[f16], None)), ["data-misaligned"]);
+    }
+
+    #[test]
+    fn flags_unusual_padding() {
+        assert!(header_padding("{}  ").is_none());
+        assert!(header_padding("{}").is_none());
+        let padded = header_padding("{} \n\t").map(|f| f.code.as_str());
+        assert_eq!(padded, Some("header-padding"));
+    }
+
+    #[test]
+    fn flags_suspicious_metadata() {
+        let metadata: BTreeMap<String, String> = [
+            ("format".into(), "pickle".into()),
+            ("custom".into(), "x".into()),
+            ("note".into(), "\u{1b}[2J".into()),
+            ("modelspec.title".into(), "ok".into()),
+        ]
+        .into();
+        assert_eq!(
+            codes(&red_flags(&[], Some(&metadata))),
+            [
+                "metadata-format",
+                "metadata-unknown-key",
+                "metadata-suspicious"
+            ]
+        );
+    }
+}
