@@ -188,6 +188,8 @@ mod tests {
             ..tensor("a", Dtype::F16, [1, 5])
         };
         assert_eq!(codes(&red_flags(&[f16], None)), ["data-misaligned"]);
+        let huge = tensor("embed.weight", Dtype::U8, [0, (2 << 30) + 1]);
+        assert_eq!(codes(&red_flags(&[huge], None)), ["tensor-over-2gib"]);
     }
 
     #[test]
