@@ -31,6 +31,15 @@ pub fn red_flags(
     metadata: Option<&BTreeMap<String, String>>,
 ) -> Vec<Finding> {
     let mut findings: Vec<Finding> = tensors.iter().flat_map(tensor_flags).collect();
+    if tensors
+        .windows(2)
+        .any(|pair| pair[0].data_offsets[0] > pair[1].data_offsets[0])
+    {
+        findings.push(Finding::info(
+            Code::TensorOrder,
+            "tensors are stored in a different order from the header's entries",
+        ));
+    }
     if let Some(metadata) = metadata {
         findings.extend(metadata_flags(metadata));
     }
@@ -190,6 +199,11 @@ mod tests {
         assert_eq!(codes(&red_flags(&[f16], None)), ["data-misaligned"]);
         let huge = tensor("embed.weight", Dtype::U8, [0, (2 << 30) + 1]);
         assert_eq!(codes(&red_flags(&[huge], None)), ["tensor-over-2gib"]);
+        let reordered = [
+            tensor("b", Dtype::U8, [4, 8]),
+            tensor("a", Dtype::U8, [0, 4]),
+        ];
+        assert_eq!(codes(&red_flags(&reordered, None)), ["tensor-order"]);
     }
 
     #[test]
