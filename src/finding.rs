@@ -91,6 +91,8 @@ codes! {
     IntegerWeight => "integer-weight", "a projection or norm weight stored in an integer dtype no quantized format uses";
     DataMisaligned => "data-misaligned", "a tensor's data does not start on a multiple of its element size in the file";
     TensorOrder => "tensor-order", "tensors are stored in a different order from the header's entries";
+    LayerIncomplete => "layer-incomplete", "a tensor every other layer has is missing from a few layers";
+    LayerMismatch => "layer-mismatch", "a layer's tensor has a shape or dtype unlike the same tensor in the other layers";
     IndexInvalid => "index-invalid", "a sharded model's index.json cannot be read or has the wrong form";
     IndexPathEscapes => "index-path-escapes", "an index names a shard outside its own folder (refused)";
     ShardMissing => "shard-missing", "a shard named by the index does not exist";

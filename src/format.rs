@@ -5,6 +5,7 @@ pub mod dtype;
 pub mod file;
 pub mod header;
 pub mod index;
+pub mod layers;
 pub mod layout;
 pub mod lint;
 pub mod model;

@@ -137,7 +137,7 @@ impl fmt::Display for Count {
 }
 
 /// Shows a shape as `[2, 3]`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Shape<'a>(pub &'a [u64]);
 
 impl fmt::Display for Shape<'_> {

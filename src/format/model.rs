@@ -394,7 +394,10 @@ impl Builder {
         }
     }
 
-    fn finish(self) -> Model {
+    fn finish(mut self) -> Model {
+        self.findings.extend(super::layers::layer_findings(
+            self.tensors.iter().map(|tensor| &tensor.info),
+        ));
         Model {
             path: self.path,
             source: self.source,
