@@ -81,6 +81,9 @@ pub struct InspectArgs {
     /// Show only tensors whose name contains TEXT (case-insensitive).
     #[arg(long, value_name = "TEXT")]
     pub filter: Option<String>,
+    /// Compare the tensors with this config.json instead of the one beside the model.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -93,6 +96,9 @@ pub struct CheckArgs {
     /// Judge only by the reference implementation's verdict: exit 1 only when it rejects a file.
     #[arg(long)]
     pub strict: bool,
+    /// Compare the tensors with this config.json instead of the one beside the model.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

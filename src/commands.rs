@@ -2,6 +2,7 @@
 //! [`crate::report`].
 
 use crate::analysis::{Histogram, Moments};
+use crate::arch::Architecture;
 use crate::cli::{CheckArgs, Cli, Command, HashArgs, InspectArgs, QuantizeArgs, StatsArgs};
 use crate::error::Result;
 use crate::finding::Finding;
@@ -48,6 +49,7 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
                     flat: false,
                     expand: false,
                     filter: None,
+                    config: None,
                 };
                 inspect(&args, out)
             }
@@ -89,7 +91,8 @@ fn open(path: &std::path::Path) -> Result<Model> {
 }
 
 fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure> {
-    let model = open(&args.path)?;
+    let model = crate::arch::open_reviewed(&args.path, args.config.as_deref())?;
+    let architecture = Architecture::recognise(model.tensors.iter().map(|t| &t.info));
     let needle = args.filter.as_deref().map(str::to_lowercase);
     let tree = LayerTree::build(&model.tensors, |tensor| {
         needle
@@ -100,6 +103,7 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
         model: &model,
         tree: &tree,
         filter: args.filter.as_deref(),
+        architecture: architecture.as_ref(),
     };
     let mut out = io::BufWriter::with_capacity(1 << 16, out);
     if args.json {
@@ -124,7 +128,7 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
 }
 
 fn check<W: Write>(args: &CheckArgs, out: &mut W) -> Result<Outcome, Failure> {
-    let model = open(&args.path)?;
+    let model = crate::arch::open_reviewed(&args.path, args.config.as_deref())?;
     let report = Check {
         model: &model,
         findings: &model.findings,

@@ -93,6 +93,8 @@ codes! {
     TensorOrder => "tensor-order", "tensors are stored in a different order from the header's entries";
     LayerIncomplete => "layer-incomplete", "a tensor every other layer has is missing from a few layers";
     LayerMismatch => "layer-mismatch", "a layer's tensor has a shape or dtype unlike the same tensor in the other layers";
+    ConfigMismatch => "config-mismatch", "config.json gives a size the tensors' shapes contradict (both values shown)";
+    ConfigInvalid => "config-invalid", "the config.json beside the model cannot be read or is not JSON";
     IndexInvalid => "index-invalid", "a sharded model's index.json cannot be read or has the wrong form";
     IndexPathEscapes => "index-path-escapes", "an index names a shard outside its own folder (refused)";
     ShardMissing => "shard-missing", "a shard named by the index does not exist";

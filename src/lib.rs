@@ -5,6 +5,7 @@
 //! - [`text`], [`finding`], [`error`]: shared vocabulary (escaping, findings with stable codes).
 //! - [`format`]: reading headers leniently, the reference's strict verdict, sharded models, and
 //!   the writer. Never reads tensor data when opening.
+//! - [`arch`]: the architecture recognised from names and shapes, checked against config.json.
 //! - [`tree`]: the layer tree built from dotted names, with totals on every node.
 //! - [`analysis`]: statistics, histograms and numeric findings from tensor bytes, every dtype.
 //! - [`jobs`]: the background scan that reads tensor data and streams results on a channel.
@@ -15,6 +16,7 @@
 //! - [`tui`]: the interactive explorer; the only module that uses the terminal.
 
 pub mod analysis;
+pub mod arch;
 pub mod cli;
 pub mod commands;
 pub mod demo;

@@ -2,6 +2,7 @@
 //! names are a stable interface (documented in the README).
 
 use crate::analysis::{Histogram, Moments};
+use crate::arch::Architecture;
 use crate::finding::{Finding, Severity, Tally};
 use crate::format::model::{Model, Source};
 use crate::text::{
@@ -169,6 +170,7 @@ struct InspectJson<'a> {
     dtypes: Vec<DtypeJson>,
     metadata: &'a BTreeMap<String, String>,
     structural_id: String,
+    architecture: Option<&'a Architecture>,
     tensors: Vec<TensorJson<'a>>,
 }
 
@@ -190,6 +192,7 @@ pub struct Inspect<'a> {
     pub model: &'a Model,
     pub tree: &'a LayerTree,
     pub filter: Option<&'a str>,
+    pub architecture: Option<&'a Architecture>,
 }
 
 impl Inspect<'_> {
@@ -227,6 +230,7 @@ impl Inspect<'_> {
                 dtypes: dtypes_json(&self.tree.dtype_mix(ROOT, &model.tensors)),
                 metadata: &model.metadata,
                 structural_id: crate::hash::structural_id(model),
+                architecture: self.architecture,
                 tensors,
             },
         )
@@ -295,6 +299,9 @@ impl Inspect<'_> {
             })
             .collect();
         writeln!(out, "structure   {}", crate::hash::structural_id(model))?;
+        if let Some(architecture) = self.architecture {
+            writeln!(out, "arch        {architecture}")?;
+        }
         writeln!(
             out,
             "dtypes      {}",

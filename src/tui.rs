@@ -43,7 +43,7 @@ pub struct Options {
 
 /// Opens the explorer on the model at `path` and runs it until the user leaves.
 pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
-    let model = Arc::new(Model::open(path)?);
+    let model = Arc::new(crate::arch::open_reviewed(path, None)?);
     let mut log = match &options.log {
         Some(file) => {
             Some(BufWriter::new(File::create(file).with_context(|| {
@@ -157,7 +157,7 @@ impl Session {
                         }
                     });
             }
-            Effect::Reopen(path) => match Model::open(&path) {
+            Effect::Reopen(path) => match crate::arch::open_reviewed(&path, None) {
                 Ok(model) => {
                     let options = Options {
                         color: self.color,

@@ -271,3 +271,25 @@ fn hash_matches_sha256sum_and_the_tensor_bytes() {
     let (_, inspect) = run(repo(), &["inspect", "--json", "assets/demo.safetensors"]);
     assert!(inspect.contains(json["structural_id"].as_str().unwrap()));
 }
+
+#[test]
+fn check_compares_the_tensors_with_the_config_beside_them() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(support::demo_path(), dir.path().join("model.safetensors")).unwrap();
+    let config = r#"{"model_type": "llama", "hidden_size": 128, "num_hidden_layers": 6,
+        "intermediate_size": 344, "vocab_size": 2048, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "tie_word_embeddings": false}"#;
+    support::write(dir.path(), "config.json", config.as_bytes());
+    let (code, beside) = run(dir.path(), &["check", "model.safetensors"]);
+    assert_eq!(code, 0, "a mismatch is a warning: {beside}");
+    insta::assert_snapshot!(beside);
+    support::write(dir.path(), "other.json", b"{\"num_hidden_layers\": 4}");
+    let (_, explicit) = run(
+        dir.path(),
+        &["check", "model.safetensors", "--config", "other.json"],
+    );
+    assert!(!explicit.contains("config-mismatch"), "{explicit}");
+    support::write(dir.path(), "config.json", b"{not json");
+    let (_, broken) = run(dir.path(), &["check", "model.safetensors"]);
+    assert!(broken.contains("config-invalid"), "{broken}");
+}
