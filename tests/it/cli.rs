@@ -115,6 +115,8 @@ fn inspect_json_has_the_documented_fields() {
         assert!(first.get(field).is_some(), "tensor missing {field}");
     }
     assert_eq!(json["parameters"], 1_250_432);
+    assert_eq!(json["architecture"]["family"], "llama");
+    assert_eq!(json["architecture"]["layers"], 4);
     assert_eq!(json["metadata"]["format"], "pt");
 }
 
