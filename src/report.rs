@@ -7,6 +7,7 @@ use crate::finding::{Finding, Severity, Tally};
 use crate::format::model::{Model, Source};
 use crate::text::{
     Bytes, Count, Shape, display_width, escape, escape_path, format_bytes, format_count,
+    natural_cmp,
 };
 use crate::tree::{DtypeMix, DtypeSet, LayerTree, NodeId, ROOT};
 use serde::Serialize;
@@ -991,6 +992,30 @@ pub struct Hashes {
     pub structural_id: String,
 }
 
+impl Hashes {
+    /// Groups of tensors whose bytes are identical (same digest, not empty), in name order.
+    pub fn duplicates(&self) -> Vec<Vec<&str>> {
+        /// The SHA-256 of no bytes: every empty tensor has it.
+        const EMPTY: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+        let mut groups: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (name, digest) in self.tensors.iter().flatten() {
+            if digest != EMPTY {
+                groups.entry(digest).or_default().push(name);
+            }
+        }
+        let mut duplicates: Vec<Vec<&str>> = groups
+            .into_values()
+            .filter(|names| names.len() > 1)
+            .map(|mut names| {
+                names.sort_by(|a, b| natural_cmp(a, b));
+                names
+            })
+            .collect();
+        duplicates.sort_by(|a, b| natural_cmp(a[0], b[0]));
+        duplicates
+    }
+}
+
 impl Report for Hashes {
     fn write_text(&self, out: &mut dyn Write) -> io::Result<()> {
         for (path, digest) in &self.files {
@@ -999,7 +1024,12 @@ impl Report for Hashes {
         for (name, digest) in self.tensors.iter().flatten() {
             writeln!(out, "{digest}  tensor {}", escape(name))?;
         }
-        writeln!(out, "{}  structural id", self.structural_id)
+        writeln!(out, "{}  structural id", self.structural_id)?;
+        for names in self.duplicates() {
+            let names: Vec<String> = names.iter().map(|n| format!("`{}`", escape(n))).collect();
+            writeln!(out, "identical bytes: {}", names.join(", "))?;
+        }
+        Ok(())
     }
 
     fn write_json(&self, out: &mut dyn Write) -> io::Result<()> {
@@ -1013,6 +1043,7 @@ impl Report for Hashes {
             files: Vec<Named<'a>>,
             tensors: Option<Vec<Named<'a>>>,
             structural_id: &'a str,
+            duplicates: Option<Vec<Vec<&'a str>>>,
         }
         fn named(list: &[(String, String)]) -> Vec<Named<'_>> {
             list.iter()
@@ -1025,7 +1056,43 @@ impl Report for Hashes {
                 files: named(&self.files),
                 tensors: self.tensors.as_deref().map(named),
                 structural_id: &self.structural_id,
+                duplicates: self.tensors.is_some().then(|| self.duplicates()),
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_group_tensors_with_identical_bytes() {
+        let digest = |c: char| c.to_string().repeat(64);
+        let empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+        let tensors = [
+            ("layers.10.w", digest('a')),
+            ("layers.2.w", digest('a')),
+            ("embed", digest('b')),
+            ("lm_head", digest('b')),
+            ("bias", digest('c')),
+            ("empty.0", empty.to_string()),
+            ("empty.1", empty.to_string()),
+        ];
+        let hashes = Hashes {
+            files: Vec::new(),
+            tensors: Some(tensors.map(|(n, d)| (n.to_string(), d)).to_vec()),
+            structural_id: digest('0'),
+        };
+        assert_eq!(
+            hashes.duplicates(),
+            [vec!["embed", "lm_head"], vec!["layers.2.w", "layers.10.w"]]
+        );
+        let mut text = Vec::new();
+        hashes.write_text(&mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.ends_with(
+            "identical bytes: `embed`, `lm_head`\nidentical bytes: `layers.2.w`, `layers.10.w`\n"
+        ));
     }
 }
