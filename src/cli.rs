@@ -62,6 +62,11 @@ pub enum Command {
     /// SHA-256 of each file (as sha256sum prints it) and, with --per-tensor, of each tensor's
     /// bytes; and the model's structural ID.
     Hash(HashArgs),
+    /// Compare two models: tensors added and removed, dtype and shape changes, metadata
+    /// differences, and how much each common tensor's values changed.
+    ///
+    /// Exits 0 when the models are identical, 1 when they differ.
+    Diff(DiffArgs),
 }
 
 #[derive(Debug, Args)]
@@ -143,6 +148,17 @@ pub struct QuantizeArgs {
     #[arg(long)]
     pub yes: bool,
     /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The first model: a .safetensors file, an index .json, or a folder.
+    pub a: PathBuf,
+    /// The second model.
+    pub b: PathBuf,
+    /// Print one JSON document instead of text (every tensor, the same ones included).
     #[arg(long)]
     pub json: bool,
 }

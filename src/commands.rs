@@ -3,7 +3,9 @@
 
 use crate::analysis::{Histogram, Moments};
 use crate::arch::Architecture;
-use crate::cli::{CheckArgs, Cli, Command, HashArgs, InspectArgs, QuantizeArgs, StatsArgs};
+use crate::cli::{
+    CheckArgs, Cli, Command, DiffArgs, HashArgs, InspectArgs, QuantizeArgs, StatsArgs,
+};
 use crate::error::Result;
 use crate::finding::Finding;
 use crate::finding::Severity;
@@ -41,6 +43,7 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
         Some(Command::Stats(args)) => stats(&args, out),
         Some(Command::Quantize(args)) => quantize(&args, out),
         Some(Command::Hash(args)) => hash(&args, out),
+        Some(Command::Diff(args)) => diff(&args, out),
         None => match cli.path {
             Some(path) => {
                 let args = InspectArgs {
@@ -308,6 +311,39 @@ fn hash<W: Write>(args: &HashArgs, out: &mut W) -> Result<Outcome, Failure> {
     };
     print(out, &report, args.json)?;
     Ok(Outcome::Clean)
+}
+
+fn diff<W: Write>(args: &DiffArgs, out: &mut W) -> Result<Outcome, Failure> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let (a, b) = (open(&args.a)?, open(&args.b)?);
+    let progress = AtomicU64::new(0);
+    let finished = AtomicBool::new(false);
+    let bar = progress_bar();
+    bar.set_length(a.total_bytes().saturating_add(b.total_bytes()));
+    let result = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !finished.load(Ordering::Relaxed) {
+                bar.set_position(progress.load(Ordering::Relaxed));
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        });
+        let result = crate::diff::diff(&a, &b, &progress);
+        finished.store(true, Ordering::Relaxed);
+        result
+    });
+    bar.finish_and_clear();
+    let identical = result.identical();
+    let report = crate::report::Diff {
+        a: &a,
+        b: &b,
+        diff: &result,
+    };
+    print(out, &report, args.json)?;
+    Ok(if identical {
+        Outcome::Clean
+    } else {
+        Outcome::Problems
+    })
 }
 
 /// Writes a report, buffered, as JSON or text.

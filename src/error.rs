@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{}: {source}", crate::text::escape_path(.path))]
-    Io { path: PathBuf, source: io::Error },
+    /// The I/O error is part of the message rather than a `source`, so that a printed chain
+    /// names it once.
+    #[error("{}: {error}", crate::text::escape_path(.path))]
+    Io { path: PathBuf, error: io::Error },
     #[error("{}: no .safetensors file or index in this folder", crate::text::escape_path(.0))]
     NoModel(PathBuf),
     #[error("{0}")]
@@ -15,10 +17,10 @@ pub enum Error {
 }
 
 impl Error {
-    pub fn io(path: &Path, source: io::Error) -> Self {
+    pub fn io(path: &Path, error: io::Error) -> Self {
         Error::Io {
             path: path.to_owned(),
-            source,
+            error,
         }
     }
 }

@@ -10,6 +10,7 @@
 //! - [`analysis`]: statistics, histograms and numeric findings from tensor bytes, every dtype.
 //! - [`jobs`]: the background scan that reads tensor data and streams results on a channel.
 //! - [`quantize`]: int8 quantization, written in the compressed-tensors layout.
+//! - [`diff`]: what changed between two checkpoints, tensor by tensor.
 //! - [`hash`]: SHA-256 of files and tensors, and the structural ID.
 //! - [`report`]: text and JSON output of the headless commands.
 //! - [`cli`], [`commands`]: the command line and one function per subcommand.
@@ -20,6 +21,7 @@ pub mod arch;
 pub mod cli;
 pub mod commands;
 pub mod demo;
+pub mod diff;
 pub mod error;
 pub mod finding;
 pub mod format;

@@ -1062,6 +1062,120 @@ impl Report for Hashes {
     }
 }
 
+/// `stui diff`: every difference between two models.
+#[derive(Debug)]
+pub struct Diff<'a> {
+    pub a: &'a Model,
+    pub b: &'a Model,
+    pub diff: &'a crate::diff::ModelDiff,
+}
+
+impl Report for Diff<'_> {
+    fn write_text(&self, out: &mut dyn Write) -> io::Result<()> {
+        use crate::diff::Status;
+        writeln!(out, "a  {}", escape_path(&self.a.path))?;
+        writeln!(out, "b  {}", escape_path(&self.b.path))?;
+        let (mut same, mut changed, mut added, mut removed, mut unreadable) = (0, 0, 0, 0, 0);
+        for tensor in &self.diff.tensors {
+            let name = escape(&tensor.name);
+            match &tensor.status {
+                Status::Same => same += 1,
+                Status::Added => {
+                    added += 1;
+                    writeln!(out, "added    {name}")?;
+                }
+                Status::Removed => {
+                    removed += 1;
+                    writeln!(out, "removed  {name}")?;
+                }
+                Status::Unreadable { error } => {
+                    unreadable += 1;
+                    writeln!(out, "unread   {name}  {}", escape(error))?;
+                }
+                Status::Changed {
+                    dtype,
+                    shape,
+                    change,
+                } => {
+                    changed += 1;
+                    let mut line = format!("changed  {name}");
+                    if let Some((x, y)) = dtype {
+                        let _ = write!(line, "  dtype {} -> {}", escape(x), escape(y));
+                    }
+                    if let Some((x, y)) = shape {
+                        let _ = write!(line, "  shape {} -> {}", Shape(x), Shape(y));
+                    }
+                    if let Some(change) = change {
+                        let _ = write!(
+                            line,
+                            "  max|a-b| {:.3e}  rel L2 {:.3e}  cosine {}  {} values differ",
+                            change.max_abs_diff,
+                            change.relative_l2,
+                            change
+                                .cosine
+                                .map_or_else(|| "-".to_string(), |c| format!("{c:.6}")),
+                            change.changed_values
+                        );
+                        if change.nonfinite_mismatches > 0 {
+                            let _ = write!(
+                                line,
+                                " ({} NaN/Inf mismatches)",
+                                change.nonfinite_mismatches
+                            );
+                        }
+                    }
+                    writeln!(out, "{line}")?;
+                }
+            }
+        }
+        for entry in &self.diff.metadata {
+            let show = |value: &Option<String>| {
+                value
+                    .as_deref()
+                    .map_or_else(|| "(absent)".to_string(), |v| format!("`{}`", escape(v)))
+            };
+            writeln!(
+                out,
+                "metadata `{}`: {} -> {}",
+                escape(&entry.key),
+                show(&entry.a),
+                show(&entry.b)
+            )?;
+        }
+        let verdict = if self.diff.identical() {
+            "identical"
+        } else {
+            "different"
+        };
+        writeln!(
+            out,
+            "{verdict}: {same} same, {changed} changed, {added} added, {removed} removed, \
+             {unreadable} unreadable; {} metadata differences",
+            self.diff.metadata.len()
+        )
+    }
+
+    fn write_json(&self, out: &mut dyn Write) -> io::Result<()> {
+        #[derive(Serialize)]
+        struct Document<'a> {
+            a: String,
+            b: String,
+            identical: bool,
+            #[serde(flatten)]
+            diff: &'a crate::diff::ModelDiff,
+        }
+        write_json(
+            out,
+            &Document {
+                a: self.a.path.to_string_lossy().into_owned(),
+                b: self.b.path.to_string_lossy().into_owned(),
+                identical: self.diff.identical(),
+                diff: self.diff,
+            },
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

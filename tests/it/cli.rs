@@ -3,6 +3,8 @@
 use crate::support;
 use std::path::Path;
 use std::process::Command;
+use stui::demo::{Fill, SyntheticModel};
+use stui::format::Dtype;
 
 /// Runs stui in `dir` and renders what it did: exit code, stdout and stderr.
 fn run(dir: &Path, args: &[&str]) -> (i32, String) {
@@ -294,4 +296,72 @@ fn check_compares_the_tensors_with_the_config_beside_them() {
     support::write(dir.path(), "config.json", b"{not json");
     let (_, broken) = run(dir.path(), &["check", "model.safetensors"]);
     assert!(broken.contains("config-invalid"), "{broken}");
+}
+
+#[test]
+fn diff_lists_every_change_and_measures_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let weight = Fill::Normal {
+        mean: 0.0,
+        std: 0.02,
+    };
+    support::small_model()
+        .write(&dir.path().join("a.safetensors"))
+        .unwrap();
+    SyntheticModel::new(1)
+        .tensor(
+            "model.layers.0.mlp.weight",
+            Dtype::F32,
+            &[4, 4],
+            weight.clone(),
+        )
+        .tensor(
+            "model.layers.0.attn.weight",
+            Dtype::Bf16,
+            &[4, 4],
+            weight.clone(),
+        )
+        .tensor(
+            "model.layers.1.mlp.weight",
+            Dtype::F32,
+            &[4, 4],
+            weight.clone(),
+        )
+        .tensor("lm_head.weight", Dtype::F32, &[2, 4], weight)
+        .plant("model.layers.1.mlp.weight", 3, 1.5)
+        .metadata("format", "pt")
+        .metadata("note", "fine-tuned")
+        .write(&dir.path().join("b.safetensors"))
+        .unwrap();
+    let (code, same) = run(dir.path(), &["diff", "a.safetensors", "a.safetensors"]);
+    assert_eq!(code, 0, "{same}");
+    let (code, text) = run(dir.path(), &["diff", "a.safetensors", "b.safetensors"]);
+    assert_eq!(code, 1);
+    insta::assert_snapshot!(text);
+    let (_, json) = run(
+        dir.path(),
+        &["diff", "--json", "a.safetensors", "b.safetensors"],
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(json.splitn(3, '\n').nth(2).unwrap()).unwrap();
+    assert_eq!(json["identical"], false);
+    let status = |name: &str| {
+        json["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(status("model.layers.0.mlp.weight")["status"], "same");
+    assert_eq!(status("model.layers.1.attn.weight")["status"], "removed");
+    assert_eq!(status("lm_head.weight")["status"], "added");
+    let planted = status("model.layers.1.mlp.weight");
+    assert_eq!(planted["change"]["changed_values"], 1);
+    assert!(planted["change"]["max_abs_diff"].as_f64().unwrap() > 1.4);
+    let converted = status("model.layers.0.attn.weight");
+    assert_eq!(converted["dtype"], serde_json::json!(["F32", "BF16"]));
+    assert!(converted["change"]["cosine"].as_f64().unwrap() > 0.999);
+    assert_eq!(json["metadata"][0]["key"], "note");
 }
