@@ -191,6 +191,27 @@ fn stored(dtype: Dtype, value: f64) -> f64 {
     }
 }
 
+/// The scale for a row whose largest magnitude is `absmax`: `absmax / 127` as stored in `dtype`,
+/// rounded up instead when storing rounded it down so far that `absmax` would land more than
+/// half a step beyond 127 steps. That happens only to tiny (subnormal) scales, which can even
+/// underflow to zero; a normal scale keeps its nearest rounding.
+fn scale_for(dtype: Dtype, absmax: f64) -> f64 {
+    let scale = stored(dtype, absmax / 127.0);
+    if scale * 127.5 >= absmax || !scale.is_finite() {
+        return scale;
+    }
+    match dtype {
+        Dtype::F64 => scale.next_up(),
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "the value is an f32 already"
+        )]
+        Dtype::F32 => f64::from((scale as f32).next_up()),
+        Dtype::Bf16 => half::bf16::from_bits(half::bf16::from_f64(scale).to_bits() + 1).to_f64(),
+        _ => half::f16::from_bits(half::f16::from_f64(scale).to_bits() + 1).to_f64(),
+    }
+}
+
 #[expect(
     clippy::cast_possible_truncation,
     reason = "rounding to the stored type is the point"
@@ -429,10 +450,7 @@ fn compute_scales(
                     Granularity::PerChannel => absmax,
                     Granularity::PerTensor => vec![absmax.iter().copied().fold(0.0, f64::max)],
                 };
-                scales.insert(
-                    index,
-                    absmax.iter().map(|&a| stored(dtype, a / 127.0)).collect(),
-                );
+                scales.insert(index, absmax.iter().map(|&a| scale_for(dtype, a)).collect());
             }
             None => match options.non_finite {
                 NonFinite::Skip => choices[index] = Choice::Keep(Kept::NonFinite),
@@ -860,7 +878,7 @@ pub fn preview(model: &Model, tensor: usize, granularity: Granularity) -> Result
         Granularity::PerChannel => absmax,
         Granularity::PerTensor => vec![absmax.iter().copied().fold(0.0, f64::max)],
     };
-    let scales: Vec<f64> = absmax.iter().map(|&a| stored(dtype, a / 127.0)).collect();
+    let scales: Vec<f64> = absmax.iter().map(|&a| scale_for(dtype, a)).collect();
     let error = write_weight(model, &files, entry, &scales, &mut io::sink(), &control)
         .map_err(|e| Error::io(path, e))?;
     Ok(Some(error))
@@ -1052,6 +1070,26 @@ mod tests {
         assert_eq!(quantize_value(1000.0, 1.0), 127);
         assert_eq!(quantize_value(-1000.0, 1.0), -127);
         assert_eq!(quantize_value(5.0, 0.0), 0);
+    }
+
+    #[test]
+    fn scales_never_round_below_absmax_over_127() {
+        for dtype in [Dtype::F64, Dtype::F32, Dtype::Bf16, Dtype::F16] {
+            for absmax in [2.8e-44, 1e-300, 1e-9, 3.0e-5, 0.0137, 1.0, 300.0] {
+                let scale = scale_for(dtype, absmax);
+                assert!(scale * 127.5 >= absmax, "{dtype} {absmax}: {scale}");
+                assert_eq!(
+                    scale,
+                    stored(dtype, scale),
+                    "{dtype} {absmax}: representable"
+                );
+                assert!(
+                    scale <= absmax / 127.0 * 1.01 || absmax < 1e-4,
+                    "{dtype} {absmax}"
+                );
+            }
+            assert_eq!(scale_for(dtype, 0.0), 0.0);
+        }
     }
 
     #[test]

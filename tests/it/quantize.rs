@@ -399,3 +399,22 @@ fn python_safetensors_loads_the_output() {
     );
     assert!(String::from_utf8_lossy(&result.stdout).contains("checked 3 quantized tensors"));
 }
+
+#[test]
+fn rows_of_subnormal_values_still_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("tiny.safetensors");
+    SyntheticModel::new(0)
+        .tensor(
+            "layer.proj.weight",
+            Dtype::F32,
+            &[5, 1],
+            Fill::Values(vec![2.8e-44, -1.4e-45, 0.0, 1e-40, 2.8e-44]),
+        )
+        .write(&source)
+        .unwrap();
+    for granularity in [Granularity::PerChannel, Granularity::PerTensor] {
+        let summary = run(&source, &dir.path().join("out.safetensors"), granularity);
+        assert!(summary.verified, "{granularity:?}");
+    }
+}
