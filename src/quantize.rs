@@ -367,10 +367,12 @@ pub fn quantize(
 
     let scales = compute_scales(model, &files, &mut choices, options, control)?;
 
-    if let Some(folder) = targets[0].parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(folder).map_err(|e| Error::io(folder, e))?;
-        remove_stale_temporaries(folder);
-    }
+    let folder = targets[0]
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(folder).map_err(|e| Error::io(folder, e))?;
+    remove_stale_temporaries(folder);
     let ignore = ignored_modules(model, &choices);
     let context = ShardContext {
         model,

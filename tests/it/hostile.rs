@@ -113,3 +113,33 @@ fn a_symlink_loop_in_a_model_folder_is_a_finding() {
     );
     assert!(model.tensors.is_empty());
 }
+
+#[test]
+fn deep_nesting_and_a_million_tensors_are_findings_in_bounded_time() {
+    for depth in [10_000, 1_000_000] {
+        let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        for header in [
+            format!(r#"{{"a":{nested}}}"#),
+            format!(r#"{{"__metadata__":{{"k":{nested}}}}}"#),
+            format!(r#"{{"a":{{"dtype":"U8","shape":{nested},"data_offsets":[0,0]}}}}"#),
+        ] {
+            let file = read(&support::raw_file(&header, &[]));
+            assert!(!file.is_valid(), "depth {depth}");
+            assert!(!file.findings.is_empty());
+        }
+    }
+    let tensors: Vec<String> = (0..1_000_000)
+        .map(|i| {
+            format!(
+                r#""t.{i}":{{"dtype":"U8","shape":[1],"data_offsets":[{i},{}]}}"#,
+                i + 1
+            )
+        })
+        .collect();
+    let header = format!("{{{}}}", tensors.join(","));
+    let started = Instant::now();
+    let file = read(&support::raw_file(&header, &vec![0; 1_000_000]));
+    assert!(file.is_valid(), "{:?}", file.findings.first());
+    assert_eq!(file.tensors.len(), 1_000_000);
+    assert!(started.elapsed() < Duration::from_secs(60));
+}

@@ -418,3 +418,64 @@ fn rows_of_subnormal_values_still_verify() {
         assert!(summary.verified, "{granularity:?}");
     }
 }
+
+#[test]
+fn kill_9_during_a_save_leaves_the_source_and_no_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("model.safetensors");
+    let mut model = SyntheticModel::new(3);
+    for layer in 0..16 {
+        model = model.tensor(
+            &format!("model.layers.{layer}.mlp.down_proj.weight"),
+            Dtype::F32,
+            &[1024, 1024],
+            Fill::Normal {
+                mean: 0.0,
+                std: 0.02,
+            },
+        );
+    }
+    model.write(&source).unwrap();
+    let before = std::fs::read(&source).unwrap();
+    let output = dir.path().join("out.safetensors");
+    let is_temporary = |name: &str| name.starts_with(".stui-tmp-");
+    let temporaries = || -> Vec<String> {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|name| is_temporary(name))
+            .collect()
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stui"))
+        .args(["quantize", "model.safetensors", "-o", "out.safetensors"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while temporaries().is_empty() && started.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the save was killed before it finished");
+    assert!(
+        std::fs::read(&source).unwrap() == before,
+        "the source is unchanged"
+    );
+    assert!(!output.exists(), "nothing at the target path");
+    assert!(
+        !temporaries().is_empty(),
+        "the partial file is recognisable"
+    );
+    let status = Command::new(env!("CARGO_BIN_EXE_stui"))
+        .args(["quantize", "model.safetensors", "-o", "out.safetensors"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(temporaries().is_empty(), "the next run cleans up");
+    assert!(Model::open(&output).unwrap().is_valid());
+}
