@@ -3,7 +3,7 @@
 use crate::support;
 use std::path::Path;
 use std::process::Command;
-use stui::demo::{Fill, SyntheticModel};
+use stui::demo::Fill;
 use stui::format::Dtype;
 
 /// Runs stui in `dir` and renders what it did: exit code, stdout and stderr.
@@ -301,35 +301,14 @@ fn check_compares_the_tensors_with_the_config_beside_them() {
 #[test]
 fn diff_lists_every_change_and_measures_it() {
     let dir = tempfile::tempdir().unwrap();
-    let weight = Fill::Normal {
-        mean: 0.0,
-        std: 0.02,
-    };
-    support::small_model()
-        .write(&dir.path().join("a.safetensors"))
-        .unwrap();
-    SyntheticModel::new(1)
-        .tensor(
-            "model.layers.0.mlp.weight",
-            Dtype::F32,
-            &[4, 4],
-            weight.clone(),
-        )
-        .tensor(
-            "model.layers.0.attn.weight",
-            Dtype::Bf16,
-            &[4, 4],
-            weight.clone(),
-        )
-        .tensor(
-            "model.layers.1.mlp.weight",
-            Dtype::F32,
-            &[4, 4],
-            weight.clone(),
-        )
-        .tensor("lm_head.weight", Dtype::F32, &[2, 4], weight)
+    let a = support::small_model();
+    a.write(&dir.path().join("a.safetensors")).unwrap();
+    // b: one tensor converted to BF16, one value changed, one tensor removed and one added.
+    let mut b = a.clone();
+    b.tensors[1].spec.dtype = Dtype::Bf16;
+    b.tensors.pop();
+    b.tensor("lm_head.weight", Dtype::F32, &[2, 4], Fill::Zeros)
         .plant("model.layers.1.mlp.weight", 3, 1.5)
-        .metadata("format", "pt")
         .metadata("note", "fine-tuned")
         .write(&dir.path().join("b.safetensors"))
         .unwrap();
