@@ -118,6 +118,10 @@ fn odd_siblings<'t, K: Ord + Display>(
     property: impl Fn(&'t TensorInfo) -> K,
     what: &str,
 ) -> Vec<Finding> {
+    let first = property(present[0].1);
+    if present.iter().all(|(_, tensor)| property(tensor) == first) {
+        return Vec::new();
+    }
     let mut counts: BTreeMap<K, usize> = BTreeMap::new();
     for (_, tensor) in present {
         *counts.entry(property(tensor)).or_default() += 1;
