@@ -317,9 +317,12 @@ pub fn review(model: &Model, explicit: Option<&Path>) -> (Option<Architecture>, 
     (architecture, findings)
 }
 
-/// Opens a model and adds the findings of [`review`] to its own.
+/// Opens a model and adds to its findings those on its layers
+/// ([`crate::format::layers::layer_findings`]) and those of [`review`].
 pub fn open_reviewed(path: &Path, config: Option<&Path>) -> crate::error::Result<Model> {
     let mut model = Model::open(path)?;
+    let layers = crate::format::layers::layer_findings(model.tensors.iter().map(|t| &t.info));
+    model.findings.extend(layers);
     let (_, findings) = review(&model, config);
     model.findings.extend(findings);
     Ok(model)

@@ -394,10 +394,7 @@ impl Builder {
         }
     }
 
-    fn finish(mut self) -> Model {
-        self.findings.extend(super::layers::layer_findings(
-            self.tensors.iter().map(|tensor| &tensor.info),
-        ));
+    fn finish(self) -> Model {
         Model {
             path: self.path,
             source: self.source,
