@@ -32,8 +32,8 @@ pub struct Architecture {
     pub parameters: u64,
 }
 
-/// The tensors of the first layer-numbered stack, by name below the layer number, and the
-/// model-wide tensors by full name.
+/// The tensors of layer 0, by name below the layer number, and the tensors outside the layers
+/// by full name.
 struct Names<'a> {
     by_name: HashMap<&'a str, &'a TensorInfo>,
     layer_zero: HashMap<&'a str, &'a TensorInfo>,
@@ -48,7 +48,6 @@ impl<'a> Names<'a> {
             layers: BTreeSet::new(),
         };
         for tensor in tensors {
-            names.by_name.insert(&tensor.name, tensor);
             if let Some((_, rest)) = split_layers(&tensor.name)
                 && let Some((layer, suffix)) = rest.split_once('.')
                 && let Ok(layer) = layer.parse::<u64>()
@@ -57,6 +56,8 @@ impl<'a> Names<'a> {
                 if layer == 0 {
                     names.layer_zero.insert(suffix, tensor);
                 }
+            } else {
+                names.by_name.insert(&tensor.name, tensor);
             }
         }
         names
@@ -321,10 +322,12 @@ pub fn review(model: &Model, explicit: Option<&Path>) -> (Option<Architecture>, 
 /// ([`crate::format::layers::layer_findings`]) and those of [`review`].
 pub fn open_reviewed(path: &Path, config: Option<&Path>) -> crate::error::Result<Model> {
     let mut model = Model::open(path)?;
-    let layers = crate::format::layers::layer_findings(model.tensors.iter().map(|t| &t.info));
+    let (layers, (_, config_findings)) = rayon::join(
+        || crate::format::layers::layer_findings(model.tensors.iter().map(|t| &t.info)),
+        || review(&model, config),
+    );
     model.findings.extend(layers);
-    let (_, findings) = review(&model, config);
-    model.findings.extend(findings);
+    model.findings.extend(config_findings);
     Ok(model)
 }
 
