@@ -20,6 +20,11 @@ pub struct Cli {
     /// The model to open: a .safetensors file, an index .json, or a folder.
     pub path: Option<PathBuf>,
 
+    /// In the explorer, compare the model with B: each tensor marked as changed (with the size
+    /// of the change) or only in this model, the marks climbing the tree.
+    #[arg(long, value_name = "B")]
+    pub diff: Option<PathBuf>,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 

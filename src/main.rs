@@ -15,6 +15,7 @@ fn main() -> ExitCode {
         let options = stui::tui::Options {
             color,
             log: cli.log.clone(),
+            diff: cli.diff.clone(),
         };
         return match stui::tui::run(path, &options) {
             Ok(()) => ExitCode::SUCCESS,

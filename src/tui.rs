@@ -39,6 +39,8 @@ pub struct Options {
     pub color: bool,
     /// Where to log frame times and input-to-frame latencies.
     pub log: Option<PathBuf>,
+    /// A second model to compare with (`--diff`).
+    pub diff: Option<PathBuf>,
 }
 
 /// Opens the explorer on the model at `path` and runs it until the user leaves.
@@ -52,7 +54,22 @@ pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let other = match &options.diff {
+        Some(other) => Some(crate::arch::open_reviewed(other, None)?),
+        None => None,
+    };
     let (sender, events) = event::start();
+    if let Some(other) = other {
+        let model = Arc::clone(&model);
+        let sender = sender.clone();
+        std::thread::Builder::new()
+            .name("stui-diff".into())
+            .spawn(move || {
+                let progress = std::sync::atomic::AtomicU64::new(0);
+                let _ = sender.send(Event::Diff(crate::diff::diff(&model, &other, &progress)));
+            })
+            .context("cannot start the diff")?;
+    }
     let mut session = Session::open(model, options, &sender);
 
     let mut terminal = ratatui::init();
@@ -162,6 +179,7 @@ impl Session {
                     let options = Options {
                         color: self.color,
                         log: None,
+                        diff: None,
                     };
                     *self = Session::open(Arc::new(model), &options, sender);
                 }
@@ -224,6 +242,7 @@ fn event_loop(
                     (app.on_preview(tensor, granularity, result), None)
                 }
                 Event::Saved(result) => (app.on_saved(result), None),
+                Event::Diff(diff) => (app.on_diff(&diff), None),
                 Event::Tick => (app.quantize.is_some(), None),
                 Event::Signal => {
                     app.should_quit = true;

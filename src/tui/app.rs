@@ -107,11 +107,25 @@ pub enum ScanState {
     Cancelled,
 }
 
-/// How many tensors below a node have errors (NaN, Inf, unreadable, ...) and warnings.
+/// How many tensors below a node have errors (NaN, Inf, unreadable, ...) and warnings, and,
+/// with `--diff`, how many changed or are only in this model.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Marks {
     pub errors: u32,
     pub warnings: u32,
+    pub changed: u32,
+    pub only_here: u32,
+}
+
+/// The comparison with the `--diff` model.
+#[derive(Debug, Default)]
+pub struct DiffView {
+    /// Each tensor's status, by tensor index.
+    pub status: Vec<Option<crate::diff::Status>>,
+    pub changed: usize,
+    pub only_here: usize,
+    pub only_there: usize,
+    pub metadata: usize,
 }
 
 #[derive(Debug)]
@@ -144,6 +158,7 @@ pub struct App {
     pub page: usize,
     /// Where the tree's rows are on screen, `(x, y, width, height)` (set when drawing), for clicks.
     pub tree_area: Option<(u16, u16, u16, u16)>,
+    pub diff: Option<DiffView>,
     /// The dtype mix of each group shown so far, which takes a walk over its tensors to compute.
     mixes: std::cell::RefCell<HashMap<NodeId, crate::tree::DtypeMix>>,
 }
@@ -181,6 +196,7 @@ impl App {
             should_quit: false,
             page: 10,
             tree_area: None,
+            diff: None,
             mixes: std::cell::RefCell::default(),
             model,
         };
@@ -697,6 +713,44 @@ impl App {
             .findings
             .partition_point(|f| f.severity <= finding.severity);
         self.findings.insert(at, finding);
+    }
+
+    /// Marks each changed tensor, and each only in this model, on its node and every ancestor.
+    pub fn on_diff(&mut self, diff: &crate::diff::ModelDiff) -> bool {
+        use crate::diff::Status;
+        let mut view = DiffView {
+            status: vec![None; self.model.tensors.len()],
+            metadata: diff.metadata.len(),
+            ..DiffView::default()
+        };
+        for entry in &diff.tensors {
+            let Some(&tensor) = self.by_name.get(&entry.name) else {
+                view.only_there += usize::from(entry.status == Status::Added);
+                continue;
+            };
+            let changed = matches!(
+                entry.status,
+                Status::Changed { .. } | Status::Unreadable { .. }
+            );
+            let removed = entry.status == Status::Removed;
+            view.changed += usize::from(changed);
+            view.only_here += usize::from(removed);
+            if (changed || removed)
+                && let Some(node) = self.tree.node_of_tensor(tensor)
+            {
+                for id in std::iter::once(node)
+                    .chain(self.tree.ancestors(node))
+                    .chain(std::iter::once(ROOT))
+                {
+                    let marks = &mut self.marks[id as usize];
+                    marks.changed += u32::from(changed);
+                    marks.only_here += u32::from(removed);
+                }
+            }
+            view.status[tensor] = Some(entry.status.clone());
+        }
+        self.diff = Some(view);
+        true
     }
 
     /// Moves a tensor's mark from `before` to `after` on its node and every ancestor.

@@ -18,6 +18,8 @@ pub enum Event {
     Preview(usize, Granularity, Result<Option<Error8>, String>),
     /// A quantize-and-save ended.
     Saved(Result<Summary, String>),
+    /// The comparison with the `--diff` model is done.
+    Diff(crate::diff::ModelDiff),
     /// Time passed while something shows progress.
     Tick,
 }

@@ -238,3 +238,35 @@ fn the_quantize_dialog_previews_saves_and_reports() {
     let (_, effect) = app.update(Action::OpenResult);
     assert!(matches!(effect, Some(Effect::Reopen(path)) if path == output));
 }
+
+#[test]
+fn a_diff_marks_changed_tensors_up_the_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut other = stui::demo::demo_model();
+    other.tensors.retain(|t| t.spec.name != "lm_head.weight");
+    let other = other.plant("model.layers.1.self_attn.q_proj.weight", 0, 3.0);
+    let other_path = dir.path().join("other.safetensors");
+    other.write(&other_path).unwrap();
+    let mut app = demo(true);
+    finish_scan(&mut app);
+    let other = Model::open(&other_path).unwrap();
+    let progress = std::sync::atomic::AtomicU64::new(0);
+    let diff = stui::diff::diff(&app.model, &other, &progress);
+    assert!(app.on_diff(&diff));
+    let root = app.marks[stui::tree::ROOT as usize];
+    assert_eq!((root.changed, root.only_here), (1, 1));
+    let view = app.diff.as_ref().unwrap();
+    assert_eq!((view.changed, view.only_here, view.only_there), (1, 1, 0));
+    app.update(Action::ExpandAll);
+    let wanted = "model.layers.1.self_attn.q_proj.weight";
+    for _ in 0..200 {
+        if app
+            .selected_tensor()
+            .is_some_and(|t| app.model.tensors[t].name() == wanted)
+        {
+            break;
+        }
+        app.update(Action::Down);
+    }
+    both_sizes("diff", &mut app);
+}

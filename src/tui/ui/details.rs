@@ -9,6 +9,7 @@ use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Wrap};
+use std::fmt::Write as _;
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(block("tensor", false, app), area);
@@ -49,6 +50,9 @@ fn tensor_lines(app: &App, tensor: usize) -> Vec<Line<'static>> {
             theme.dim,
         ),
     ];
+    if let Some(status) = app.diff.as_ref().and_then(|d| d.status[tensor].as_ref()) {
+        lines.push(diff_line(app, status));
+    }
     match &app.tensors[tensor] {
         TensorState::Pending => lines.push(Line::styled("statistics pending", theme.dim)),
         TensorState::Scanning => lines.push(Line::styled("scanning…", theme.dim)),
@@ -58,6 +62,45 @@ fn tensor_lines(app: &App, tensor: usize) -> Vec<Line<'static>> {
         TensorState::Done(m) => lines.extend(stats_lines(app, m)),
     }
     lines
+}
+
+/// How this tensor differs in the `--diff` model.
+fn diff_line(app: &App, status: &crate::diff::Status) -> Line<'static> {
+    use crate::diff::Status;
+    let theme = &app.theme;
+    match status {
+        Status::Same => Line::styled("diff: the same", theme.good),
+        Status::Removed => Line::styled("diff: only in this model", theme.warning),
+        Status::Added => Line::styled("diff: only in the other model", theme.warning),
+        Status::Unreadable { error } => {
+            Line::styled(format!("diff: unreadable: {}", escape(error)), theme.error)
+        }
+        Status::Changed {
+            dtype,
+            shape,
+            change,
+        } => {
+            let mut text = "diff:".to_owned();
+            if let Some((_, other)) = dtype {
+                let _ = write!(text, " dtype there {}", escape(other));
+            }
+            if let Some((_, other)) = shape {
+                let _ = write!(text, " shape there {}", Shape(other));
+            }
+            if let Some(change) = change {
+                let _ = write!(
+                    text,
+                    " max|Δ| {:.3e} rel L2 {:.3e} cos {}",
+                    change.max_abs_diff,
+                    change.relative_l2,
+                    change
+                        .cosine
+                        .map_or_else(|| "-".to_owned(), |c| format!("{c:.6}"))
+                );
+            }
+            Line::styled(text, theme.warning)
+        }
+    }
 }
 
 fn number(value: Option<f64>) -> String {

@@ -66,6 +66,20 @@ pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
         (ScanState::Paused, None) => " scan paused".to_owned(),
         _ => " scan starting…".to_owned(),
     };
+    let text = match &app.diff {
+        Some(diff) => format!(
+            "{text} · diff Δ{} −{} here +{} there{}",
+            diff.changed,
+            diff.only_here,
+            diff.only_there,
+            if diff.metadata > 0 {
+                ", metadata differs"
+            } else {
+                ""
+            }
+        ),
+        None => text,
+    };
     frame.render_widget(Paragraph::new(Line::styled(text, theme.dim)), area);
 }
 

@@ -61,6 +61,12 @@ fn row_line(app: &App, id: NodeId, depth: u16, width: usize) -> Line<'static> {
     } else if marks.warnings > 0 {
         spans.push(Span::styled(format!("⚠{} ", marks.warnings), theme.warning));
     }
+    if marks.changed > 0 {
+        spans.push(Span::styled(format!("Δ{} ", marks.changed), theme.key));
+    }
+    if marks.only_here > 0 {
+        spans.push(Span::styled(format!("−{} ", marks.only_here), theme.dim));
+    }
     let segment = escape(tree.segment(id)).into_owned();
     let needle = app.search.to_lowercase();
     let style = if !needle.is_empty() && crate::text::contains_ignore_case(&segment, &needle) {
