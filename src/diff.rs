@@ -34,6 +34,21 @@ pub struct Change {
     pub changed_values: u64,
 }
 
+/// `max|a-b| 1.2e-3  rel L2 4.5e-4  cosine 0.999990`
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "max|a-b| {:.3e}  rel L2 {:.3e}  cosine ",
+            self.max_abs_diff, self.relative_l2
+        )?;
+        match self.cosine {
+            Some(cosine) => write!(f, "{cosine:.6}"),
+            None => f.write_str("-"),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "status")]
 pub enum Status {

@@ -1106,16 +1106,7 @@ impl Report for Diff<'_> {
                         let _ = write!(line, "  shape {} -> {}", Shape(x), Shape(y));
                     }
                     if let Some(change) = change {
-                        let _ = write!(
-                            line,
-                            "  max|a-b| {:.3e}  rel L2 {:.3e}  cosine {}  {} values differ",
-                            change.max_abs_diff,
-                            change.relative_l2,
-                            change
-                                .cosine
-                                .map_or_else(|| "-".to_string(), |c| format!("{c:.6}")),
-                            change.changed_values
-                        );
+                        let _ = write!(line, "  {change}  {} values differ", change.changed_values);
                         if change.nonfinite_mismatches > 0 {
                             let _ = write!(
                                 line,

@@ -88,15 +88,7 @@ fn diff_line(app: &App, status: &crate::diff::Status) -> Line<'static> {
                 let _ = write!(text, " shape there {}", Shape(other));
             }
             if let Some(change) = change {
-                let _ = write!(
-                    text,
-                    " max|Δ| {:.3e} rel L2 {:.3e} cos {}",
-                    change.max_abs_diff,
-                    change.relative_l2,
-                    change
-                        .cosine
-                        .map_or_else(|| "-".to_owned(), |c| format!("{c:.6}"))
-                );
+                let _ = write!(text, " {change}");
             }
             Line::styled(text, theme.warning)
         }
