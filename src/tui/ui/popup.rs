@@ -94,8 +94,19 @@ fn metadata_lines(app: &App) -> Vec<Line<'static>> {
         Span::styled("structural id = ", app.theme.dim),
         Span::raw(crate::hash::structural_id(&app.model)),
     ]);
+    let architecture =
+        crate::arch::Architecture::recognise(app.model.tensors.iter().map(|t| &t.info))
+            .map_or_else(|| "not recognised".to_owned(), |a| a.to_string());
+    let architecture = Line::from(vec![
+        Span::styled("architecture = ", app.theme.dim),
+        Span::raw(architecture),
+    ]);
     if app.model.metadata.is_empty() {
-        return vec![structure, Line::styled("(no __metadata__)", app.theme.dim)];
+        return vec![
+            structure,
+            architecture,
+            Line::styled("(no __metadata__)", app.theme.dim),
+        ];
     }
     let entries = app.model.metadata.iter().map(|(key, value)| {
         Line::from(vec![
@@ -103,5 +114,8 @@ fn metadata_lines(app: &App) -> Vec<Line<'static>> {
             Span::raw(escape(value).into_owned()),
         ])
     });
-    std::iter::once(structure).chain(entries).collect()
+    [structure, architecture]
+        .into_iter()
+        .chain(entries)
+        .collect()
 }
