@@ -162,6 +162,18 @@ fn compare(a: &Model, ta: &Tensor, b: &Model, tb: &Tensor, progress: &AtomicU64)
                 Err(error) => return Status::Unreadable { error },
             }
         }
+        // Values that cannot be decoded are compared as bytes: a change has no size then.
+        _ if dtype.is_none() && shape.is_none() => match same_bytes(a, ta, b, tb, progress) {
+            Ok(true) => return Status::Same,
+            Ok(false) => {
+                return Status::Changed {
+                    dtype,
+                    shape,
+                    change: None,
+                };
+            }
+            Err(error) => return Status::Unreadable { error },
+        },
         _ => None,
     };
     if dtype.is_none() && shape.is_none() && change.is_none() {
@@ -173,6 +185,43 @@ fn compare(a: &Model, ta: &Tensor, b: &Model, tb: &Tensor, progress: &AtomicU64)
             change,
         }
     }
+}
+
+/// Whether two tensors' bytes are identical, read a chunk at a time.
+fn same_bytes(
+    a: &Model,
+    ta: &Tensor,
+    b: &Model,
+    tb: &Tensor,
+    progress: &AtomicU64,
+) -> Result<bool, String> {
+    const CHUNK: u64 = 4 << 20;
+    let ((start_a, len), (start_b, len_b)) = (a.file_range(ta), b.file_range(tb));
+    if len != len_b {
+        return Ok(false);
+    }
+    let open = |model: &Model, tensor: &Tensor| {
+        let shard = model.shard_of(tensor);
+        File::open(&shard.path).map_err(|e| format!("{}: {e}", shard.label))
+    };
+    let (file_a, file_b) = (open(a, ta)?, open(b, tb)?);
+    let (mut buf_a, mut buf_b) = (Vec::new(), Vec::new());
+    let mut done = 0;
+    while done < len {
+        let size = usize::try_from(CHUNK.min(len - done)).map_err(|e| e.to_string())?;
+        buf_a.resize(size, 0);
+        buf_b.resize(size, 0);
+        read_exact_at(&file_a, &mut buf_a, start_a + done)
+            .map_err(|e| format!("{}: {e}", a.shard_of(ta).label))?;
+        read_exact_at(&file_b, &mut buf_b, start_b + done)
+            .map_err(|e| format!("{}: {e}", b.shard_of(tb).label))?;
+        progress.fetch_add(2 * size as u64, Ordering::Relaxed);
+        if buf_a != buf_b {
+            return Ok(false);
+        }
+        done += size as u64;
+    }
+    Ok(true)
 }
 
 /// One chunk's decoded values: as f32 while every value came as one, else widened to f64.

@@ -344,3 +344,29 @@ fn diff_lists_every_change_and_measures_it() {
     assert!(converted["change"]["cosine"].as_f64().unwrap() > 0.999);
     assert_eq!(json["metadata"][0]["key"], "note");
 }
+
+#[test]
+fn diff_compares_tensors_of_unknown_dtype_by_their_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = r#"{"a":{"dtype":"Q9","shape":[4],"data_offsets":[0,4]}}"#;
+    support::write(
+        dir.path(),
+        "a.safetensors",
+        &support::raw_file(header, &[1, 2, 3, 4]),
+    );
+    support::write(
+        dir.path(),
+        "b.safetensors",
+        &support::raw_file(header, &[1, 2, 3, 4]),
+    );
+    support::write(
+        dir.path(),
+        "c.safetensors",
+        &support::raw_file(header, &[1, 2, 3, 5]),
+    );
+    let (same, text) = run(dir.path(), &["diff", "a.safetensors", "b.safetensors"]);
+    assert_eq!(same, 0, "{text}");
+    let (differ, text) = run(dir.path(), &["diff", "a.safetensors", "c.safetensors"]);
+    assert_eq!(differ, 1, "{text}");
+    assert!(text.contains("changed  a\n"), "{text}");
+}
