@@ -12,7 +12,6 @@ use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
-use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Elements read per chunk: a multiple of 8, so that every dtype's chunk is whole bytes.
@@ -187,6 +186,32 @@ fn compare(a: &Model, ta: &Tensor, b: &Model, tb: &Tensor, progress: &AtomicU64)
     }
 }
 
+/// A tensor's bytes in its file, read a chunk at a time; errors name the file.
+struct TensorBytes<'a> {
+    file: File,
+    start: u64,
+    label: &'a str,
+}
+
+impl<'a> TensorBytes<'a> {
+    fn open(model: &'a Model, tensor: &Tensor) -> Result<Self, String> {
+        let shard = model.shard_of(tensor);
+        let file = File::open(&shard.path).map_err(|e| format!("{}: {e}", shard.label))?;
+        Ok(TensorBytes {
+            file,
+            start: model.file_range(tensor).0,
+            label: &shard.label,
+        })
+    }
+
+    /// Reads `len` bytes from `offset` within the tensor into `buffer`.
+    fn read(&self, offset: u64, len: u64, buffer: &mut Vec<u8>) -> Result<(), String> {
+        buffer.resize(usize::try_from(len).map_err(|e| e.to_string())?, 0);
+        read_exact_at(&self.file, buffer, self.start + offset)
+            .map_err(|e| format!("{}: {e}", self.label))
+    }
+}
+
 /// Whether two tensors' bytes are identical, read a chunk at a time.
 fn same_bytes(
     a: &Model,
@@ -196,30 +221,22 @@ fn same_bytes(
     progress: &AtomicU64,
 ) -> Result<bool, String> {
     const CHUNK: u64 = 4 << 20;
-    let ((start_a, len), (start_b, len_b)) = (a.file_range(ta), b.file_range(tb));
+    let (len, len_b) = (a.file_range(ta).1, b.file_range(tb).1);
     if len != len_b {
         return Ok(false);
     }
-    let open = |model: &Model, tensor: &Tensor| {
-        let shard = model.shard_of(tensor);
-        File::open(&shard.path).map_err(|e| format!("{}: {e}", shard.label))
-    };
-    let (file_a, file_b) = (open(a, ta)?, open(b, tb)?);
+    let (reader_a, reader_b) = (TensorBytes::open(a, ta)?, TensorBytes::open(b, tb)?);
     let (mut buf_a, mut buf_b) = (Vec::new(), Vec::new());
     let mut done = 0;
     while done < len {
-        let size = usize::try_from(CHUNK.min(len - done)).map_err(|e| e.to_string())?;
-        buf_a.resize(size, 0);
-        buf_b.resize(size, 0);
-        read_exact_at(&file_a, &mut buf_a, start_a + done)
-            .map_err(|e| format!("{}: {e}", a.shard_of(ta).label))?;
-        read_exact_at(&file_b, &mut buf_b, start_b + done)
-            .map_err(|e| format!("{}: {e}", b.shard_of(tb).label))?;
-        progress.fetch_add(2 * size as u64, Ordering::Relaxed);
+        let size = CHUNK.min(len - done);
+        reader_a.read(done, size, &mut buf_a)?;
+        reader_b.read(done, size, &mut buf_b)?;
+        progress.fetch_add(2 * size, Ordering::Relaxed);
         if buf_a != buf_b {
             return Ok(false);
         }
-        done += size as u64;
+        done += size;
     }
     Ok(true)
 }
@@ -378,15 +395,8 @@ fn measure(
     count: u64,
     progress: &AtomicU64,
 ) -> Result<Option<Change>, String> {
-    let open = |model: &Model, tensor: &Tensor| {
-        let shard = model.shard_of(tensor);
-        File::open(&shard.path)
-            .map(|file| (file, model.file_range(tensor).0))
-            .map_err(|e| format!("{}: {e}", shard.label))
-    };
-    let ((file_a, start_a), (file_b, start_b)) = (open(a, ta)?, open(b, tb)?);
-    let bytes_for =
-        |dtype: crate::format::Dtype, elements: u64| elements * u64::from(dtype.bits()) / 8;
+    let (reader_a, reader_b) = (TensorBytes::open(a, ta)?, TensorBytes::open(b, tb)?);
+    let bytes_for = |dtype: Dtype, elements: u64| elements * u64::from(dtype.bits()) / 8;
     let (mut buf_a, mut buf_b) = (Vec::new(), Vec::new());
     let (mut values_a, mut values_b) = (Collect::default(), Collect::default());
     let mut sums = Sums::default();
@@ -394,14 +404,10 @@ fn measure(
     let mut done = 0;
     while done < count {
         let elements = CHUNK_ELEMENTS.min(count - done);
-        let read = |file: &File, start: u64, dtype, buffer: &mut Vec<u8>, label: &str| {
-            let len = usize::try_from(bytes_for(dtype, elements)).map_err(|e| e.to_string())?;
-            buffer.resize(len, 0);
-            read_exact_at(file, buffer, start + bytes_for(dtype, done))
-                .map_err(|e: io::Error| format!("{label}: {e}"))
-        };
-        read(&file_a, start_a, dtype_a, &mut buf_a, &a.shard_of(ta).label)?;
-        read(&file_b, start_b, dtype_b, &mut buf_b, &b.shard_of(tb).label)?;
+        let chunk = |dtype| (bytes_for(dtype, done), bytes_for(dtype, elements));
+        let ((at_a, len_a), (at_b, len_b)) = (chunk(dtype_a), chunk(dtype_b));
+        reader_a.read(at_a, len_a, &mut buf_a)?;
+        reader_b.read(at_b, len_b, &mut buf_b)?;
         progress.fetch_add((buf_a.len() + buf_b.len()) as u64, Ordering::Relaxed);
         done += elements;
         if identical && buf_a == buf_b {
