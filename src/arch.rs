@@ -4,7 +4,6 @@
 use crate::finding::{Code, Finding};
 use crate::format::{Model, TensorInfo};
 use crate::text::escape;
-use foldhash::HashMap;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::fmt;
@@ -32,19 +31,29 @@ pub struct Architecture {
     pub parameters: u64,
 }
 
-/// The tensors of layer 0, by name below the layer number, and the tensors outside the layers
-/// by full name.
+/// The tensors outside the layers that recognition reads.
+const TOP_LEVEL: [&str; 4] = [
+    "lm_head.weight",
+    "model.embed_tokens.weight",
+    "transformer.wte.weight",
+    "wte.weight",
+];
+
+/// The tensors recognition reads: those of `TOP_LEVEL`, and the tensors of layer 0 by name below
+/// the layer number. Nothing is kept per tensor of other names, so a hostile header of a million
+/// names costs little here.
 struct Names<'a> {
-    by_name: HashMap<&'a str, &'a TensorInfo>,
-    layer_zero: HashMap<&'a str, &'a TensorInfo>,
+    top_level: [Option<&'a TensorInfo>; TOP_LEVEL.len()],
+    /// Sorted by suffix; a repeated suffix keeps its first tensor.
+    layer_zero: Vec<(&'a str, &'a TensorInfo)>,
     layers: BTreeSet<u64>,
 }
 
 impl<'a> Names<'a> {
     fn new(tensors: impl Iterator<Item = &'a TensorInfo>) -> Self {
         let mut names = Names {
-            by_name: HashMap::default(),
-            layer_zero: HashMap::default(),
+            top_level: [None; TOP_LEVEL.len()],
+            layer_zero: Vec::new(),
             layers: BTreeSet::new(),
         };
         for tensor in tensors {
@@ -54,25 +63,41 @@ impl<'a> Names<'a> {
             {
                 names.layers.insert(layer);
                 if layer == 0 {
-                    names.layer_zero.insert(suffix, tensor);
+                    names.layer_zero.push((suffix, tensor));
                 }
-            } else {
-                names.by_name.insert(&tensor.name, tensor);
+            } else if let Some(slot) = TOP_LEVEL.iter().position(|&n| n == tensor.name) {
+                names.top_level[slot] = Some(tensor);
             }
         }
+        names.layer_zero.sort_by_key(|&(suffix, _)| suffix);
+        names.layer_zero.dedup_by_key(|&mut (suffix, _)| suffix);
         names
     }
 
+    fn top_level(&self, name: &str) -> Option<&'a TensorInfo> {
+        let slot = TOP_LEVEL.iter().position(|&n| n == name);
+        debug_assert!(slot.is_some(), "`{name}` is missing from TOP_LEVEL");
+        self.top_level[slot?]
+    }
+
     fn dim(&self, name: &str, axis: usize) -> Option<u64> {
-        self.by_name.get(name)?.shape.get(axis).copied()
+        self.top_level(name)?.shape.get(axis).copied()
+    }
+
+    fn layer(&self, suffix: &str) -> Option<&'a TensorInfo> {
+        let at = self
+            .layer_zero
+            .binary_search_by_key(&suffix, |&(s, _)| s)
+            .ok()?;
+        Some(self.layer_zero[at].1)
     }
 
     fn layer_dim(&self, suffix: &str, axis: usize) -> Option<u64> {
-        self.layer_zero.get(suffix)?.shape.get(axis).copied()
+        self.layer(suffix)?.shape.get(axis).copied()
     }
 
     fn has_layer(&self, suffix: &str) -> bool {
-        self.layer_zero.contains_key(suffix)
+        self.layer(suffix).is_some()
     }
 
     fn first(&self, names: &[&str], axis: usize) -> Option<u64> {
@@ -115,7 +140,7 @@ impl Architecture {
                 key_value_width: hidden,
                 head_dim: None,
                 experts: None,
-                tied_embeddings: !names.by_name.contains_key("lm_head.weight"),
+                tied_embeddings: names.top_level("lm_head.weight").is_none(),
                 parameters,
             });
         }
@@ -125,8 +150,8 @@ impl Architecture {
         }
         let experts = names
             .layer_zero
-            .keys()
-            .filter_map(|suffix| {
+            .iter()
+            .filter_map(|(suffix, _)| {
                 let rest = suffix
                     .strip_prefix("block_sparse_moe.experts.")
                     .or_else(|| suffix.strip_prefix("mlp.experts."))?;
@@ -179,7 +204,7 @@ impl Architecture {
                 .flatten(),
             head_dim: names.layer_dim("self_attn.q_norm.weight", 0),
             experts,
-            tied_embeddings: !names.by_name.contains_key("lm_head.weight"),
+            tied_embeddings: names.top_level("lm_head.weight").is_none(),
             parameters,
         })
     }
@@ -340,7 +365,7 @@ mod tests {
         TensorInfo {
             name: name.into(),
             dtype: Dtype::F16.into(),
-            shape: shape.to_vec(),
+            shape: shape.into(),
             data_offsets: [0, 0],
         }
     }

@@ -151,7 +151,7 @@ fn compare(a: &Model, ta: &Tensor, b: &Model, tb: &Tensor, progress: &AtomicU64)
         )
     });
     let shape =
-        (ta.info.shape != tb.info.shape).then(|| (ta.info.shape.clone(), tb.info.shape.clone()));
+        (ta.info.shape != tb.info.shape).then(|| (ta.info.shape.to_vec(), tb.info.shape.to_vec()));
     let numbers = ta.info.dtype.known().zip(tb.info.dtype.known());
     let count = ta.info.element_count();
     let change = match numbers {

@@ -14,8 +14,10 @@ pub mod writer;
 
 pub use dtype::{Dtype, TensorDtype};
 pub use file::SafetensorsFile;
-pub use model::{Model, Tensor};
+pub use model::Model;
 
+use compact_str::CompactString;
+use smallvec::SmallVec;
 use std::fmt;
 use std::fs::File;
 use std::io;
@@ -26,14 +28,40 @@ pub const MAX_HEADER_LEN: u64 = 100_000_000;
 /// Bytes of the little-endian header length that starts every file.
 pub const LENGTH_PREFIX: u64 = 8;
 
+/// A tensor's dimensions. Held inline up to rank 4, like most names (up to 24 bytes): a header
+/// of a million small entries then costs no allocation per entry (see SECURITY.md, memory bound).
+pub type Shape = SmallVec<[u64; 4]>;
+
 /// One tensor entry of a header.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorInfo {
-    pub name: String,
+    pub name: CompactString,
     pub dtype: TensorDtype,
-    pub shape: Vec<u64>,
+    pub shape: Shape,
     /// `[begin, end)`, relative to the start of the data section.
     pub data_offsets: [u64; 2],
+}
+
+/// A tensor entry and the file holding it: its index among the model's files (shards), 0 for a
+/// file read on its own. Headers are read straight into this form, so a model made of one file
+/// takes its tensor list over without copying it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tensor {
+    pub info: TensorInfo,
+    pub shard: usize,
+}
+
+impl Tensor {
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+}
+
+/// An entry of a file read on its own.
+impl From<TensorInfo> for Tensor {
+    fn from(info: TensorInfo) -> Tensor {
+        Tensor { info, shard: 0 }
+    }
 }
 
 impl TensorInfo {

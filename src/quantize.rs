@@ -16,7 +16,7 @@
 use crate::analysis::values;
 use crate::error::{Error, Result};
 use crate::format::writer::{FileLayout, TensorSpec, write_atomically};
-use crate::format::{Dtype, Model, Tensor, read_exact_at};
+use crate::format::{Dtype, Model, Shape, Tensor, read_exact_at};
 use crate::text::escape;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -567,7 +567,7 @@ fn verify(
 fn as_matrix(tensor: &Tensor) -> Tensor {
     let mut matrix = tensor.clone();
     if matrix.info.shape.len() == 1 {
-        matrix.info.shape = vec![matrix.info.shape[0], 1];
+        matrix.info.shape = Shape::from_slice(&[matrix.info.shape[0], 1]);
     }
     matrix
 }
@@ -754,7 +754,7 @@ impl ShardContext<'_> {
                 specs.push(TensorSpec {
                     name: tensor.name().to_owned(),
                     dtype,
-                    shape: tensor.info.shape.clone(),
+                    shape: tensor.info.shape.to_vec(),
                 });
                 sources.push(Source::Copy(index));
             }
@@ -1109,7 +1109,7 @@ mod tests {
             info: crate::format::TensorInfo {
                 name: name.into(),
                 dtype: dtype.into(),
-                shape: shape.to_vec(),
+                shape: shape.into(),
                 data_offsets: [0, 0],
             },
             shard: 0,

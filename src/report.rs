@@ -172,7 +172,32 @@ struct InspectJson<'a> {
     metadata: &'a BTreeMap<String, String>,
     structural_id: String,
     architecture: Option<&'a Architecture>,
-    tensors: Vec<TensorJson<'a>>,
+    tensors: TensorListJson<'a>,
+}
+
+/// Every tensor of the tree in display order, written as it is walked rather than gathered
+/// first: the listing of a million tensors would otherwise be held whole.
+struct TensorListJson<'a> {
+    model: &'a Model,
+    tree: &'a LayerTree,
+}
+
+impl Serialize for TensorListJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let model = self.model;
+        serializer.collect_seq(self.tree.tensors_below(ROOT).map(|index| {
+            let tensor = &model.tensors[index];
+            TensorJson {
+                name: tensor.name(),
+                dtype: tensor.info.dtype.name(),
+                shape: &tensor.info.shape,
+                data_offsets: tensor.info.data_offsets,
+                file: &model.shard_of(tensor).label,
+                parameters: tensor.info.element_count(),
+                bytes: tensor.info.byte_len(),
+            }
+        }))
+    }
 }
 
 /// How `inspect` shows the tensors.
@@ -200,22 +225,6 @@ impl Inspect<'_> {
     pub fn write_json<W: Write>(&self, out: &mut W) -> io::Result<()> {
         let model = self.model;
         let totals = &self.tree.root().totals;
-        let tensors = self
-            .tree
-            .tensors_below(ROOT)
-            .map(|index| {
-                let tensor = &model.tensors[index];
-                TensorJson {
-                    name: tensor.name(),
-                    dtype: tensor.info.dtype.name(),
-                    shape: &tensor.info.shape,
-                    data_offsets: tensor.info.data_offsets,
-                    file: &model.shard_of(tensor).label,
-                    parameters: tensor.info.element_count(),
-                    bytes: tensor.info.byte_len(),
-                }
-            })
-            .collect();
         write_json(
             out,
             &InspectJson {
@@ -232,7 +241,10 @@ impl Inspect<'_> {
                 metadata: &model.metadata,
                 structural_id: crate::hash::structural_id(model),
                 architecture: self.architecture,
-                tensors,
+                tensors: TensorListJson {
+                    model,
+                    tree: self.tree,
+                },
             },
         )
     }
@@ -369,7 +381,7 @@ impl Row {
     fn measure(&mut self, model: &Model, tree: &LayerTree, id: NodeId) {
         let node = tree.node(id);
         let digits = |n: u64| n.checked_ilog10().unwrap_or(0) as usize + 1;
-        self.measured = Some(match node.tensor {
+        self.measured = Some(match node.tensor() {
             Some(index) if tree.children(id).is_empty() => {
                 let info = &model.tensors[index].info;
                 let dims: usize = info.shape.iter().map(|&d| digits(d)).sum();
@@ -391,7 +403,7 @@ impl Row {
     /// Fills the columns after the label for node `id`: a tensor's own figures, or a group's totals.
     fn fill(&mut self, model: &Model, tree: &LayerTree, id: NodeId) {
         let node = tree.node(id);
-        match node.tensor {
+        match node.tensor() {
             Some(index) if tree.children(id).is_empty() => {
                 let info = &model.tensors[index].info;
                 self.dtype.push_str(&escape(info.dtype.name()));
@@ -539,7 +551,7 @@ fn push_children(
 /// and the joined label.
 fn collapse_chain(tree: &LayerTree, mut id: NodeId) -> (NodeId, String) {
     let mut label = tree.segment(id).to_owned();
-    while let ([only], None) = (tree.children(id), tree.node(id).tensor) {
+    while let ([only], None) = (tree.children(id), tree.node(id).tensor()) {
         id = *only;
         label.push('.');
         label.push_str(tree.segment(id));

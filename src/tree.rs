@@ -3,7 +3,8 @@
 
 use crate::format::{Dtype, Tensor};
 use crate::text::natural_cmp;
-use foldhash::HashMap;
+use hashbrown::HashTable;
+use std::hash::BuildHasher;
 
 pub type NodeId = u32;
 
@@ -17,15 +18,21 @@ pub struct LayerTree {
     children: Vec<NodeId>,
     /// Every node's name part, back to back.
     segments: String,
-    /// Node of each tensor, by index in the tensor list the tree was built from.
-    tensor_nodes: Vec<Option<NodeId>>,
+    /// Node of each tensor, by index in the tensor list the tree was built from; `ROOT` (never a
+    /// tensor's node) for a tensor left out.
+    tensor_nodes: Vec<NodeId>,
 }
+
+/// Marks an absent parent or tensor in a [`Node`], which holds plain ids rather than `Option`s
+/// to stay small: a tree of a million nodes is measured against a memory bound.
+const NONE: u32 = u32::MAX;
 
 #[derive(Debug)]
 pub struct Node {
-    pub parent: Option<NodeId>,
-    /// The tensor whose full name ends here, if any (a name may also be a prefix of others).
-    pub tensor: Option<usize>,
+    /// See [`Node::parent`].
+    parent: NodeId,
+    /// See [`Node::tensor`].
+    tensor: u32,
     pub totals: Totals,
     segment: (u32, u32),
     children: (u32, u32),
@@ -82,6 +89,19 @@ pub struct DtypeShare {
     pub bytes: u64,
 }
 
+impl Node {
+    /// `None` for the root only.
+    pub fn parent(&self) -> Option<NodeId> {
+        (self.parent != NONE).then_some(self.parent)
+    }
+
+    /// The tensor whose full name ends here, by index in the tensor list the tree was built
+    /// from (a name may also be a prefix of others).
+    pub fn tensor(&self) -> Option<usize> {
+        (self.tensor != NONE).then_some(self.tensor as usize)
+    }
+}
+
 impl Totals {
     fn add(&mut self, other: &Totals) {
         self.tensors += other.tensors;
@@ -107,23 +127,21 @@ impl LayerTree {
         let mut segments = String::with_capacity(tensors.len() * 16);
         let new_node = |parent, segment| Node {
             parent,
-            tensor: None,
+            tensor: NONE,
             totals: Totals::default(),
             segment,
             children: (0, 0),
         };
         // Typical names add one or two nodes each beyond the prefix they share.
         let expected_nodes = tensors.len() + tensors.len() / 2 + 1;
-        let mut nodes = Vec::with_capacity(expected_nodes);
-        nodes.push(new_node(None, (0, 0)));
-        // Each node's children in creation order, until they are sorted and packed below.
-        let mut kids: Vec<Vec<NodeId>> = Vec::with_capacity(expected_nodes);
-        kids.push(Vec::new());
-        let mut tensor_nodes = vec![None; tensors.len()];
-        let mut lookup: HashMap<(NodeId, &str), NodeId> = HashMap::with_capacity_and_hasher(
-            expected_nodes,
-            foldhash::fast::RandomState::default(),
-        );
+        let mut nodes: Vec<Node> = Vec::with_capacity(expected_nodes);
+        nodes.push(new_node(NONE, (0, 0)));
+        let mut tensor_nodes = vec![ROOT; tensors.len()];
+        // A node by its parent and segment. The table holds node ids alone (the keys are read
+        // from the nodes), which keeps a tree of a million nodes within its memory bound.
+        let mut lookup: HashTable<NodeId> = HashTable::with_capacity(expected_nodes);
+        let hasher = foldhash::fast::RandomState::default();
+        let key_hash = |parent: NodeId, segment: &str| hasher.hash_one((parent, segment));
         // The path of the previous tensor, to skip lookups for the prefix consecutive names share.
         let mut previous: Vec<(NodeId, usize)> = Vec::new();
         let mut previous_name = "";
@@ -156,39 +174,36 @@ impl LayerTree {
                 let mut start = base;
                 for end in dots.chain(std::iter::once(name.len())) {
                     let segment = &name[start..end];
-                    node = *lookup.entry((node, segment)).or_insert_with(|| {
+                    let hash = key_hash(node, segment);
+                    let found = lookup.find(hash, |&id| {
+                        let child = &nodes[id as usize];
+                        child.parent == node && segment_text(&segments, child) == segment
+                    });
+                    node = if let Some(&id) = found {
+                        id
+                    } else {
                         let id = to_u32(nodes.len());
                         let text_start = to_u32(segments.len());
                         segments.push_str(segment);
-                        kids[node as usize].push(id);
-                        nodes.push(new_node(Some(node), (text_start, to_u32(segment.len()))));
-                        kids.push(Vec::new());
+                        nodes.push(new_node(node, (text_start, to_u32(segment.len()))));
+                        lookup.insert_unique(hash, id, |&id| {
+                            let child = &nodes[id as usize];
+                            key_hash(child.parent, segment_text(&segments, child))
+                        });
                         id
-                    });
+                    };
                     previous.push((node, end));
                     start = end + 1;
                 }
             }
-            nodes[node as usize].tensor = Some(index);
-            tensor_nodes[index] = Some(node);
+            nodes[node as usize].tensor = to_u32(index);
+            tensor_nodes[index] = node;
         }
         drop(lookup);
-
-        let text = |(start, len): (u32, u32)| &segments[start as usize..(start + len) as usize];
-        let mut children = Vec::with_capacity(nodes.len());
-        for (id, mut list) in kids.into_iter().enumerate() {
-            list.sort_by(|&a, &b| {
-                natural_cmp(
-                    text(nodes[a as usize].segment),
-                    text(nodes[b as usize].segment),
-                )
-            });
-            nodes[id].children = (to_u32(children.len()), to_u32(list.len()));
-            children.extend_from_slice(&list);
-        }
+        let children = pack_children(&mut nodes, &segments);
         // Children are created after their parents, so one backward pass sums every subtree.
         for id in (0..nodes.len()).rev() {
-            if let Some(tensor) = nodes[id].tensor {
+            if let Some(tensor) = nodes[id].tensor() {
                 let share = tensor_share(&tensors[tensor]);
                 let mut own = Totals {
                     tensors: 1,
@@ -199,7 +214,7 @@ impl LayerTree {
                 own.dtypes.insert(share.dtype);
                 nodes[id].totals.add(&own);
             }
-            if let Some(parent) = nodes[id].parent {
+            if let Some(parent) = nodes[id].parent() {
                 let totals = nodes[id].totals;
                 nodes[parent as usize].totals.add(&totals);
             }
@@ -222,8 +237,7 @@ impl LayerTree {
 
     /// The node's part of the name (`12` in `model.layers.12.mlp`).
     pub fn segment(&self, id: NodeId) -> &str {
-        let (start, len) = self.node(id).segment;
-        &self.segments[start as usize..(start + len) as usize]
+        segment_text(&self.segments, self.node(id))
     }
 
     /// The node's children, in natural order.
@@ -242,12 +256,16 @@ impl LayerTree {
 
     /// The node of a tensor, by its index in the list the tree was built from.
     pub fn node_of_tensor(&self, tensor: usize) -> Option<NodeId> {
-        self.tensor_nodes.get(tensor).copied().flatten()
+        self.tensor_nodes
+            .get(tensor)
+            .copied()
+            .filter(|&node| node != ROOT)
     }
 
     /// The node's ancestors, nearest first, the root excluded.
     pub fn ancestors(&self, id: NodeId) -> impl Iterator<Item = NodeId> + '_ {
-        std::iter::successors(self.node(id).parent, |&p| self.node(p).parent).filter(|&p| p != ROOT)
+        std::iter::successors(self.node(id).parent(), |&p| self.node(p).parent())
+            .filter(|&p| p != ROOT)
     }
 
     /// The dotted path from the root to the node.
@@ -268,10 +286,10 @@ impl LayerTree {
 
     /// The tensors below `id` (and at it), in display order.
     pub fn tensors_below(&self, id: NodeId) -> impl Iterator<Item = usize> + '_ {
-        self.node(id)
-            .tensor
-            .into_iter()
-            .chain(self.walk(id).filter_map(|(node, _)| self.node(node).tensor))
+        self.node(id).tensor().into_iter().chain(
+            self.walk(id)
+                .filter_map(|(node, _)| self.node(node).tensor()),
+        )
     }
 
     /// Each dtype's share of the tensors below `id`, largest first.
@@ -309,7 +327,7 @@ impl LayerTree {
         for id in (0..self.nodes.len()).rev() {
             let node_id = to_u32(id);
             let mut hasher = state.build_hasher();
-            if let Some(tensor) = self.nodes[id].tensor {
+            if let Some(tensor) = self.nodes[id].tensor() {
                 let info = &tensors[tensor].info;
                 (info.dtype.name(), &info.shape).hash(&mut hasher);
             }
@@ -320,6 +338,45 @@ impl LayerTree {
         }
         prints
     }
+}
+
+/// Every node's children, packed run after run in natural order (counted, placed, then
+/// sorted), with each node's run recorded in it.
+fn pack_children(nodes: &mut [Node], segments: &str) -> Vec<NodeId> {
+    for id in 1..nodes.len() {
+        if let Some(parent) = nodes[id].parent() {
+            nodes[parent as usize].children.1 += 1;
+        }
+    }
+    let mut next = 0;
+    for node in nodes.iter_mut() {
+        let count = node.children.1;
+        node.children = (next, 0);
+        next += count;
+    }
+    let mut children = vec![ROOT; nodes.len().saturating_sub(1)];
+    for id in 1..nodes.len() {
+        if let Some(parent) = nodes[id].parent() {
+            let (start, placed) = &mut nodes[parent as usize].children;
+            children[(*start + *placed) as usize] = to_u32(id);
+            *placed += 1;
+        }
+    }
+    for node in nodes.iter() {
+        let (start, len) = node.children;
+        children[start as usize..(start + len) as usize].sort_by(|&a, &b| {
+            natural_cmp(
+                segment_text(segments, &nodes[a as usize]),
+                segment_text(segments, &nodes[b as usize]),
+            )
+        });
+    }
+    children
+}
+
+fn segment_text<'s>(segments: &'s str, node: &Node) -> &'s str {
+    let (start, len) = node.segment;
+    &segments[start as usize..(start + len) as usize]
 }
 
 fn to_u32(value: usize) -> u32 {
@@ -361,7 +418,7 @@ mod tests {
                     info: TensorInfo {
                         name: name.into(),
                         dtype: dtype.into(),
-                        shape: shape.to_vec(),
+                        shape: shape.into(),
                         data_offsets: [offset - len, offset],
                     },
                     shard: 0,

@@ -4,7 +4,7 @@ use super::header::{self, ParsedHeader};
 use super::layout::{self, data_order};
 use super::lint;
 use super::sniff::{self, SNIFF_LEN};
-use super::{LENGTH_PREFIX, MAX_HEADER_LEN, Rejection, TensorInfo};
+use super::{LENGTH_PREFIX, MAX_HEADER_LEN, Rejection, Tensor};
 use crate::finding::{Code, Finding, Severity};
 use crate::text::format_bytes;
 use std::collections::BTreeMap;
@@ -22,7 +22,7 @@ pub struct SafetensorsFile {
     /// `__metadata__`, `None` when absent or null.
     pub metadata: Option<BTreeMap<String, String>>,
     /// Every tensor whose entry could be read, in header order.
-    pub tensors: Vec<TensorInfo>,
+    pub tensors: Vec<Tensor>,
     pub findings: Vec<Finding>,
     /// Why the reference rejects the file; `None` when it accepts it.
     pub rejection: Option<Rejection>,

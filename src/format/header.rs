@@ -6,28 +6,29 @@
 //! parsing goes on, and entries are stored as they are read, so a header cut short by a syntax
 //! error still yields every tensor before the cut.
 
-mod fast;
+pub mod fast;
 
-use super::TensorInfo;
 use super::dtype::{Dtype, TensorDtype};
+use super::{Shape, Tensor, TensorInfo};
 use crate::finding::{Code, Finding, Severity};
-use foldhash::HashMap;
+use hashbrown::{HashTable, hash_table};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::hash::BuildHasher;
 use std::marker::PhantomData;
 
 const METADATA_KEY: &str = "__metadata__";
 
 /// What the header holds, as far as it could be read.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub struct ParsedHeader {
     /// `None` when `__metadata__` is absent or null.
     pub metadata: Option<BTreeMap<String, String>>,
     /// Every tensor entry that could be read, in header order; a repeated name keeps the last entry,
     /// at the place of the first.
-    pub tensors: Vec<TensorInfo>,
+    pub tensors: Vec<Tensor>,
     /// Problems found. Any error here means the reference rejects the header as a whole.
     pub findings: Vec<Finding>,
     /// False when some entry could not be read (a syntax error, or an entry without its fields),
@@ -62,8 +63,9 @@ pub fn parse(text: &str, complete: bool) -> ParsedHeader {
     parsed
 }
 
-/// Parses any header text, reporting every problem in it.
-fn parse_leniently(text: &str, complete: bool) -> ParsedHeader {
+/// Parses any header text, reporting every problem in it, without the canonical fast path: the
+/// authority the fast path is checked against.
+pub fn parse_leniently(text: &str, complete: bool) -> ParsedHeader {
     let mut parsed = ParsedHeader {
         all_entries_read: true,
         ..ParsedHeader::default()
@@ -71,7 +73,7 @@ fn parse_leniently(text: &str, complete: bool) -> ParsedHeader {
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let outcome = HeaderSeed {
         out: &mut parsed,
-        seen: HashMap::default(),
+        names: NameIndex::default(),
     }
     .deserialize(&mut deserializer)
     .and_then(|()| deserializer.end());
@@ -251,11 +253,11 @@ impl FromJson<'_> for Count {
 }
 
 /// A shape: an array of non-negative integers.
-struct Counts(Vec<u64>);
+struct Counts(Shape);
 
 impl<'de> FromJson<'de> for Counts {
     fn from_seq<A: SeqAccess<'de>>(seq: A) -> Result<Lenient<Self>, A::Error> {
-        let mut values = Vec::new();
+        let mut values = Shape::new();
         Ok(read_counts(seq, |value| values.push(value))?.map(|()| Counts(values)))
     }
 }
@@ -481,14 +483,41 @@ impl<'de> FromJson<'de> for MetadataValue {
     }
 }
 
-/// Reads the top-level object, storing what it reads into `out` as it goes.
-struct HeaderSeed<'a, 'de> {
-    out: &'a mut ParsedHeader,
-    /// Tensor name to its index in `out.tensors`.
-    seen: HashMap<Cow<'de, str>, usize>,
+/// The tensors read so far, found by name. The table holds indexes into the tensor list, not
+/// names: a header of a million entries would otherwise keep every name twice.
+#[derive(Default)]
+struct NameIndex {
+    table: HashTable<usize>,
+    hasher: foldhash::fast::RandomState,
 }
 
-impl<'de> DeserializeSeed<'de> for HeaderSeed<'_, 'de> {
+impl NameIndex {
+    /// The index of the tensor named `name` if one was read; otherwise records `name` at
+    /// `tensors.len()`, where the caller is about to push it.
+    fn find_or_insert(&mut self, tensors: &[Tensor], name: &str) -> Option<usize> {
+        let hasher = &self.hasher;
+        let entry = self.table.entry(
+            hasher.hash_one(name),
+            |&i| tensors[i].name() == name,
+            |&i| hasher.hash_one(tensors[i].name()),
+        );
+        match entry {
+            hash_table::Entry::Occupied(found) => Some(*found.get()),
+            hash_table::Entry::Vacant(slot) => {
+                slot.insert(tensors.len());
+                None
+            }
+        }
+    }
+}
+
+/// Reads the top-level object, storing what it reads into `out` as it goes.
+struct HeaderSeed<'a> {
+    out: &'a mut ParsedHeader,
+    names: NameIndex,
+}
+
+impl<'de> DeserializeSeed<'de> for HeaderSeed<'_> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
@@ -496,7 +525,7 @@ impl<'de> DeserializeSeed<'de> for HeaderSeed<'_, 'de> {
     }
 }
 
-impl<'de> Visitor<'de> for HeaderSeed<'_, 'de> {
+impl<'de> Visitor<'de> for HeaderSeed<'_> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -512,14 +541,14 @@ impl<'de> Visitor<'de> for HeaderSeed<'_, 'de> {
                 metadata_seen = true;
             } else {
                 let entry = map.next_value::<Lenient<Entry>>()?;
-                self.tensor(key, entry);
+                self.tensor(&key, entry);
             }
         }
         Ok(())
     }
 }
 
-impl<'de> HeaderSeed<'_, 'de> {
+impl HeaderSeed<'_> {
     fn metadata(&mut self, value: Lenient<MetadataValue>, seen_before: bool) {
         let findings = &mut self.out.findings;
         if seen_before {
@@ -547,7 +576,7 @@ impl<'de> HeaderSeed<'_, 'de> {
         }
     }
 
-    fn tensor(&mut self, name: Cow<'de, str>, entry: Lenient<Entry>) {
+    fn tensor(&mut self, name: &str, entry: Lenient<Entry>) {
         let findings = &mut self.out.findings;
         let entry = match entry {
             Lenient::Good(entry) => entry,
@@ -559,18 +588,18 @@ impl<'de> HeaderSeed<'_, 'de> {
                             "the entry is {found}; a tensor entry must be an object with dtype, shape and data_offsets"
                         ),
                     )
-                    .for_tensor(name.as_ref()),
+                    .for_tensor(name),
                 );
                 self.out.all_entries_read = false;
                 return;
             }
         };
-        let Some(info) = check_entry(&name, entry, findings) else {
+        let Some(info) = check_entry(name, entry, findings) else {
             self.out.all_entries_read = false;
             return;
         };
-        if let Some(&index) = self.seen.get(&name) {
-            let earlier = &mut self.out.tensors[index];
+        if let Some(index) = self.names.find_or_insert(&self.out.tensors, name) {
+            let earlier = &mut self.out.tensors[index].info;
             let finding = if *earlier == info {
                 Finding::warning(
                     Code::DuplicateTensorName,
@@ -583,11 +612,10 @@ impl<'de> HeaderSeed<'_, 'de> {
                      (as in the reference), so the first entry is ignored",
                 )
             };
-            findings.push(finding.for_tensor(name.as_ref()));
+            findings.push(finding.for_tensor(name));
             *earlier = info;
         } else {
-            self.seen.insert(name, self.out.tensors.len());
-            self.out.tensors.push(info);
+            self.out.tensors.push(Tensor { info, shard: 0 });
         }
     }
 }
@@ -689,7 +717,7 @@ fn check_entry(name: &str, entry: Entry, findings: &mut Vec<Finding>) -> Option<
     }
     let (DtypeSpec { dtype, .. }, Counts(shape), data_offsets) = (dtype?, shape?, data_offsets?);
     Some(TensorInfo {
-        name: name.to_owned(),
+        name: name.into(),
         dtype,
         shape,
         data_offsets,
@@ -745,10 +773,10 @@ mod tests {
         assert_eq!(parsed.metadata.unwrap()["format"], "pt");
         assert_eq!(parsed.tensors.len(), 1);
         let tensor = &parsed.tensors[0];
-        assert_eq!(tensor.name, "a");
-        assert_eq!(tensor.dtype, TensorDtype::Known(Dtype::F32));
-        assert_eq!(tensor.shape, [2, 2]);
-        assert_eq!(tensor.data_offsets, [0, 16]);
+        assert_eq!(tensor.name(), "a");
+        assert_eq!(tensor.info.dtype, TensorDtype::Known(Dtype::F32));
+        assert_eq!(tensor.info.shape.as_slice(), [2, 2]);
+        assert_eq!(tensor.info.data_offsets, [0, 16]);
     }
 
     #[test]
@@ -759,9 +787,9 @@ mod tests {
                 "c":{"dtype":"F32","shape":[1],"data_offsets":[16,20]}}"#,
         );
         assert_eq!(codes(&parsed), ["tensor-entry-invalid", "dtype-unknown"]);
-        let names: Vec<_> = parsed.tensors.iter().map(|t| t.name.as_str()).collect();
+        let names: Vec<_> = parsed.tensors.iter().map(Tensor::name).collect();
         assert_eq!(names, ["b", "c"]);
-        assert_eq!(parsed.tensors[0].dtype.name(), "F128");
+        assert_eq!(parsed.tensors[0].info.dtype.name(), "F128");
     }
 
     #[test]
@@ -877,7 +905,7 @@ mod tests {
             r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}"#,
         );
         assert_eq!(parsed.tensors.len(), 1);
-        assert_eq!(parsed.tensors[0].data_offsets, [4, 8]);
+        assert_eq!(parsed.tensors[0].info.data_offsets, [4, 8]);
         assert_eq!(parsed.findings[0].severity, Severity::Warning);
     }
 }

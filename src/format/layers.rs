@@ -147,7 +147,7 @@ fn odd_siblings<'t, K: Ord + Display>(
                     escape(&usual.to_string())
                 ),
             )
-            .for_tensor(&tensor.name)
+            .for_tensor(tensor.name.as_str())
         })
         .collect()
 }
@@ -161,7 +161,7 @@ mod tests {
         TensorInfo {
             name: name.into(),
             dtype: dtype.into(),
-            shape: shape.to_vec(),
+            shape: shape.into(),
             data_offsets: [0, 0],
         }
     }
@@ -209,7 +209,7 @@ mod tests {
     #[test]
     fn flags_the_odd_layer_but_not_a_hybrid_design() {
         let mut tensors = model(32, |_, _| false);
-        tensors[5].shape = vec![8, 9];
+        tensors[5].shape = crate::format::Shape::from_slice(&[8, 9]);
         tensors[7].dtype = Dtype::F32.into();
         let findings = layer_findings(&tensors);
         let flagged: Vec<_> = findings

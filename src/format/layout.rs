@@ -1,15 +1,15 @@
 //! Checks of where tensors lie in the data section: the reference's strict walk, and a lenient
 //! walk that names every hole, overlap and size problem instead of stopping at the first.
 
-use super::{LENGTH_PREFIX, Rejection, TensorInfo};
+use super::{LENGTH_PREFIX, Rejection, Tensor, TensorInfo};
 use crate::finding::{Code, Finding};
 use crate::text::{Shape, escape, format_bytes};
 
 /// Tensor indices in data order: by `(begin, end)`, ties broken by name so results are stable.
-pub fn data_order(tensors: &[TensorInfo]) -> Vec<usize> {
+pub fn data_order(tensors: &[Tensor]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..tensors.len()).collect();
     order.sort_unstable_by(|&a, &b| {
-        let (a, b) = (&tensors[a], &tensors[b]);
+        let (a, b) = (&tensors[a].info, &tensors[b].info);
         a.data_offsets
             .cmp(&b.data_offsets)
             .then_with(|| a.name.cmp(&b.name))
@@ -21,17 +21,17 @@ pub fn data_order(tensors: &[TensorInfo]) -> Vec<usize> {
 /// sum checked. `order` is [`data_order`]. Every dtype must be known (an unknown one is rejected
 /// earlier, with the header).
 pub fn strict_check(
-    tensors: &[TensorInfo],
+    tensors: &[Tensor],
     order: &[usize],
     header_len: u64,
     file_len: u64,
 ) -> Result<(), Rejection> {
     let mut cursor = 0u64;
     for &index in order {
-        let tensor = &tensors[index];
+        let tensor = &tensors[index].info;
         let [begin, end] = tensor.data_offsets;
         if begin != cursor || end < begin {
-            return Err(Rejection::InvalidOffset(tensor.name.clone()));
+            return Err(Rejection::InvalidOffset(tensor.name.to_string()));
         }
         cursor = end;
         let count = tensor
@@ -61,13 +61,13 @@ pub fn strict_check(
 
 /// Every layout problem, each a finding. `data_len` is how many bytes the file really holds after
 /// the header.
-pub fn lenient_check(tensors: &[TensorInfo], order: &[usize], data_len: u64) -> Vec<Finding> {
+pub fn lenient_check(tensors: &[Tensor], order: &[usize], data_len: u64) -> Vec<Finding> {
     let mut findings = Vec::new();
     let mut cursor = 0u64;
     let mut previous: Option<&TensorInfo> = None;
     let mut past_end = 0usize;
     for &index in order {
-        let tensor = &tensors[index];
+        let tensor = &tensors[index].info;
         let name = tensor.name.as_str();
         let [begin, end] = tensor.data_offsets;
         let error = |code, message: String| Finding::error(code, message).for_tensor(name);
@@ -202,16 +202,17 @@ mod tests {
     use super::*;
     use crate::format::Dtype;
 
-    fn tensor(name: &str, dtype: Dtype, shape: &[u64], offsets: [u64; 2]) -> TensorInfo {
+    fn tensor(name: &str, dtype: Dtype, shape: &[u64], offsets: [u64; 2]) -> Tensor {
         TensorInfo {
             name: name.into(),
             dtype: dtype.into(),
-            shape: shape.to_vec(),
+            shape: shape.into(),
             data_offsets: offsets,
         }
+        .into()
     }
 
-    fn check(tensors: &[TensorInfo], data_len: u64) -> (Result<(), Rejection>, Vec<&'static str>) {
+    fn check(tensors: &[Tensor], data_len: u64) -> (Result<(), Rejection>, Vec<&'static str>) {
         let order = data_order(tensors);
         let strict = strict_check(tensors, &order, 8, 16 + data_len);
         let codes = lenient_check(tensors, &order, data_len)

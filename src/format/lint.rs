@@ -1,7 +1,7 @@
 //! Red flags in a file the reference accepts: things that are legal but suspicious or costly,
 //! each a finding with its own code.
 
-use super::{Dtype, TensorInfo};
+use super::{Dtype, Tensor, TensorInfo};
 use crate::finding::{Code, Finding};
 use crate::text::escape;
 use std::collections::BTreeMap;
@@ -26,14 +26,11 @@ const KNOWN_KEYS: [&str; 9] = [
 ];
 
 /// The red flags of one file's parsed header.
-pub fn red_flags(
-    tensors: &[TensorInfo],
-    metadata: Option<&BTreeMap<String, String>>,
-) -> Vec<Finding> {
-    let mut findings: Vec<Finding> = tensors.iter().flat_map(tensor_flags).collect();
+pub fn red_flags(tensors: &[Tensor], metadata: Option<&BTreeMap<String, String>>) -> Vec<Finding> {
+    let mut findings: Vec<Finding> = tensors.iter().flat_map(|t| tensor_flags(&t.info)).collect();
     if tensors
         .windows(2)
-        .any(|pair| pair[0].data_offsets[0] > pair[1].data_offsets[0])
+        .any(|pair| pair[0].info.data_offsets[0] > pair[1].info.data_offsets[0])
     {
         findings.push(Finding::info(
             Code::TensorOrder,
@@ -170,14 +167,16 @@ fn metadata_flags(metadata: &BTreeMap<String, String>) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::Shape;
 
-    fn tensor(name: &str, dtype: Dtype, offsets: [u64; 2]) -> TensorInfo {
+    fn tensor(name: &str, dtype: Dtype, offsets: [u64; 2]) -> Tensor {
         TensorInfo {
             name: name.into(),
             dtype: dtype.into(),
-            shape: vec![offsets[1] - offsets[0]],
+            shape: Shape::from_slice(&[offsets[1] - offsets[0]]),
             data_offsets: offsets,
         }
+        .into()
     }
 
     fn codes(findings: &[Finding]) -> Vec<&'static str> {
@@ -193,10 +192,10 @@ mod tests {
         ];
         assert_eq!(codes(&red_flags(&tensors, None)), ["integer-weight"]);
         let f16 = TensorInfo {
-            shape: vec![2],
-            ..tensor("a", Dtype::F16, [1, 5])
+            shape: Shape::from_slice(&[2]),
+            ..tensor("a", Dtype::F16, [1, 5]).info
         };
-        assert_eq!(codes(&red_flags(&[f16], None)), ["data-misaligned"]);
+        assert_eq!(codes(&red_flags(&[f16.into()], None)), ["data-misaligned"]);
         let huge = tensor("embed.weight", Dtype::U8, [0, (2 << 30) + 1]);
         assert_eq!(codes(&red_flags(&[huge], None)), ["tensor-over-2gib"]);
         let reordered = [

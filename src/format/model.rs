@@ -2,10 +2,11 @@
 //! as one set of tensors that each know their shard.
 
 use super::index::{INDEX_FILE_NAME, ShardIndex};
-use super::{Rejection, SafetensorsFile, TensorInfo};
+use super::{Rejection, SafetensorsFile, Tensor, TensorInfo};
 use crate::error::{Error, Result};
 use crate::finding::{Code, Finding};
 use crate::text::{escape, natural_cmp};
+use compact_str::CompactString;
 use foldhash::HashMap;
 use std::collections::BTreeMap;
 use std::fs;
@@ -34,19 +35,6 @@ pub struct Shard {
     pub rejection: Option<Rejection>,
     /// False when the file is missing or could not be read at all.
     pub readable: bool,
-}
-
-/// A tensor of the model and the shard that holds it.
-#[derive(Clone, Debug)]
-pub struct Tensor {
-    pub info: TensorInfo,
-    pub shard: usize,
-}
-
-impl Tensor {
-    pub fn name(&self) -> &str {
-        &self.info.name
-    }
 }
 
 #[derive(Debug)]
@@ -206,7 +194,7 @@ struct Builder {
     metadata: BTreeMap<String, String>,
     findings: Vec<Finding>,
     /// Tensor name to index in `tensors`.
-    by_name: HashMap<String, usize>,
+    by_name: HashMap<CompactString, usize>,
 }
 
 impl Builder {
@@ -281,16 +269,13 @@ impl Builder {
             }
         }
         if several {
-            for info in file.tensors {
-                self.add_tensor(info, shard_index, &label);
+            for tensor in file.tensors {
+                self.add_tensor(tensor.info, shard_index, &label);
             }
         } else {
             // One file: its header already resolved repeated names.
-            self.tensors
-                .extend(file.tensors.into_iter().map(|info| Tensor {
-                    info,
-                    shard: shard_index,
-                }));
+            debug_assert!(self.tensors.is_empty() && shard_index == 0);
+            self.tensors = file.tensors;
         }
         self.shards.push(Shard {
             path: file.path,
@@ -316,7 +301,7 @@ impl Builder {
                         escape(first)
                     ),
                 )
-                .for_tensor(&info.name)
+                .for_tensor(info.name.as_str())
                 .in_file(label),
             );
             return;
@@ -339,7 +324,10 @@ impl Builder {
             if !self.shards[shard].readable {
                 continue;
             }
-            let held = self.by_name.get(name).map(|&i| self.tensors[i].shard);
+            let held = self
+                .by_name
+                .get(name.as_str())
+                .map(|&i| self.tensors[i].shard);
             if held != Some(shard) {
                 let elsewhere = held.map_or_else(String::new, |other| {
                     format!(" (it is in `{}`)", escape(&self.shards[other].label))
@@ -359,7 +347,7 @@ impl Builder {
         }
         let mut unmapped = Vec::new();
         for tensor in &self.tensors {
-            if !index.weight_map.contains_key(&tensor.info.name) {
+            if !index.weight_map.contains_key(tensor.info.name.as_str()) {
                 unmapped.push(tensor);
             }
         }
@@ -369,7 +357,7 @@ impl Builder {
                     Code::TensorNotInIndex,
                     "stored in a shard but not in the index's weight_map: loaders that follow the index will not find it",
                 )
-                .for_tensor(&tensor.info.name)
+                .for_tensor(tensor.info.name.as_str())
                 .in_file(&self.shards[tensor.shard].label),
             );
         }

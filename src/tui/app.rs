@@ -229,7 +229,7 @@ impl App {
     /// The selected tensor, if a tensor is selected.
     pub fn selected_tensor(&self) -> Option<usize> {
         self.selected_node()
-            .and_then(|node| self.tree.node(node).tensor)
+            .and_then(|node| self.tree.node(node).tensor())
     }
 
     /// Each dtype's share of the tensors below `node`, computed once per node shown.
@@ -467,13 +467,14 @@ impl App {
     fn open_quantize(&mut self) -> (bool, Option<Effect>) {
         let (scope, include) = match self.selected_node() {
             Some(node)
-                if self.tree.node(node).tensor.is_some() && self.tree.children(node).is_empty() =>
+                if self.tree.node(node).tensor().is_some()
+                    && self.tree.children(node).is_empty() =>
             {
                 let name = self.tree.path(node);
                 (format!("tensor {}", crate::text::escape(&name)), vec![name])
             }
             Some(node)
-                if self.tree.node(node).parent.is_some_and(|p| p != ROOT)
+                if self.tree.node(node).parent().is_some_and(|p| p != ROOT)
                     || self.tree.children(ROOT).len() > 1 =>
             {
                 let path = self.tree.path(node);
@@ -836,7 +837,7 @@ mod tests {
             app.outline
                 .rows()
                 .iter()
-                .filter(|&&(n, _)| app.tree.node(n).tensor.is_some())
+                .filter(|&&(n, _)| app.tree.node(n).tensor().is_some())
                 .count()
         };
         assert_eq!(shown(&app), 4);

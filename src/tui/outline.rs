@@ -163,7 +163,7 @@ impl Outline {
             self.rebuild(tree);
             return true;
         }
-        match tree.node(node).parent.filter(|&p| p != ROOT) {
+        match tree.node(node).parent().filter(|&p| p != ROOT) {
             Some(parent) => self.select(tree, parent),
             None => false,
         }
@@ -214,7 +214,7 @@ mod tests {
                 info: TensorInfo {
                     name: name.into(),
                     dtype: Dtype::U8.into(),
-                    shape: vec![1],
+                    shape: [1u64][..].into(),
                     data_offsets: [i as u64, i as u64 + 1],
                 },
                 shard: 0,

@@ -17,7 +17,7 @@ fn a_rank_100000_shape_is_read_quickly() {
     let started = Instant::now();
     let file = read(&support::raw_file(&header, &[7]));
     assert!(file.is_valid(), "{:?}", file.findings);
-    assert_eq!(file.tensors[0].shape.len(), 100_000);
+    assert_eq!(file.tensors[0].info.shape.len(), 100_000);
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
@@ -31,7 +31,7 @@ fn huge_metadata_values_and_names_are_read_and_shown_cut() {
     let file = read(&support::raw_file(&header, &[0]));
     assert!(file.is_valid());
     assert_eq!(file.metadata.as_ref().unwrap()["big"].len(), 10 << 20);
-    assert_eq!(file.tensors[0].name.len(), 1 << 20);
+    assert_eq!(file.tensors[0].name().len(), 1 << 20);
 }
 
 #[test]

@@ -6,10 +6,9 @@
 //! fields, repeated fields, nesting, a number past `u64`. The caller then reads the header with
 //! the full lenient parser, which stays the authority on every verdict. Tests check the two agree.
 
-use super::super::TensorInfo;
 use super::super::dtype::{Dtype, TensorDtype};
-use super::{METADATA_KEY, ParsedHeader};
-use foldhash::HashMap;
+use super::super::{Shape, Tensor, TensorInfo};
+use super::{METADATA_KEY, NameIndex, ParsedHeader};
 use std::collections::BTreeMap;
 
 /// Parses a canonical header, or `None` if the text is not entirely in the canonical form.
@@ -22,10 +21,10 @@ pub fn parse(text: &str) -> Option<ParsedHeader> {
     // Canonical entries take about 100 bytes each; reserving avoids regrowing a large list.
     let mut parsed = ParsedHeader {
         all_entries_read: true,
-        tensors: Vec::with_capacity(text.len() / 100),
+        tensors: Vec::with_capacity(text.len() / 60),
         ..ParsedHeader::default()
     };
-    let mut seen: HashMap<&str, usize> = HashMap::default();
+    let mut names = NameIndex::default();
     scanner.skip_whitespace();
     scanner.expect(b'{')?;
     scanner.skip_whitespace();
@@ -42,14 +41,17 @@ pub fn parse(text: &str) -> Option<ParsedHeader> {
                 parsed.metadata = Some(scanner.metadata()?);
             } else {
                 let (dtype, shape, data_offsets) = scanner.entry()?;
-                if seen.insert(key, parsed.tensors.len()).is_some() {
+                if names.find_or_insert(&parsed.tensors, key).is_some() {
                     return None;
                 }
-                parsed.tensors.push(TensorInfo {
-                    name: key.to_owned(),
-                    dtype: TensorDtype::Known(dtype),
-                    shape,
-                    data_offsets,
+                parsed.tensors.push(Tensor {
+                    info: TensorInfo {
+                        name: key.into(),
+                        dtype: TensorDtype::Known(dtype),
+                        shape,
+                        data_offsets,
+                    },
+                    shard: 0,
                 });
             }
             scanner.skip_whitespace();
@@ -122,9 +124,9 @@ impl<'a> Scanner<'a> {
         (digits > 0 && !leading_zero && !continues).then_some(value)
     }
 
-    fn integers(&mut self) -> Option<Vec<u64>> {
+    fn integers(&mut self) -> Option<Shape> {
         self.expect(b'[')?;
-        let mut values = Vec::with_capacity(4);
+        let mut values = Shape::new();
         self.skip_whitespace();
         if self.eat(b']') {
             return Some(values);
@@ -140,7 +142,7 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    fn entry(&mut self) -> Option<(Dtype, Vec<u64>, [u64; 2])> {
+    fn entry(&mut self) -> Option<(Dtype, Shape, [u64; 2])> {
         let (mut dtype, mut shape, mut offsets) = (None, None, None);
         self.expect(b'{')?;
         self.skip_whitespace();
@@ -206,7 +208,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(parsed.tensors.len(), 2);
-        assert_eq!(parsed.tensors[1].data_offsets, [12, 16]);
+        assert_eq!(parsed.tensors[1].info.data_offsets, [12, 16]);
         assert_eq!(parsed.metadata.unwrap()["format"], "pt");
     }
 

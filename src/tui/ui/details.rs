@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(block("tensor", false, app), area);
     let lines = match app.selected_node() {
-        Some(node) => match app.tree.node(node).tensor {
+        Some(node) => match app.tree.node(node).tensor() {
             Some(tensor) if app.tree.children(node).is_empty() => tensor_lines(app, tensor),
             _ => group_lines(app, node),
         },

@@ -77,7 +77,7 @@ fn row_line(app: &App, id: NodeId, depth: u16, width: usize) -> Line<'static> {
         theme.base
     };
     spans.push(Span::styled(segment, style));
-    let detail = match node.tensor {
+    let detail = match node.tensor() {
         Some(tensor) if leaf => {
             let info = &app.model.tensors[tensor].info;
             format!("  {} {}", escape(info.dtype.name()), Shape(&info.shape))
