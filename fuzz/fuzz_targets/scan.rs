@@ -12,7 +12,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let start = usize::try_from(file.data_start()).unwrap_or(usize::MAX);
-    for tensor in &file.tensors {
+    for tensor in file.tensors.iter().map(|t| &t.info) {
         let [begin, end] = tensor.data_offsets;
         let (Ok(begin), Ok(end)) = (usize::try_from(begin), usize::try_from(end)) else {
             continue;
