@@ -168,7 +168,12 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
     let scan = Scan::start(Arc::clone(&model), chosen.clone(), options, sender);
     let bar = progress_bar();
     let mut moments: Vec<Option<Moments>> = vec![None; model.tensors.len()];
-    let mut histograms: Vec<Option<Histogram>> = vec![None; model.tensors.len()];
+    // Histograms are only written in JSON; only then is there room for one per tensor.
+    let mut histograms: Vec<Option<Histogram>> = if args.json {
+        vec![None; model.tensors.len()]
+    } else {
+        Vec::new()
+    };
     let mut findings: Vec<Finding> = model.findings.clone();
     let mut scanned = 0;
     for event in receiver {
@@ -199,7 +204,7 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
             name: model.tensors[t].name(),
             dtype: model.tensors[t].info.dtype.name(),
             moments: moments[t].as_ref(),
-            histogram: histograms[t].as_ref(),
+            histogram: histograms.get(t).and_then(Option::as_ref),
         })
         .collect();
     rows.sort_by_key(|row| !row.is_broken());

@@ -10,10 +10,10 @@
 //! crash. Cancel is checked before every chunk. A failure on one tensor (an I/O error, a panic
 //! in a worker) becomes a finding and the scan goes on.
 
-use crate::analysis::checks::{self, Limits};
+use crate::analysis::checks::{self, Limits, Spread};
 use crate::analysis::{Histogram, HistogramBuilder, Moments, values};
 use crate::finding::{Code, Finding};
-use crate::format::{Model, Tensor, read_exact_at};
+use crate::format::{Dtype, Model, Tensor, read_exact_at};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fs::File;
@@ -30,6 +30,10 @@ const CHUNK: usize = 3 << 20;
 
 /// Tensors up to this size are scanned whole by one worker, several at a time.
 const SMALL: u64 = 1 << 20;
+
+/// Most tensors in one batch, so that a header of a million tiny tensors is still scanned (and
+/// reported, and cancelled) a batch at a time.
+const MAX_BATCH: usize = 1024;
 
 /// How often progress is reported at most.
 const PROGRESS_EVERY: Duration = Duration::from_millis(50);
@@ -302,7 +306,7 @@ fn coordinate(
             set
         },
         done: vec![false; model.tensors.len()],
-        results: Vec::new(),
+        spreads: Vec::new(),
     };
     let ended = coordinator.run(&mut queue);
     if ended == Ended::Finished {
@@ -330,7 +334,8 @@ struct Coordinator<'a> {
     events: &'a Sender<ScanEvent>,
     scannable: Vec<bool>,
     done: Vec<bool>,
-    results: Vec<(usize, Moments)>,
+    /// The spread of each float tensor scanned, for the checks that compare layers at the end.
+    spreads: Vec<(usize, Spread)>,
 }
 
 impl Coordinator<'_> {
@@ -389,7 +394,8 @@ impl Coordinator<'_> {
                 continue;
             }
             let len = self.scanner.model.tensors[tensor].info.byte_len();
-            if !batch.is_empty() && (len > SMALL || bytes + len > 8 * SMALL) {
+            let full = bytes + len > 8 * SMALL || batch.len() == MAX_BATCH;
+            if !batch.is_empty() && (len > SMALL || full) {
                 break;
             }
             queue.pop_front();
@@ -440,7 +446,12 @@ impl Coordinator<'_> {
                 .tracker
                 .tensors_done
                 .fetch_add(1, Ordering::Relaxed);
-            self.results.push((tensor, moments));
+            let dtype = self.scanner.model.tensors[tensor].info.dtype.known();
+            if let Some(spread) =
+                Spread::of(&moments).filter(|_| dtype.is_some_and(Dtype::is_float))
+            {
+                self.spreads.push((tensor, spread));
+            }
             if self
                 .events
                 .send(ScanEvent::Stats { tensor, moments })
@@ -519,18 +530,11 @@ impl Coordinator<'_> {
     /// The findings that need every tensor, then `Done`.
     fn finish(&self) {
         let model = self.scanner.model;
-        let floats = self
-            .results
+        let spreads = self
+            .spreads
             .iter()
-            .filter(|(t, _)| {
-                model.tensors[*t]
-                    .info
-                    .dtype
-                    .known()
-                    .is_some_and(crate::format::Dtype::is_float)
-            })
-            .map(|(t, m)| (model.tensors[*t].name(), m));
-        for finding in checks::layer_outliers(floats, &self.options.limits) {
+            .map(|&(t, spread)| (model.tensors[t].name(), spread));
+        for finding in checks::layer_outliers(spreads, &self.options.limits) {
             let _ = self.events.send(ScanEvent::Finding(finding));
         }
         let _ = self

@@ -83,6 +83,23 @@ pub fn tensor_findings(name: &str, dtype: Dtype, m: &Moments, limits: &Limits) -
 
 /// The name with each numeric part replaced by `*`: the same tensor in every layer
 /// (`model.layers.*.mlp.down_proj.weight`).
+/// What [`layer_outliers`] compares of a tensor: the spread and the largest magnitude of its
+/// finite values. Kept instead of the whole [`Moments`] until every tensor is scanned.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spread {
+    pub std: f64,
+    pub absmax: f64,
+}
+
+impl Spread {
+    pub fn of(moments: &Moments) -> Option<Spread> {
+        Some(Spread {
+            std: moments.std()?,
+            absmax: moments.absmax()?,
+        })
+    }
+}
+
 pub fn layer_pattern(name: &str) -> Option<String> {
     let mut numbered = false;
     let pattern: Vec<&str> = name
@@ -102,14 +119,16 @@ pub fn layer_pattern(name: &str) -> Option<String> {
 /// Tensors whose std or absmax is far from the median of the same tensor in the other layers.
 /// `tensors` holds each float tensor's name and statistics.
 pub fn layer_outliers<'a>(
-    tensors: impl IntoIterator<Item = (&'a str, &'a Moments)>,
+    tensors: impl IntoIterator<Item = (&'a str, Spread)>,
     limits: &Limits,
 ) -> Vec<Finding> {
     let mut groups: BTreeMap<String, Vec<(&str, f64, f64)>> = BTreeMap::new();
-    for (name, m) in tensors {
-        if let (Some(pattern), Some(std), Some(absmax)) = (layer_pattern(name), m.std(), m.absmax())
-        {
-            groups.entry(pattern).or_default().push((name, std, absmax));
+    for (name, spread) in tensors {
+        if let Some(pattern) = layer_pattern(name) {
+            groups
+                .entry(pattern)
+                .or_default()
+                .push((name, spread.std, spread.absmax));
         }
     }
     let mut findings = Vec::new();
@@ -191,10 +210,13 @@ mod tests {
         let normal = stats(&[-0.02, 0.0, 0.02]);
         let wild = stats(&[-2.0, 0.0, 2.0]);
         let names: Vec<String> = (0..5).map(|i| format!("layers.{i}.w")).collect();
-        let tensors: Vec<(&str, &Moments)> = names
+        let tensors: Vec<(&str, Spread)> = names
             .iter()
             .enumerate()
-            .map(|(i, n)| (n.as_str(), if i == 3 { &wild } else { &normal }))
+            .map(|(i, n)| {
+                let moments = if i == 3 { &wild } else { &normal };
+                (n.as_str(), Spread::of(moments).unwrap())
+            })
             .collect();
         let findings = layer_outliers(tensors, &Limits::default());
         assert_eq!(findings.len(), 1);
