@@ -343,16 +343,22 @@ pub fn review(model: &Model, explicit: Option<&Path>) -> (Option<Architecture>, 
     (architecture, findings)
 }
 
-/// Opens a model and adds to its findings those on its layers
-/// ([`crate::format::layers::layer_findings`]) and those of [`review`].
+/// The findings on a model's layers ([`crate::format::layers::layer_findings`]) and those of
+/// [`review`], worked out side by side; returns the architecture recognised too.
+pub fn review_model(model: &Model, config: Option<&Path>) -> (Option<Architecture>, Vec<Finding>) {
+    let (mut findings, (architecture, config_findings)) = rayon::join(
+        || crate::format::layers::layer_findings(model.tensors.iter().map(|t| &t.info)),
+        || review(model, config),
+    );
+    findings.extend(config_findings);
+    (architecture, findings)
+}
+
+/// Opens a model and adds the findings of [`review_model`] to its own.
 pub fn open_reviewed(path: &Path, config: Option<&Path>) -> crate::error::Result<Model> {
     let mut model = Model::open(path)?;
-    let (layers, (_, config_findings)) = rayon::join(
-        || crate::format::layers::layer_findings(model.tensors.iter().map(|t| &t.info)),
-        || review(&model, config),
-    );
-    model.findings.extend(layers);
-    model.findings.extend(config_findings);
+    let (_, findings) = review_model(&model, config);
+    model.findings.extend(findings);
     Ok(model)
 }
 

@@ -2,7 +2,6 @@
 //! [`crate::report`].
 
 use crate::analysis::{Histogram, Moments};
-use crate::arch::Architecture;
 use crate::cli::{
     CheckArgs, Cli, Command, DiffArgs, HashArgs, InspectArgs, QuantizeArgs, StatsArgs,
 };
@@ -94,19 +93,31 @@ fn open(path: &std::path::Path) -> Result<Model> {
 }
 
 fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure> {
-    let model = crate::arch::open_reviewed(&args.path, args.config.as_deref())?;
-    let architecture = Architecture::recognise(model.tensors.iter().map(|t| &t.info));
+    let mut model = open(&args.path)?;
     let needle = args.filter.as_deref().map(str::to_lowercase);
-    let tree = LayerTree::build(&model.tensors, |tensor| {
-        needle
-            .as_deref()
-            .is_none_or(|needle| crate::text::contains_ignore_case(tensor.name(), needle))
-    });
+    // The checks, the tree and the structural id each read the whole tensor list: side by side.
+    let ((architecture, findings), (tree, structural_id)) = rayon::join(
+        || crate::arch::review_model(&model, args.config.as_deref()),
+        || {
+            rayon::join(
+                || {
+                    LayerTree::build(&model.tensors, |tensor| {
+                        needle.as_deref().is_none_or(|needle| {
+                            crate::text::contains_ignore_case(tensor.name(), needle)
+                        })
+                    })
+                },
+                || crate::hash::structural_id(&model),
+            )
+        },
+    );
+    model.findings.extend(findings);
     let report = Inspect {
         model: &model,
         tree: &tree,
         filter: args.filter.as_deref(),
         architecture: architecture.as_ref(),
+        structural_id: &structural_id,
     };
     let mut out = io::BufWriter::with_capacity(1 << 16, out);
     if args.json {

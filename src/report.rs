@@ -170,7 +170,7 @@ struct InspectJson<'a> {
     file_bytes: u64,
     dtypes: Vec<DtypeJson>,
     metadata: &'a BTreeMap<String, String>,
-    structural_id: String,
+    structural_id: &'a str,
     architecture: Option<&'a Architecture>,
     tensors: TensorListJson<'a>,
 }
@@ -219,6 +219,8 @@ pub struct Inspect<'a> {
     pub tree: &'a LayerTree,
     pub filter: Option<&'a str>,
     pub architecture: Option<&'a Architecture>,
+    /// [`crate::hash::structural_id`] of the model.
+    pub structural_id: &'a str,
 }
 
 impl Inspect<'_> {
@@ -239,7 +241,7 @@ impl Inspect<'_> {
                 file_bytes: model.file_bytes(),
                 dtypes: dtypes_json(&self.tree.dtype_mix(ROOT, &model.tensors)),
                 metadata: &model.metadata,
-                structural_id: crate::hash::structural_id(model),
+                structural_id: self.structural_id,
                 architecture: self.architecture,
                 tensors: TensorListJson {
                     model,
@@ -311,7 +313,7 @@ impl Inspect<'_> {
                 )
             })
             .collect();
-        writeln!(out, "structure   {}", crate::hash::structural_id(model))?;
+        writeln!(out, "structure   {}", self.structural_id)?;
         if let Some(architecture) = self.architecture {
             writeln!(out, "arch        {architecture}")?;
         }

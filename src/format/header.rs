@@ -73,7 +73,7 @@ pub fn parse_leniently(text: &str, complete: bool) -> ParsedHeader {
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let outcome = HeaderSeed {
         out: &mut parsed,
-        names: NameIndex::default(),
+        names: NameIndex::for_header(text.len()),
     }
     .deserialize(&mut deserializer)
     .and_then(|()| deserializer.end());
@@ -483,15 +483,26 @@ impl<'de> FromJson<'de> for MetadataValue {
     }
 }
 
+/// About how many bytes of header text a canonical tensor entry takes.
+const ENTRY_BYTES: usize = 100;
+
 /// The tensors read so far, found by name. The table holds indexes into the tensor list, not
 /// names: a header of a million entries would otherwise keep every name twice.
-#[derive(Default)]
 struct NameIndex {
     table: HashTable<usize>,
     hasher: foldhash::fast::RandomState,
 }
 
 impl NameIndex {
+    /// Room for the entries a header of `text_len` bytes is likely to hold (canonical entries
+    /// take about 100 bytes), so that a typical header is indexed without rehashing.
+    fn for_header(text_len: usize) -> NameIndex {
+        NameIndex {
+            table: HashTable::with_capacity(text_len / ENTRY_BYTES),
+            hasher: foldhash::fast::RandomState::default(),
+        }
+    }
+
     /// The index of the tensor named `name` if one was read; otherwise records `name` at
     /// `tensors.len()`, where the caller is about to push it.
     fn find_or_insert(&mut self, tensors: &[Tensor], name: &str) -> Option<usize> {

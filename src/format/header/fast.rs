@@ -8,7 +8,7 @@
 
 use super::super::dtype::{Dtype, TensorDtype};
 use super::super::{Shape, Tensor, TensorInfo};
-use super::{METADATA_KEY, NameIndex, ParsedHeader};
+use super::{ENTRY_BYTES, METADATA_KEY, NameIndex, ParsedHeader};
 use std::collections::BTreeMap;
 
 /// Parses a canonical header, or `None` if the text is not entirely in the canonical form.
@@ -18,13 +18,13 @@ pub fn parse(text: &str) -> Option<ParsedHeader> {
         bytes: text.as_bytes(),
         at: 0,
     };
-    // Canonical entries take about 100 bytes each; reserving avoids regrowing a large list.
+    // Reserving avoids regrowing a large list.
     let mut parsed = ParsedHeader {
         all_entries_read: true,
-        tensors: Vec::with_capacity(text.len() / 60),
+        tensors: Vec::with_capacity(text.len() / ENTRY_BYTES),
         ..ParsedHeader::default()
     };
-    let mut names = NameIndex::default();
+    let mut names = NameIndex::for_header(text.len());
     scanner.skip_whitespace();
     scanner.expect(b'{')?;
     scanner.skip_whitespace();
