@@ -148,7 +148,7 @@ pub fn write_atomically(
     builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
     let temp = builder
         .tempfile_in(folder)
-        .map_err(|e| Error::io(folder, e))?;
+        .map_err(|e| Error::io(folder, without_temporary_name(e)))?;
     {
         let mut out = BufWriter::with_capacity(1 << 20, temp.as_file());
         write(&mut out).map_err(|e| Error::io(path, e))?;
@@ -157,6 +157,16 @@ pub fn write_atomically(
     temp.as_file().sync_all().map_err(|e| Error::io(path, e))?;
     temp.persist(path).map_err(|e| Error::io(path, e.error))?;
     Ok(())
+}
+
+/// `tempfile` adds the temporary file's name to its errors; the user never asked for that file,
+/// so the error is told by its kind, beside the folder.
+fn without_temporary_name(error: io::Error) -> io::Error {
+    if error.get_ref().is_some() {
+        io::Error::from(error.kind())
+    } else {
+        error
+    }
 }
 
 struct HeaderJson<'a> {

@@ -302,34 +302,103 @@ fn a_sharded_model_gives_sharded_output_with_its_index_and_config() {
     assert_eq!(config["hidden_size"], 8);
 }
 
-#[test]
-fn a_read_only_folder_is_a_clear_error_and_leaves_nothing() {
+/// A model whose int8 copy takes about 256 KiB.
+fn model_of_a_quarter_mebibyte(path: &Path) {
+    let mut model = SyntheticModel::new(5);
+    for layer in 0..4 {
+        model = model.tensor(
+            &format!("model.layers.{layer}.mlp.down_proj.weight"),
+            Dtype::F32,
+            &[256, 256],
+            Fill::Normal {
+                mean: 0.0,
+                std: 0.02,
+            },
+        );
+    }
+    model.write(path).unwrap();
+}
+
+/// What a `stui quantize` into `folder` gave, run by `unshare` with `unshare_args` after the
+/// shell command `setup` (which may mount something on the folder, `$2`).
+struct Refused {
+    code: Option<i32>,
+    stderr: String,
+    left_in_folder: String,
+}
+
+fn quantize_in_namespace(unshare_args: &[&str], setup: &str) -> Refused {
     let dir = tempfile::tempdir().unwrap();
     let source = dir.path().join("model.safetensors");
-    model(Dtype::F32).write(&source).unwrap();
-    let locked = dir.path().join("locked");
-    std::fs::create_dir(&locked).unwrap();
-    let mut permissions = std::fs::metadata(&locked).unwrap().permissions();
-    permissions.set_readonly(true);
-    std::fs::set_permissions(&locked, permissions).unwrap();
-    let probe = locked.join("probe");
-    if std::fs::write(&probe, b"").is_ok() {
-        // Running as root: permissions do not stop writes; nothing to test here.
-        std::fs::remove_file(&probe).unwrap();
-        return;
-    }
-    let output = Command::new(env!("CARGO_BIN_EXE_stui"))
-        .args([
-            "quantize",
-            source.to_str().unwrap(),
-            "-o",
-            locked.join("out.safetensors").to_str().unwrap(),
-        ])
+    model_of_a_quarter_mebibyte(&source);
+    let folder = dir.path().join("out");
+    std::fs::create_dir(&folder).unwrap();
+    let script = format!(
+        r#"{setup} || exit 99
+"$0" quantize "$1" -o "$2/out.safetensors"
+code=$?
+echo "$(ls -A "$2")"
+exit $code"#
+    );
+    let output = Command::new("unshare")
+        .args(unshare_args)
+        .args(["sh", "-c", &script, env!("CARGO_BIN_EXE_stui")])
+        .arg(&source)
+        .arg(&folder)
         .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("locked"));
-    assert_eq!(std::fs::read_dir(&locked).unwrap().count(), 0);
+        .expect("unshare (util-linux) runs");
+    assert_ne!(output.status.code(), Some(99), "the setup `{setup}` failed");
+    Refused {
+        code: output.status.code(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        left_in_folder: String::from_utf8_lossy(&output.stdout).trim().to_owned(),
+    }
+}
+
+#[test]
+fn a_full_disk_is_a_clear_error_and_leaves_nothing() {
+    let refused = quantize_in_namespace(
+        &["--map-root-user", "--mount"],
+        r#"mount -t tmpfs -o size=64k tmpfs "$2""#,
+    );
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("out.safetensors") && refused.stderr.contains("No space left"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(refused.left_in_folder, "", "no partial output");
+}
+
+#[test]
+fn a_read_only_folder_is_a_clear_error_and_leaves_nothing() {
+    let refused = quantize_in_namespace(
+        &["--map-root-user", "--mount"],
+        r#"mount -t tmpfs -o ro,size=1m tmpfs "$2""#,
+    );
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("out: read-only filesystem"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(refused.left_in_folder, "");
+}
+
+#[test]
+fn a_folder_without_write_permission_is_a_clear_error_and_leaves_nothing() {
+    // An unprivileged user in its own namespace: permissions bind even when the tests run as root.
+    let refused = quantize_in_namespace(
+        &["--map-user=65534", "--map-group=65534"],
+        r#"chmod 0555 "$2""#,
+    );
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("out: permission denied"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(refused.left_in_folder, "");
 }
 
 #[test]
