@@ -616,6 +616,7 @@ impl Scanner<'_> {
 
     fn chunk_moments(&self, tensor: usize, chunk: (u64, usize)) -> Result<Moments, Stop> {
         self.with_chunk(tensor, chunk, true, |dtype, bytes| {
+            crate::fault::inject("scan");
             let mut moments = Moments::EMPTY;
             values::feed(dtype, bytes, &mut moments);
             moments

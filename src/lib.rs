@@ -2,7 +2,8 @@
 //!
 //! The modules depend on each other in one direction only:
 //!
-//! - [`text`], [`finding`], [`error`]: shared vocabulary (escaping, findings with stable codes).
+//! - [`text`], [`finding`], [`error`]: shared vocabulary (escaping, findings with stable codes);
+//!   [`fault`]: panics on purpose where the fault tests ask (debug builds).
 //! - [`format`]: reading headers leniently, the reference's strict verdict, sharded models, and
 //!   the writer. Never reads tensor data when opening.
 //! - [`arch`]: the architecture recognised from names and shapes, checked against config.json.
@@ -23,6 +24,7 @@ pub mod commands;
 pub mod demo;
 pub mod diff;
 pub mod error;
+pub mod fault;
 pub mod finding;
 pub mod format;
 pub mod hash;

@@ -205,7 +205,10 @@ fn event_loop(
         if dirty {
             let started = Instant::now();
             terminal
-                .draw(|frame| ui::render(frame, &mut session.app))
+                .draw(|frame| {
+                    crate::fault::inject("draw");
+                    ui::render(frame, &mut session.app);
+                })
                 .context("cannot draw")?;
             if let Some(log) = log.as_mut() {
                 let latency = oldest_input.map_or_else(String::new, |t| {

@@ -346,7 +346,7 @@ exit $code"#
         .arg(&source)
         .arg(&folder)
         .output()
-        .expect("unshare (util-linux) runs");
+        .unwrap();
     assert_ne!(output.status.code(), Some(99), "the setup `{setup}` failed");
     Refused {
         code: output.status.code(),

@@ -174,3 +174,65 @@ fn sigterm_and_sighup_give_the_terminal_back() {
         );
     }
 }
+
+/// The terminal settings of the shell in `tmux`, as `stty -g` prints them.
+fn terminal_settings(tmux: &Tmux, dir: &Path, label: &str) -> String {
+    let file = dir.join(label);
+    tmux.send(&[&format!("stty -g > {}", file.display()), "Enter"]);
+    tmux.wait_for("the terminal settings", |_| {
+        std::fs::metadata(&file).is_ok_and(|m| m.len() > 0)
+    });
+    std::fs::read_to_string(&file).unwrap()
+}
+
+#[test]
+fn a_panic_in_the_explorer_gives_the_terminal_back_and_is_printed_after_it() {
+    let Some(tmux) = Tmux::start(80, 24) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let before = terminal_settings(&tmux, dir.path(), "before");
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/demo.safetensors");
+    tmux.send(&[
+        &format!(
+            "clear; RUST_BACKTRACE=0 STUI_FAULT=draw {} {}",
+            env!("CARGO_BIN_EXE_stui"),
+            demo.display()
+        ),
+        "Enter",
+    ]);
+    // Printed on the main screen: had it gone to the explorer's screen, it would have left with it.
+    let screen = tmux.wait_for("the panic message and the prompt", |s| {
+        s.contains("fault injected at `draw`") && s.trim_end().ends_with('$')
+    });
+    assert!(!screen.contains("NAME"), "no frame was drawn:\n{screen}");
+    assert_eq!(before, terminal_settings(&tmux, dir.path(), "after"));
+}
+
+#[test]
+fn a_panic_in_a_scan_worker_is_a_finding_and_the_explorer_goes_on() {
+    let Some(tmux) = Tmux::start(120, 40) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let before = terminal_settings(&tmux, dir.path(), "before");
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/demo.safetensors");
+    tmux.send(&[
+        &format!(
+            "STUI_FAULT=scan {} {}",
+            env!("CARGO_BIN_EXE_stui"),
+            demo.display()
+        ),
+        "Enter",
+    ]);
+    let screen = tmux.wait_for("the failed scans among the findings", |s| {
+        s.contains("scan-failed") || s.contains("internal error")
+    });
+    assert!(
+        !screen.contains("panicked at"),
+        "no panic message over the screen:\n{screen}"
+    );
+    tmux.send(&["q"]);
+    tmux.wait_for("the shell prompt", |s| s.trim_end().ends_with('$'));
+    assert_eq!(before, terminal_settings(&tmux, dir.path(), "after"));
+}
