@@ -5,6 +5,7 @@ use crate::format::{Dtype, Tensor};
 use crate::text::natural_cmp;
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
+use std::ops::Range;
 
 pub type NodeId = u32;
 
@@ -34,8 +35,10 @@ pub struct Node {
     /// See [`Node::tensor`].
     tensor: u32,
     pub totals: Totals,
-    segment: (u32, u32),
-    children: (u32, u32),
+    /// Where the node's name part starts in `segments`; it ends where the next node's starts.
+    segment: u32,
+    /// Where the node's run starts in `children`; it ends where the next node's starts.
+    children: u32,
 }
 
 /// What a node and everything below it hold.
@@ -130,12 +133,12 @@ impl LayerTree {
             tensor: NONE,
             totals: Totals::default(),
             segment,
-            children: (0, 0),
+            children: 0,
         };
         // Typical names add one or two nodes each beyond the prefix they share.
         let expected_nodes = tensors.len() + tensors.len() / 2 + 1;
         let mut nodes: Vec<Node> = Vec::with_capacity(expected_nodes);
-        nodes.push(new_node(NONE, (0, 0)));
+        nodes.push(new_node(NONE, 0));
         let mut tensor_nodes = vec![ROOT; tensors.len()];
         // A node by its parent and segment. The table holds node ids alone (the keys are read
         // from the nodes), which keeps a tree of a million nodes within its memory bound.
@@ -177,18 +180,17 @@ impl LayerTree {
                     let hash = key_hash(node, segment);
                     let found = lookup.find(hash, |&id| {
                         let child = &nodes[id as usize];
-                        child.parent == node && segment_text(&segments, child) == segment
+                        child.parent == node && segment_text(&nodes, &segments, id) == segment
                     });
                     node = if let Some(&id) = found {
                         id
                     } else {
                         let id = to_u32(nodes.len());
-                        let text_start = to_u32(segments.len());
+                        nodes.push(new_node(node, to_u32(segments.len())));
                         segments.push_str(segment);
-                        nodes.push(new_node(node, (text_start, to_u32(segment.len()))));
                         lookup.insert_unique(hash, id, |&id| {
-                            let child = &nodes[id as usize];
-                            key_hash(child.parent, segment_text(&segments, child))
+                            let parent = nodes[id as usize].parent;
+                            key_hash(parent, segment_text(&nodes, &segments, id))
                         });
                         id
                     };
@@ -237,13 +239,12 @@ impl LayerTree {
 
     /// The node's part of the name (`12` in `model.layers.12.mlp`).
     pub fn segment(&self, id: NodeId) -> &str {
-        segment_text(&self.segments, self.node(id))
+        segment_text(&self.nodes, &self.segments, id)
     }
 
     /// The node's children, in natural order.
     pub fn children(&self, id: NodeId) -> &[NodeId] {
-        let (start, len) = self.node(id).children;
-        &self.children[start as usize..(start + len) as usize]
+        &self.children[run(&self.nodes, id, |n| n.children, self.children.len())]
     }
 
     pub fn len(&self) -> usize {
@@ -280,7 +281,7 @@ impl LayerTree {
     pub fn walk(&self, id: NodeId) -> Walk<'_> {
         Walk {
             tree: self,
-            stack: self.children(id).iter().rev().map(|&c| (c, 0)).collect(),
+            stack: vec![self.children(id).iter()],
         }
     }
 
@@ -340,43 +341,50 @@ impl LayerTree {
     }
 }
 
-/// Every node's children, packed run after run in natural order (counted, placed, then
-/// sorted), with each node's run recorded in it.
+/// Every node's children, packed run after run in node order and each run in natural order
+/// (counted, placed, then sorted), with the start of each node's run recorded in it.
 fn pack_children(nodes: &mut [Node], segments: &str) -> Vec<NodeId> {
-    for id in 1..nodes.len() {
-        if let Some(parent) = nodes[id].parent() {
-            nodes[parent as usize].children.1 += 1;
-        }
+    let mut starts = vec![0u32; nodes.len() + 1];
+    for node in &nodes[1..] {
+        starts[node.parent as usize + 1] += 1;
     }
-    let mut next = 0;
-    for node in nodes.iter_mut() {
-        let count = node.children.1;
-        node.children = (next, 0);
-        next += count;
+    for i in 1..starts.len() {
+        starts[i] += starts[i - 1];
+    }
+    // Each node's `children` is its placing cursor until every child is placed.
+    for (node, &start) in nodes.iter_mut().zip(&starts) {
+        node.children = start;
     }
     let mut children = vec![ROOT; nodes.len().saturating_sub(1)];
     for id in 1..nodes.len() {
-        if let Some(parent) = nodes[id].parent() {
-            let (start, placed) = &mut nodes[parent as usize].children;
-            children[(*start + *placed) as usize] = to_u32(id);
-            *placed += 1;
-        }
+        let cursor = &mut nodes[nodes[id].parent as usize].children;
+        children[*cursor as usize] = to_u32(id);
+        *cursor += 1;
     }
-    for node in nodes.iter() {
-        let (start, len) = node.children;
-        children[start as usize..(start + len) as usize].sort_by(|&a, &b| {
+    for (node, &start) in nodes.iter_mut().zip(&starts) {
+        node.children = start;
+    }
+    for pair in starts.windows(2) {
+        children[pair[0] as usize..pair[1] as usize].sort_by(|&a, &b| {
             natural_cmp(
-                segment_text(segments, &nodes[a as usize]),
-                segment_text(segments, &nodes[b as usize]),
+                segment_text(nodes, segments, a),
+                segment_text(nodes, segments, b),
             )
         });
     }
     children
 }
 
-fn segment_text<'s>(segments: &'s str, node: &Node) -> &'s str {
-    let (start, len) = node.segment;
-    &segments[start as usize..(start + len) as usize]
+/// The range of node `id`'s part of a back-to-back list: from its start to the next node's
+/// start, or to `total` for the last node.
+fn run(nodes: &[Node], id: NodeId, start: impl Fn(&Node) -> u32, total: usize) -> Range<usize> {
+    let id = id as usize;
+    let end = nodes.get(id + 1).map_or(total, |next| start(next) as usize);
+    start(&nodes[id]) as usize..end
+}
+
+fn segment_text<'s>(nodes: &[Node], segments: &'s str, id: NodeId) -> &'s str {
+    &segments[run(nodes, id, |n| n.segment, segments.len())]
 }
 
 fn to_u32(value: usize) -> u32 {
@@ -387,17 +395,23 @@ fn to_u32(value: usize) -> u32 {
 #[derive(Debug)]
 pub struct Walk<'a> {
     tree: &'a LayerTree,
-    stack: Vec<(NodeId, usize)>,
+    /// The children left to visit at each level of the path walked: memory grows with the depth
+    /// of the tree, not its width.
+    stack: Vec<std::slice::Iter<'a, NodeId>>,
 }
 
 impl Iterator for Walk<'_> {
     type Item = (NodeId, usize);
 
     fn next(&mut self) -> Option<Self::Item> {
-        let (id, depth) = self.stack.pop()?;
-        self.stack
-            .extend(self.tree.children(id).iter().rev().map(|&c| (c, depth + 1)));
-        Some((id, depth))
+        loop {
+            let depth = self.stack.len().checked_sub(1)?;
+            if let Some(&id) = self.stack[depth].next() {
+                self.stack.push(self.tree.children(id).iter());
+                return Some((id, depth));
+            }
+            self.stack.pop();
+        }
     }
 }
 

@@ -489,7 +489,7 @@ const ENTRY_BYTES: usize = 100;
 /// The tensors read so far, found by name. The table holds indexes into the tensor list, not
 /// names: a header of a million entries would otherwise keep every name twice.
 struct NameIndex {
-    table: HashTable<usize>,
+    table: HashTable<u32>,
     hasher: foldhash::fast::RandomState,
 }
 
@@ -509,13 +509,14 @@ impl NameIndex {
         let hasher = &self.hasher;
         let entry = self.table.entry(
             hasher.hash_one(name),
-            |&i| tensors[i].name() == name,
-            |&i| hasher.hash_one(tensors[i].name()),
+            |&i| tensors[i as usize].name() == name,
+            |&i| hasher.hash_one(tensors[i as usize].name()),
         );
         match entry {
-            hash_table::Entry::Occupied(found) => Some(*found.get()),
+            hash_table::Entry::Occupied(found) => Some(*found.get() as usize),
             hash_table::Entry::Vacant(slot) => {
-                slot.insert(tensors.len());
+                // A header holds at most 100,000,000 bytes: far fewer entries than `u32::MAX`.
+                slot.insert(u32::try_from(tensors.len()).unwrap_or(u32::MAX));
                 None
             }
         }
