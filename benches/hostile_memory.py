@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Memory and time of the header commands on hostile input: hostile_memory.py STUI [DIR]
 
-Writes the hostile set into DIR (a temporary folder by default), runs `STUI check`, `STUI inspect`
+Writes the hostile set (about 300 MB) into DIR (a temporary folder, removed after, by default), runs `STUI check`, `STUI inspect`
 and `STUI inspect --json` on each file, and prints a table of peak resident memory (from
 wait4), wall time and exit code against the bound: twice the header bytes the file really holds
 plus 64 MiB. Exits 1 if any run goes over its bound, is killed by a signal, or exits with a code
@@ -106,8 +106,12 @@ def main(args):
         print(__doc__)
         return 2
     stui = args[0]
-    folder = args[1] if len(args) > 1 else tempfile.mkdtemp(prefix="stui-hostile-")
-    os.makedirs(folder, exist_ok=True)
+    if len(args) > 1:
+        folder = args[1]
+        os.makedirs(folder, exist_ok=True)
+    else:
+        temporary = tempfile.TemporaryDirectory(prefix="stui-hostile-")
+        folder = temporary.name
     # Built by another process, so that this one stays small.
     built = subprocess.run([sys.executable, __file__, "--build", folder], check=True,
                            stdout=subprocess.PIPE)

@@ -716,6 +716,9 @@ impl Report for Check<'_> {
         let model = self.model;
         let verdict = match model.first_rejection() {
             None if model.is_valid() => "valid: the reference implementation accepts it".to_owned(),
+            None if model.shards.is_empty() => {
+                "NOT VALID: no file of the model could be read".to_owned()
+            }
             None => "NOT VALID: a file of the model is missing or unreadable".to_owned(),
             Some((shard, rejection)) => {
                 let which = if model.shards.len() > 1 {

@@ -135,11 +135,13 @@ impl Model {
         Ok(builder.finish())
     }
 
-    /// True when the reference accepts every file of the model.
+    /// True when the model has files and the reference accepts every one of them.
     pub fn is_valid(&self) -> bool {
-        self.shards
-            .iter()
-            .all(|shard| shard.readable && shard.rejection.is_none())
+        !self.shards.is_empty()
+            && self
+                .shards
+                .iter()
+                .all(|shard| shard.readable && shard.rejection.is_none())
     }
 
     /// The first file the reference rejects, and why.

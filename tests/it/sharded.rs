@@ -123,6 +123,18 @@ fn every_index_inconsistency_is_a_finding() {
 }
 
 #[test]
+fn an_index_whose_every_shard_is_refused_is_not_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner = dir.path().join("inner");
+    std::fs::create_dir(&inner).unwrap();
+    write_index(&inner, 0, &[("escape", "../outside.safetensors")]);
+    let model = Model::open(&inner).unwrap();
+    assert_eq!(codes(&model), ["index-path-escapes"]);
+    assert!(model.shards.is_empty(), "the refused path is never opened");
+    assert!(!model.is_valid(), "nothing was read, so nothing is valid");
+}
+
+#[test]
 fn a_wrong_total_size_is_a_warning() {
     let dir = tempfile::tempdir().unwrap();
     shard(&["a"])
