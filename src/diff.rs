@@ -15,7 +15,7 @@ use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Elements read per chunk: a multiple of 8, so that every dtype's chunk is whole bytes.
-const CHUNK_ELEMENTS: u64 = 1 << 20;
+const CHUNK_ELEMENTS: u64 = 1 << 16;
 
 /// The size of the change between two tensors of the same element count. Values are compared
 /// as numbers (complex values by magnitude), so a dtype change shows as its rounding error.

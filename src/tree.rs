@@ -175,16 +175,24 @@ impl LayerTree {
                 let dots =
                     memchr::memchr_iter(b'.', &name.as_bytes()[base..]).map(move |dot| base + dot);
                 let mut start = base;
+                // A node made for this name has no children yet: nothing to look up below it.
+                let mut created = false;
                 for end in dots.chain(std::iter::once(name.len())) {
                     let segment = &name[start..end];
                     let hash = key_hash(node, segment);
-                    let found = lookup.find(hash, |&id| {
-                        let child = &nodes[id as usize];
-                        child.parent == node && segment_text(&nodes, &segments, id) == segment
-                    });
+                    let found = (!created)
+                        .then(|| {
+                            lookup.find(hash, |&id| {
+                                let child = &nodes[id as usize];
+                                child.parent == node
+                                    && segment_text(&nodes, &segments, id) == segment
+                            })
+                        })
+                        .flatten();
                     node = if let Some(&id) = found {
                         id
                     } else {
+                        created = true;
                         let id = to_u32(nodes.len());
                         nodes.push(new_node(node, to_u32(segments.len())));
                         segments.push_str(segment);

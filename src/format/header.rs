@@ -503,6 +503,14 @@ impl NameIndex {
         }
     }
 
+    /// The index of the tensor named `name`, if one was read.
+    fn find(&self, tensors: &[Tensor], name: &str) -> Option<usize> {
+        let found = self.table.find(self.hasher.hash_one(name), |&i| {
+            tensors[i as usize].name() == name
+        })?;
+        Some(*found as usize)
+    }
+
     /// The index of the tensor named `name` if one was read; otherwise records `name` at
     /// `tensors.len()`, where the caller is about to push it.
     fn find_or_insert(&mut self, tensors: &[Tensor], name: &str) -> Option<usize> {

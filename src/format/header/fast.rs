@@ -11,40 +11,95 @@ use super::super::{Shape, Tensor, TensorInfo};
 use super::{ENTRY_BYTES, METADATA_KEY, NameIndex, ParsedHeader};
 use std::collections::BTreeMap;
 
+/// Headers at least this long are read in two halves side by side.
+const SPLIT_AT_LEAST: usize = 1 << 20;
+
 /// Parses a canonical header, or `None` if the text is not entirely in the canonical form.
 pub fn parse(text: &str) -> Option<ParsedHeader> {
-    let mut scanner = Scanner {
-        text,
-        bytes: text.as_bytes(),
-        at: 0,
-    };
-    // Reserving avoids regrowing a large list.
-    let mut parsed = ParsedHeader {
-        all_entries_read: true,
-        tensors: Vec::with_capacity(text.len() / ENTRY_BYTES),
-        ..ParsedHeader::default()
-    };
-    let mut names = NameIndex::for_header(text.len());
+    let mut scanner = Scanner::at(text, 0);
     scanner.skip_whitespace();
     scanner.expect(b'{')?;
     scanner.skip_whitespace();
-    if !scanner.eat(b'}') {
+    let part = if scanner.eat(b'}') {
+        scanner.skip_whitespace();
+        if scanner.at != text.len() {
+            return None;
+        }
+        Part::new(0)
+    } else {
+        let first = scanner.at;
+        let halves = split_point(text, first).and_then(|comma| {
+            let (head, tail) = rayon::join(
+                || Part::read(text, first, Some(comma), text.len()),
+                || Part::read(text, comma + 1, None, text.len() - comma),
+            );
+            head?.join(tail?)
+        });
+        // A cut that was not between two entries (a name holding `},"`, say) or a name in
+        // both halves: read the whole in one pass, which decides.
+        match halves {
+            Some(part) => part,
+            None => Part::read(text, first, None, text.len())?,
+        }
+    };
+    Some(ParsedHeader {
+        metadata: part.metadata,
+        tensors: part.tensors,
+        findings: Vec::new(),
+        all_entries_read: true,
+    })
+}
+
+/// Where to cut a large header in two: the `,` of a `},"` past its middle. It is a boundary
+/// between two entries exactly when reading the first half from the start stops on it, which
+/// [`Part::read`] checks; otherwise the header is not read this way.
+fn split_point(text: &str, first: usize) -> Option<usize> {
+    let middle = (text.len() / 2).max(first);
+    (text.len() >= SPLIT_AT_LEAST)
+        .then(|| memchr::memmem::find(&text.as_bytes()[middle..], b"},\""))
+        .flatten()
+        .map(|at| middle + at + 1)
+}
+
+/// The entries of a run of the top-level object.
+struct Part {
+    tensors: Vec<Tensor>,
+    metadata: Option<BTreeMap<String, String>>,
+    names: NameIndex,
+}
+
+impl Part {
+    /// Room for the entries of about `text_len` bytes of header.
+    fn new(text_len: usize) -> Part {
+        Part {
+            tensors: Vec::with_capacity(text_len / ENTRY_BYTES),
+            metadata: None,
+            names: NameIndex::for_header(text_len),
+        }
+    }
+
+    /// Reads `key: value` pairs from `from` (the start of a key): up to the `,` at `until` if
+    /// given, which must fall between two pairs; else to the object's closing `}` and the end of
+    /// the text. `room` is the bytes of header this part is expected to hold.
+    fn read(text: &str, from: usize, until: Option<usize>, room: usize) -> Option<Part> {
+        let mut scanner = Scanner::at(text, from);
+        let mut part = Part::new(room);
         loop {
             let key = scanner.string()?;
             scanner.skip_whitespace();
             scanner.expect(b':')?;
             scanner.skip_whitespace();
             if key == METADATA_KEY {
-                if parsed.metadata.is_some() {
+                if part.metadata.is_some() {
                     return None;
                 }
-                parsed.metadata = Some(scanner.metadata()?);
+                part.metadata = Some(scanner.metadata()?);
             } else {
                 let (dtype, shape, data_offsets) = scanner.entry()?;
-                if names.find_or_insert(&parsed.tensors, key).is_some() {
+                if part.names.find_or_insert(&part.tensors, key).is_some() {
                     return None;
                 }
-                parsed.tensors.push(Tensor {
+                part.tensors.push(Tensor {
                     info: TensorInfo {
                         name: key.into(),
                         dtype: TensorDtype::Known(dtype),
@@ -55,15 +110,41 @@ pub fn parse(text: &str) -> Option<ParsedHeader> {
                 });
             }
             scanner.skip_whitespace();
+            if let Some(comma) = until {
+                if scanner.at == comma {
+                    return Some(part);
+                }
+                if scanner.at > comma {
+                    return None;
+                }
+            }
             if scanner.eat(b'}') {
                 break;
             }
             scanner.expect(b',')?;
             scanner.skip_whitespace();
         }
+        scanner.skip_whitespace();
+        (until.is_none() && scanner.at == text.len()).then_some(part)
     }
-    scanner.skip_whitespace();
-    (scanner.at == scanner.bytes.len()).then_some(parsed)
+
+    /// The two halves of a header as one; `None` if a name or `__metadata__` is in both.
+    fn join(mut self, tail: Part) -> Option<Part> {
+        use rayon::prelude::*;
+        if self.metadata.is_some() && tail.metadata.is_some() {
+            return None;
+        }
+        let repeated = tail
+            .tensors
+            .par_iter()
+            .any(|tensor| self.names.find(&self.tensors, tensor.name()).is_some());
+        if repeated {
+            return None;
+        }
+        self.metadata = self.metadata.or(tail.metadata);
+        self.tensors.extend(tail.tensors);
+        Some(self)
+    }
 }
 
 struct Scanner<'a> {
@@ -73,6 +154,14 @@ struct Scanner<'a> {
 }
 
 impl<'a> Scanner<'a> {
+    fn at(text: &'a str, at: usize) -> Self {
+        Scanner {
+            text,
+            bytes: text.as_bytes(),
+            at,
+        }
+    }
+
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.at).copied()
     }
@@ -210,6 +299,55 @@ mod tests {
         assert_eq!(parsed.tensors.len(), 2);
         assert_eq!(parsed.tensors[1].info.data_offsets, [12, 16]);
         assert_eq!(parsed.metadata.unwrap()["format"], "pt");
+    }
+
+    /// A canonical header of `count` entries, whose names are `name(i)`.
+    fn header_of(count: usize, name: impl Fn(usize) -> String) -> String {
+        let entries: Vec<String> = (0..count)
+            .map(|i| {
+                format!(
+                    r#""{}":{{"dtype":"F32","shape":[2],"data_offsets":[{},{}]}}"#,
+                    name(i),
+                    8 * i,
+                    8 * i + 8
+                )
+            })
+            .collect();
+        format!("{{{}}}", entries.join(","))
+    }
+
+    #[test]
+    fn a_large_header_read_in_halves_is_read_exactly_as_in_one_pass() {
+        let header = header_of(40_000, |i| format!("model.layers.{i}.weight"));
+        assert!(header.len() >= SPLIT_AT_LEAST);
+        assert!(
+            split_point(&header, 1).is_some(),
+            "this header is cut in two"
+        );
+        let halves = parse(&header).unwrap();
+        let whole = super::super::parse_leniently(&header, true);
+        assert_eq!(halves, whole);
+    }
+
+    #[test]
+    fn a_cut_inside_a_name_or_a_name_in_both_halves_is_still_read_right() {
+        // Names ending in `},` hold a `},"` with their closing quote: the cut falls inside a
+        // name, where the first half never stops.
+        let tricky = header_of(40_000, |i| format!("w{i}}},"));
+        let inside_a_name =
+            tricky.len() / 2 + tricky[tricky.len() / 2..].find("},\":").unwrap() + 1;
+        assert!(Part::read(&tricky, 1, Some(inside_a_name), tricky.len()).is_none());
+        let parsed = parse(&tricky).unwrap();
+        assert_eq!(parsed, super::super::parse_leniently(&tricky, true));
+        // The same name at the start and at the end: the fast path gives up, as on any repeat.
+        let repeated = header_of(40_000, |i| {
+            if i == 39_999 {
+                "w0".to_owned()
+            } else {
+                format!("w{i}")
+            }
+        });
+        assert!(parse(&repeated).is_none());
     }
 
     #[test]
