@@ -161,6 +161,16 @@ pub struct App {
     pub diff: Option<DiffView>,
     /// The dtype mix of each group shown so far, which takes a walk over its tensors to compute.
     mixes: std::cell::RefCell<HashMap<NodeId, crate::tree::DtypeMix>>,
+    /// The structural id and the architecture recognised, worked out when first shown: each
+    /// reads every tensor, too much to redo at every frame of a large model.
+    identity: std::cell::OnceCell<Identity>,
+}
+
+/// What the metadata popup says the model is.
+#[derive(Debug)]
+pub struct Identity {
+    pub structural_id: String,
+    pub architecture: String,
 }
 
 impl App {
@@ -198,6 +208,7 @@ impl App {
             tree_area: None,
             diff: None,
             mixes: std::cell::RefCell::default(),
+            identity: std::cell::OnceCell::new(),
             model,
         };
         for finding in app.model.findings.clone() {
@@ -239,6 +250,16 @@ impl App {
             .entry(node)
             .or_insert_with(|| self.tree.dtype_mix(node, &self.model.tensors))
             .clone()
+    }
+
+    pub fn identity(&self) -> &Identity {
+        self.identity.get_or_init(|| Identity {
+            structural_id: crate::hash::structural_id(&self.model),
+            architecture: crate::arch::Architecture::recognise(
+                self.model.tensors.iter().map(|t| &t.info),
+            )
+            .map_or_else(|| "not recognised".to_owned(), |a| a.to_string()),
+        })
     }
 
     /// The findings shown, under the severity filter.

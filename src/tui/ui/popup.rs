@@ -90,16 +90,14 @@ fn help_lines(app: &App) -> Vec<Line<'static>> {
 }
 
 fn metadata_lines(app: &App) -> Vec<Line<'static>> {
+    let identity = app.identity();
     let structure = Line::from(vec![
         Span::styled("structural id = ", app.theme.dim),
-        Span::raw(crate::hash::structural_id(&app.model)),
+        Span::raw(identity.structural_id.clone()),
     ]);
-    let architecture =
-        crate::arch::Architecture::recognise(app.model.tensors.iter().map(|t| &t.info))
-            .map_or_else(|| "not recognised".to_owned(), |a| a.to_string());
     let architecture = Line::from(vec![
         Span::styled("architecture = ", app.theme.dim),
-        Span::raw(architecture),
+        Span::raw(identity.architecture.clone()),
     ]);
     if app.model.metadata.is_empty() {
         return vec![
