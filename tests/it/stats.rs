@@ -510,3 +510,33 @@ fn a_file_truncated_during_the_scan_gives_findings_not_a_crash() {
         .count();
     assert!(unreadable >= 2, "the tensors past the cut are reported");
 }
+
+#[test]
+fn stui_stats_on_a_file_truncated_while_it_runs_reports_it_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = big_model(dir.path());
+    let path = &model.shards[0].path;
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_stui"))
+        .args(["stats", "--threads", "1"])
+        .arg(path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(model.shards[0].file_len / 3)
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    // Cut before stui opened it, the file is short from the start; cut during the scan, the
+    // tensors past the cut cannot be read. Either is reported, nothing crashes.
+    assert!(
+        stdout.contains("data-unreadable") || stdout.contains("data-truncated"),
+        "{stdout}"
+    );
+}

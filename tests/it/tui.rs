@@ -270,3 +270,44 @@ fn a_diff_marks_changed_tensors_up_the_tree() {
     }
     both_sizes("diff", &mut app);
 }
+
+#[test]
+fn a_file_truncated_during_the_scan_shows_findings_and_marks_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("demo.safetensors");
+    std::fs::copy(support::demo_path(), &path).unwrap();
+    let model = Arc::new(Model::open(&path).unwrap());
+    let mut app = App::new(Arc::clone(&model), Theme::new(false));
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let everything = (0..model.tensors.len()).collect();
+    let options = stui::jobs::ScanOptions {
+        paused: true,
+        ..stui::jobs::ScanOptions::default()
+    };
+    let scan = stui::jobs::Scan::start(Arc::clone(&model), everything, options, sender);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(model.shards[0].file_len / 2)
+        .unwrap();
+    scan.set_paused(false);
+    for event in receiver {
+        let last = matches!(event, ScanEvent::Done(_) | ScanEvent::Cancelled);
+        app.on_scan(event);
+        if last {
+            break;
+        }
+    }
+    let screen = screen(&mut app, 120, 40);
+    assert!(
+        screen.contains("data-unreadable") && screen.contains("the file ends before this tensor"),
+        "the findings say what happened:\n{screen}"
+    );
+    assert!(
+        screen
+            .lines()
+            .any(|l| l.contains('✖') && l.contains("model")),
+        "the unreadable tensors are marked up the tree:\n{screen}"
+    );
+}
