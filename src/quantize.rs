@@ -246,16 +246,6 @@ struct ErrorSums {
 }
 
 impl ErrorSums {
-    fn add(&mut self, x: f64, dequantized: f64, scale: f64) {
-        let error = (x - dequantized).abs();
-        self.signal += x * x;
-        self.noise += error * error;
-        self.max_abs = self.max_abs.max(error);
-        if scale > 0.0 {
-            self.max_in_scales = self.max_in_scales.max(error / scale);
-        }
-    }
-
     fn merge(&mut self, other: &ErrorSums) {
         self.signal += other.signal;
         self.noise += other.noise;
@@ -540,15 +530,21 @@ fn verify(
                     &mut int8,
                     weight_start + (first_row * columns) as u64,
                 )?;
-                Ok(rows.iter().zip(&int8).enumerate().all(|(i, (&x, &q))| {
-                    let s = if scales.len() == 1 {
-                        scales[0]
-                    } else {
-                        scales[first_row + i / columns]
-                    };
-                    (x - f64::from(q.cast_signed()) * s).abs()
-                        <= s * 0.5 * (1.0 + 1e-9) + f64::MIN_POSITIVE
-                }))
+                Ok(rows
+                    .chunks(columns)
+                    .zip(int8.chunks(columns))
+                    .enumerate()
+                    .all(|(offset, (row, row_int8))| {
+                        let s = if scales.len() == 1 {
+                            scales[0]
+                        } else {
+                            scales[first_row + offset]
+                        };
+                        let limit = s * 0.5 * (1.0 + 1e-9) + f64::MIN_POSITIVE;
+                        row.iter()
+                            .zip(row_int8)
+                            .all(|(&x, &q)| (x - f64::from(q.cast_signed()) * s).abs() <= limit)
+                    }))
             },
             |within| {
                 ok &= within;
@@ -835,19 +831,19 @@ fn write_weight(
         tensor,
         control,
         |first_row, values| {
-            let mut bytes = Vec::with_capacity(values.len());
+            let mut bytes = vec![0u8; values.len()];
             let mut chunk_sums = ErrorSums::default();
-            for (offset, row) in values.chunks(columns).enumerate() {
+            for (offset, (row, out)) in values
+                .chunks(columns)
+                .zip(bytes.chunks_mut(columns))
+                .enumerate()
+            {
                 let scale = if scales.len() == 1 {
                     scales[0]
                 } else {
                     scales[first_row + offset]
                 };
-                for &x in row {
-                    let q = quantize_value(x, scale);
-                    chunk_sums.add(x, f64::from(q) * scale, scale);
-                    bytes.push(q.to_le_bytes()[0]);
-                }
+                chunk_sums.merge(&quantize_row(row, scale, out));
             }
             Ok((bytes, chunk_sums))
         },
@@ -857,6 +853,26 @@ fn write_weight(
         },
     )?;
     Ok(sums.finish())
+}
+
+/// Quantizes one row with its scale into `out`, measuring the error left. The worst error in
+/// scales is worked out once for the row, from its worst error.
+fn quantize_row(row: &[f64], scale: f64, out: &mut [u8]) -> ErrorSums {
+    let (mut signal, mut noise, mut max_abs) = (0.0, 0.0, 0.0f64);
+    for (&x, byte) in row.iter().zip(out.iter_mut()) {
+        let q = quantize_value(x, scale);
+        let error = (x - f64::from(q) * scale).abs();
+        signal += x * x;
+        noise += error * error;
+        max_abs = max_abs.max(error);
+        *byte = q.to_le_bytes()[0];
+    }
+    ErrorSums {
+        signal,
+        noise,
+        max_abs,
+        max_in_scales: if scale > 0.0 { max_abs / scale } else { 0.0 },
+    }
 }
 
 /// What quantizing one tensor would cost, computed without writing anything: `None` when it
