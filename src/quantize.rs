@@ -674,10 +674,19 @@ fn row_absmax(
         tensor,
         control,
         |_, values| {
-            let all_finite = values.iter().all(|v| v.is_finite());
+            let mut all_finite = true;
             let maxima: Vec<f64> = values
                 .chunks(columns)
-                .map(|row| row.iter().fold(0f64, |m, v| m.max(v.abs())))
+                .map(|row| {
+                    // `x * 0.0` is 0 for a finite `x` and NaN otherwise: one branch-free pass.
+                    let (mut max, mut poison) = (0f64, 0f64);
+                    for &x in row {
+                        max = max.max(x.abs());
+                        poison += x * 0.0;
+                    }
+                    all_finite &= poison == 0.0;
+                    max
+                })
                 .collect();
             Ok((maxima, all_finite))
         },
@@ -859,13 +868,30 @@ fn write_weight(
 /// scales is worked out once for the row, from its worst error.
 fn quantize_row(row: &[f64], scale: f64, out: &mut [u8]) -> ErrorSums {
     let (mut signal, mut noise, mut max_abs) = (0.0, 0.0, 0.0f64);
-    for (&x, byte) in row.iter().zip(out.iter_mut()) {
-        let q = quantize_value(x, scale);
-        let error = (x - f64::from(q) * scale).abs();
-        signal += x * x;
-        noise += error * error;
-        max_abs = max_abs.max(error);
-        *byte = q.to_le_bytes()[0];
+    if scale == 0.0 || !scale.is_finite() {
+        // Every value becomes 0 (see `quantize_value`): its error is itself.
+        out.fill(0);
+        for &x in row {
+            signal += x * x;
+            max_abs = max_abs.max(x.abs());
+        }
+        noise = signal;
+    } else {
+        // `quantize_value` with the scale's checks done once, in a loop the compiler vectorizes.
+        for (&x, byte) in row.iter().zip(out.iter_mut()) {
+            let rounded = ((x / scale).clamp(-127.0, 127.0) + ROUNDER) - ROUNDER;
+            let error = (x - rounded * scale).abs();
+            signal += x * x;
+            noise += error * error;
+            max_abs = max_abs.max(error);
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "a whole number in the int8 range, stored as its two's complement byte"
+            )]
+            let stored = rounded as i32 as u8;
+            *byte = stored;
+        }
     }
     ErrorSums {
         signal,
@@ -920,11 +946,13 @@ pub fn default_output(model: &Model) -> PathBuf {
     }
 }
 
+/// Adding and taking away 1.5 * 2^52 rounds half to even (the FPU's default mode) any value
+/// as small as a quotient clamped to the int8 range, without a call to `rint` on CPUs without
+/// SSE4.1.
+const ROUNDER: f64 = 6_755_399_441_055_744.0;
+
 /// `round_half_even(x / scale)` clamped to `[-127, 127]`; 0 when the scale is 0.
 pub fn quantize_value(x: f64, scale: f64) -> i8 {
-    // Adding and taking away 1.5 * 2^52 rounds half to even (the FPU's default mode) for any
-    // value this small, without a call to `rint` on CPUs without SSE4.1.
-    const ROUNDER: f64 = 6_755_399_441_055_744.0;
     if scale == 0.0 || !scale.is_finite() {
         return 0;
     }
@@ -1079,6 +1107,30 @@ fn copy_companions(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_row_is_quantized_as_value_by_value() {
+        let row: Vec<f64> = (-300..300)
+            .map(|i| f64::from(i) * 0.25)
+            .chain([1e300, -1e300, 0.0, -0.0])
+            .collect();
+        for scale in [0.5, 1.0, 0.1, 0.0, f64::INFINITY] {
+            let mut out = vec![0u8; row.len()];
+            let sums = quantize_row(&row, scale, &mut out);
+            let mut noise = 0.0;
+            for (&x, &byte) in row.iter().zip(&out) {
+                let q = quantize_value(x, scale);
+                assert_eq!(byte.cast_signed(), q, "{x} / {scale}");
+                let dequantized = if scale.is_finite() {
+                    f64::from(q) * scale
+                } else {
+                    0.0
+                };
+                noise += (x - dequantized).powi(2);
+            }
+            assert_eq!(sums.noise, noise, "scale {scale}");
+        }
+    }
 
     #[test]
     fn rounds_half_to_even_and_clamps() {
