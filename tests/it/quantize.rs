@@ -327,6 +327,17 @@ struct Refused {
     left_in_folder: String,
 }
 
+impl Refused {
+    /// Exit code 2, a message holding each of `words`, and no partial output.
+    fn assert_clear_and_clean(&self, words: &[&str]) {
+        assert_eq!(self.code, Some(2), "{}", self.stderr);
+        for word in words {
+            assert!(self.stderr.contains(word), "`{word}` in: {}", self.stderr);
+        }
+        assert_eq!(self.left_in_folder, "", "nothing is left in the folder");
+    }
+}
+
 fn quantize_in_namespace(unshare_args: &[&str], setup: &str) -> Refused {
     let dir = tempfile::tempdir().unwrap();
     let source = dir.path().join("model.safetensors");
@@ -361,13 +372,7 @@ fn a_full_disk_is_a_clear_error_and_leaves_nothing() {
         &["--map-root-user", "--mount"],
         r#"mount -t tmpfs -o size=64k tmpfs "$2""#,
     );
-    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
-    assert!(
-        refused.stderr.contains("out.safetensors") && refused.stderr.contains("No space left"),
-        "{}",
-        refused.stderr
-    );
-    assert_eq!(refused.left_in_folder, "", "no partial output");
+    refused.assert_clear_and_clean(&["out.safetensors", "No space left"]);
 }
 
 #[test]
@@ -376,13 +381,7 @@ fn a_read_only_folder_is_a_clear_error_and_leaves_nothing() {
         &["--map-root-user", "--mount"],
         r#"mount -t tmpfs -o ro,size=1m tmpfs "$2""#,
     );
-    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
-    assert!(
-        refused.stderr.contains("out: read-only filesystem"),
-        "{}",
-        refused.stderr
-    );
-    assert_eq!(refused.left_in_folder, "");
+    refused.assert_clear_and_clean(&["out: read-only filesystem"]);
 }
 
 #[test]
@@ -392,13 +391,7 @@ fn a_folder_without_write_permission_is_a_clear_error_and_leaves_nothing() {
         &["--map-user=65534", "--map-group=65534"],
         r#"chmod 0555 "$2""#,
     );
-    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
-    assert!(
-        refused.stderr.contains("out: permission denied"),
-        "{}",
-        refused.stderr
-    );
-    assert_eq!(refused.left_in_folder, "");
+    refused.assert_clear_and_clean(&["out: permission denied"]);
 }
 
 #[test]
