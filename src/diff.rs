@@ -539,11 +539,14 @@ mod tests {
 
     #[test]
     fn the_f32_kernel_agrees_with_the_plain_sums() {
-        let a: Vec<f32> = (0..1003).map(|i| (i as f32 * 0.37).sin()).collect();
+        let a: Vec<f32> = (0..3011).map(|i| (i as f32 * 0.37).sin()).collect();
         let mut b = a.clone();
         b[5] = 2.0;
         b[700] = f32::NAN;
         b[1001] = -0.5;
+        b[1027] = 0.25;
+        b[2065] = -0.0;
+        b[3005] = 7.0;
         let mut plain = Sums::default();
         for (&x, &y) in a.iter().zip(&b) {
             plain.add(f64::from(x), f64::from(y));
@@ -555,6 +558,7 @@ mod tests {
         for (x, y) in [
             (fast.diff_sq, plain.diff_sq),
             (fast.a_sq, plain.a_sq),
+            (fast.b_sq, plain.b_sq),
             (fast.dot, plain.dot),
         ] {
             assert!((x - y).abs() <= 1e-12 * y.abs(), "{x} {y}");
