@@ -82,18 +82,23 @@ pub fn structural_id(model: &Model) -> String {
     let mut hasher = Sha256::new();
     hasher.update(b"safetensors-structure-v1\n");
     let mut line = String::with_capacity(256);
+    let mut digits = itoa::Buffer::new();
     for index in order {
-        use std::fmt::Write as _;
         let info = &model.tensors[index as usize].info;
         line.clear();
         line.push_str(&info.name);
         line.push('\0');
-        line.push_str(&info.dtype.name().to_ascii_lowercase());
+        line.extend(info.dtype.name().chars().map(|c| c.to_ascii_lowercase()));
         line.push('\0');
-        for (i, dim) in info.shape.iter().enumerate() {
-            let _ = write!(line, "{}{dim}", if i == 0 { "" } else { "," });
+        for (i, &dim) in info.shape.iter().enumerate() {
+            if i > 0 {
+                line.push(',');
+            }
+            line.push_str(digits.format(dim));
         }
-        let _ = writeln!(line, "\0{}", info.byte_len());
+        line.push('\0');
+        line.push_str(digits.format(info.byte_len()));
+        line.push('\n');
         hasher.update(line.as_bytes());
     }
     hex(&hasher.finalize())
