@@ -879,7 +879,7 @@ fn quantize_row(row: &[f64], scale: f64, out: &mut [u8]) -> ErrorSums {
     } else {
         // `quantize_value` with the scale's checks done once, in a loop the compiler vectorizes.
         for (&x, byte) in row.iter().zip(out.iter_mut()) {
-            let rounded = ((x / scale).clamp(-127.0, 127.0) + ROUNDER) - ROUNDER;
+            let rounded = rounded_quotient(x, scale);
             let error = (x - rounded * scale).abs();
             signal += x * x;
             noise += error * error;
@@ -951,12 +951,18 @@ pub fn default_output(model: &Model) -> PathBuf {
 /// SSE4.1.
 const ROUNDER: f64 = 6_755_399_441_055_744.0;
 
+/// `round_half_even(x / scale)` clamped to `[-127, 127]`, as a whole `f64`, for a finite nonzero
+/// `scale`.
+fn rounded_quotient(x: f64, scale: f64) -> f64 {
+    ((x / scale).clamp(-127.0, 127.0) + ROUNDER) - ROUNDER
+}
+
 /// `round_half_even(x / scale)` clamped to `[-127, 127]`; 0 when the scale is 0.
 pub fn quantize_value(x: f64, scale: f64) -> i8 {
     if scale == 0.0 || !scale.is_finite() {
         return 0;
     }
-    let rounded = ((x / scale).clamp(-127.0, 127.0) + ROUNDER) - ROUNDER;
+    let rounded = rounded_quotient(x, scale);
     #[expect(
         clippy::cast_possible_truncation,
         reason = "a whole number in the int8 range"
