@@ -402,8 +402,7 @@ fn measure(
     let outcomes: Vec<Option<Sums>> = (0..chunks)
         .into_par_iter()
         .map_init(ChunkBuffers::default, |buffers, chunk| {
-            let elements = CHUNK_ELEMENTS.min(count - chunk * CHUNK_ELEMENTS);
-            buffers.read(&readers, dtypes, chunk * CHUNK_ELEMENTS, elements, progress)?;
+            buffers.read(&readers, dtypes, (chunk, count), progress)?;
             Ok((!same_dtype || buffers.a != buffers.b).then(|| buffers.sums(dtypes)))
         })
         .collect::<Result<_, String>>()?;
@@ -420,8 +419,7 @@ fn measure(
     let unchanged = equal
         .into_par_iter()
         .map_init(ChunkBuffers::default, |buffers, chunk| {
-            let elements = CHUNK_ELEMENTS.min(count - chunk * CHUNK_ELEMENTS);
-            buffers.read(&readers, dtypes, chunk * CHUNK_ELEMENTS, elements, &reread)?;
+            buffers.read(&readers, dtypes, (chunk, count), &reread)?;
             Ok(buffers.sums(dtypes))
         })
         .collect::<Result<Vec<Sums>, String>>()?;
@@ -442,14 +440,16 @@ struct ChunkBuffers {
 }
 
 impl ChunkBuffers {
+    /// Reads chunk `chunk` of tensors of `count` elements from both.
     fn read(
         &mut self,
         (reader_a, reader_b): &(TensorBytes<'_>, TensorBytes<'_>),
         (dtype_a, dtype_b): (Dtype, Dtype),
-        first: u64,
-        elements: u64,
+        (chunk, count): (u64, u64),
         progress: &AtomicU64,
     ) -> Result<(), String> {
+        let first = chunk * CHUNK_ELEMENTS;
+        let elements = CHUNK_ELEMENTS.min(count - first);
         let bytes_for = |dtype: Dtype, elements: u64| elements * u64::from(dtype.bits()) / 8;
         reader_a.read(
             bytes_for(dtype_a, first),
