@@ -635,7 +635,7 @@ impl HeaderSeed<'_> {
             findings.push(finding.for_tensor(name));
             *earlier = info;
         } else {
-            self.out.tensors.push(Tensor { info, shard: 0 });
+            self.out.tensors.push(info.into());
         }
     }
 }

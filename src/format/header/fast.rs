@@ -103,15 +103,15 @@ impl Part {
                 if part.names.find_or_insert(&part.tensors, key).is_some() {
                     return None;
                 }
-                part.tensors.push(Tensor {
-                    info: TensorInfo {
+                part.tensors.push(
+                    TensorInfo {
                         name: key.into(),
                         dtype: TensorDtype::Known(dtype),
                         shape,
                         data_offsets,
-                    },
-                    shard: 0,
-                });
+                    }
+                    .into(),
+                );
             }
             scanner.skip_whitespace();
             if let Some(comma) = until {
