@@ -70,10 +70,10 @@ pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
             })
             .context("cannot start the diff")?;
     }
-    let mut session = Session::open(model, options, &sender);
-
     let mut terminal = ratatui::init();
+    // Before the scan starts, so that its workers' panics are never printed over the screen.
     install_restoring_panic_hook();
+    let mut session = Session::open(model, options, &sender);
     let _ = execute!(std::io::stdout(), terminal::EnableMouseCapture);
     let outcome = event_loop(&mut terminal, &mut session, &sender, &events, log.as_mut());
     restore();
