@@ -8,6 +8,7 @@ pub mod index;
 pub mod layers;
 pub mod layout;
 pub mod lint;
+pub mod mapped;
 pub mod model;
 pub mod sniff;
 pub mod writer;

@@ -4,17 +4,17 @@
 //!
 //! A coordinator thread takes tensors in file order (a prioritized tensor first) and hands them
 //! to a rayon pool: small tensors in batches, one per worker, large ones split into chunks that
-//! all workers share and whose statistics merge exactly. Data is read with positional reads into
-//! a reused buffer per worker, so memory stays bounded whatever the model's size, and a file that
-//! shrinks or is replaced under the scan gives an I/O finding for the tensors it affects, never a
-//! crash. Cancel is checked before every chunk. A failure on one tensor (an I/O error, a panic
+//! all workers share and whose statistics merge exactly. Each chunk is read through its own
+//! short-lived memory map ([`crate::format::mapped`]), so memory stays bounded whatever the
+//! model's size, and a file that shrinks or is replaced under the scan gives an I/O finding for
+//! the tensors it affects, never a crash. Cancel is checked before every chunk. A failure on one tensor (an I/O error, a panic
 //! in a worker) becomes a finding and the scan goes on.
 
 use crate::analysis::checks::{self, Limits, Spread};
-use crate::analysis::{Histogram, HistogramBuilder, Moments, values};
+use crate::analysis::{self, Histogram, HistogramBuilder, Moments, values};
 use crate::finding::{Code, Finding};
-use crate::format::{Dtype, Model, Tensor, read_exact_at};
-use std::cell::RefCell;
+use crate::format::mapped::with_mapped;
+use crate::format::{Dtype, Model, Tensor};
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
@@ -578,11 +578,6 @@ fn guarded<T>(work: impl FnOnce() -> T) -> Result<T, String> {
     })
 }
 
-thread_local! {
-    /// Each worker's read buffer, 8-byte aligned so F32 and F64 data are used in place.
-    static BUFFER: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
-}
-
 struct Scanner<'a> {
     /// Whether histogram passes count towards progress (when every tensor gets one).
     count_histograms: bool,
@@ -617,9 +612,7 @@ impl Scanner<'_> {
     fn chunk_moments(&self, tensor: usize, chunk: (u64, usize)) -> Result<Moments, Stop> {
         self.with_chunk(tensor, chunk, true, |dtype, bytes| {
             crate::fault::inject("scan");
-            let mut moments = Moments::EMPTY;
-            values::feed(dtype, bytes, &mut moments);
-            moments
+            analysis::moments_of(dtype, bytes)
         })
     }
 
@@ -665,7 +658,7 @@ impl Scanner<'_> {
             .collect()
     }
 
-    /// Reads one chunk into this worker's buffer and runs `work` on its bytes.
+    /// Runs `work` on one chunk's bytes, read through a memory map.
     fn with_chunk<T>(
         &self,
         tensor: usize,
@@ -687,17 +680,10 @@ impl Scanner<'_> {
                 "the file could not be opened",
             ))
         })?;
-        BUFFER.with_borrow_mut(|buffer| {
-            if buffer.len() * 8 < len {
-                buffer.resize(CHUNK / 8, 0);
-            }
-            let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(buffer)[..len];
-            read_exact_at(file, bytes, start + offset).map_err(Stop::Io)?;
-            let result = work(dtype, bytes);
-            if counted {
-                self.tracker.advance(len as u64);
-            }
-            Ok(result)
-        })
+        let result = with_mapped(file, start + offset, len, |bytes| work(dtype, bytes));
+        if counted {
+            self.tracker.advance(len as u64);
+        }
+        result.map_err(Stop::Io)
     }
 }

@@ -8,6 +8,7 @@
 //! merge with Chan's pairwise formula, so a tensor of a billion elements keeps its mean and
 //! standard deviation to near `f64` precision.
 
+use super::{simd, values};
 use multiversion::multiversion;
 
 /// Elements per block.
@@ -106,25 +107,55 @@ impl Moments {
         (self.finite, self.m2, self.scale) = (self.finite + other.finite, m2, scale);
     }
 
-    /// Statistics of `f32` values.
+    /// Statistics of `f32` values, counting as subnormal the nonzero magnitudes below `f32`'s
+    /// smallest normal.
     pub fn of_f32(values: &[f32]) -> Moments {
+        Moments::of_f32_above(values, f32::MIN_POSITIVE)
+    }
+
+    /// Statistics of `f32` values that hold a narrower dtype's, whose smallest normal
+    /// magnitude is `smallest_normal` (nonzero magnitudes below it count as subnormal).
+    pub fn of_f32_above(values: &[f32], smallest_normal: f32) -> Moments {
         let mut total = Moments::EMPTY;
         for block in values.chunks(BLOCK) {
-            total.merge(&block_f32(block));
+            let fast = simd::finite_block(
+                simd::Lanes::F32,
+                bytemuck::cast_slice(block),
+                smallest_normal,
+            );
+            total.merge(&fast.unwrap_or_else(|| block_f32(block, smallest_normal)));
         }
         total
     }
 
-    /// Statistics of `f64` values.
-    pub fn of_f64(values: &[f64]) -> Moments {
+    /// Statistics of elements as stored (little-endian), widened inside the kernel.
+    pub fn of_halves(lanes: simd::Lanes, bytes: &[u8], smallest_normal: f32) -> Moments {
         let mut total = Moments::EMPTY;
-        for block in values.chunks(BLOCK) {
-            total.merge(&block_f64(block));
+        let mut widened = [0f32; BLOCK];
+        for block in bytes.chunks(BLOCK * lanes.size()) {
+            let moments = simd::finite_block(lanes, block, smallest_normal).unwrap_or_else(|| {
+                let values = &mut widened[..block.len() / lanes.size()];
+                values::widen(lanes, block, values);
+                block_f32(values, smallest_normal)
+            });
+            total.merge(&moments);
         }
         total
     }
 
-    /// Adds the deviations of a block whose counts and range are already in `self`.
+    /// Statistics of `f64` values, counting as subnormal the nonzero magnitudes below
+    /// `smallest_normal` (`f64::MIN_POSITIVE` for F64 data, 0 for integers).
+    pub fn of_f64(values: &[f64], smallest_normal: f64) -> Moments {
+        let mut total = Moments::EMPTY;
+        for block in values.chunks(BLOCK) {
+            total.merge(&block_f64(block, smallest_normal));
+        }
+        total
+    }
+
+    /// Adds the deviations of a block whose counts and range are already in `self`: `sums`
+    /// gets `unit` and `offset` and returns the sums of `x * unit - offset` and of its squares
+    /// over the finite values `x`.
     fn with_sums(mut self, sums: impl FnOnce(f64, f64) -> (f64, f64)) -> Moments {
         if self.finite == 0 {
             return self;
@@ -139,6 +170,35 @@ impl Moments {
         self.m2 = (s2 - s1 * s1 / n).max(0.0);
         self.scale = scale;
         self
+    }
+}
+
+/// A block of finite values whose counts and range are known, waiting for its sums.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct FiniteBlock {
+    pub count: u64,
+    pub zeros: u64,
+    pub subnormals: u64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl FiniteBlock {
+    /// The block's statistics from the sums of `x - offset` and of its squares (`f32` values,
+    /// whose squares `f64` holds without scaling).
+    pub fn with_sums_about(self, offset: f64, sum: f64, squares: f64) -> Moments {
+        let n = self.count as f64;
+        Moments {
+            count: self.count,
+            finite: self.count,
+            zeros: self.zeros,
+            subnormals: self.subnormals,
+            min: self.min,
+            max: self.max,
+            mean: offset + sum / n,
+            m2: (squares - sum * sum / n).max(0.0),
+            ..Moments::EMPTY
+        }
     }
 }
 
@@ -173,7 +233,7 @@ macro_rules! block_kernel {
         /// Counts, range and sums of one block, in branch-free lanes the compiler vectorizes
         /// (dispatched at run time to the best instruction set the CPU has).
         #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
-        fn $name(values: &[$float]) -> Moments {
+        fn $name(values: &[$float], smallest_normal: $float) -> Moments {
             let mut low = [<$float>::INFINITY; LANES];
             let mut high = [<$float>::NEG_INFINITY; LANES];
             let mut nan = [0u32; LANES];
@@ -192,8 +252,7 @@ macro_rules! block_kernel {
                     pos_inf[i] += u32::from(x == <$float>::INFINITY);
                     neg_inf[i] += u32::from(x == <$float>::NEG_INFINITY);
                     zeros[i] += u32::from(x == 0.0);
-                    subnormals[i] +=
-                        u32::from(magnitude < <$float>::MIN_POSITIVE && magnitude != 0.0);
+                    subnormals[i] += u32::from(magnitude < smallest_normal && magnitude != 0.0);
                     finite[i] += u32::from(is_finite);
                     let for_low = if is_finite { x } else { <$float>::INFINITY };
                     let for_high = if is_finite { x } else { <$float>::NEG_INFINITY };
@@ -212,8 +271,7 @@ macro_rules! block_kernel {
                 moments.pos_inf += u64::from(x == <$float>::INFINITY);
                 moments.neg_inf += u64::from(x == <$float>::NEG_INFINITY);
                 moments.zeros += u64::from(x == 0.0);
-                moments.subnormals +=
-                    u64::from(magnitude < <$float>::MIN_POSITIVE && magnitude != 0.0);
+                moments.subnormals += u64::from(magnitude < smallest_normal && magnitude != 0.0);
                 if magnitude < <$float>::INFINITY {
                     moments.finite += 1;
                     moments.min = moments.min.min(f64::from(x));
@@ -318,7 +376,7 @@ mod tests {
         let values: Vec<f64> = (0..100_000)
             .map(|i| 1e6 + f64::from(i % 7) * 1e-3)
             .collect();
-        let m = Moments::of_f64(&values);
+        let m = Moments::of_f64(&values, f64::MIN_POSITIVE);
         let (mean, std) = reference(&values);
         assert!(close(m.mean().unwrap(), mean, 1e-12));
         assert!(
@@ -327,7 +385,7 @@ mod tests {
             m.std().unwrap()
         );
         let huge = [f64::MAX, -f64::MAX, f64::MAX / 2.0];
-        let m = Moments::of_f64(&huge);
+        let m = Moments::of_f64(&huge, f64::MIN_POSITIVE);
         assert!(m.std().unwrap().is_finite());
         assert!(close(
             m.std().unwrap(),

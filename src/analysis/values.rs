@@ -15,6 +15,7 @@
 //! nonzero byte as 1. C64 is reduced to each element's magnitude.
 
 use super::moments::BLOCK;
+use super::simd::Lanes;
 use crate::format::Dtype;
 use half::slice::HalfFloatSliceExt;
 use std::sync::OnceLock;
@@ -23,6 +24,32 @@ use std::sync::OnceLock;
 pub trait Sink {
     fn f32s(&mut self, values: &[f32]);
     fn f64s(&mut self, values: &[f64]);
+
+    /// BF16 or F16 elements as stored; widened to `f32` a block at a time unless the sink
+    /// reads them itself.
+    fn halves(&mut self, lanes: Lanes, bytes: &[u8])
+    where
+        Self: Sized,
+    {
+        let mut block = [0f32; BLOCK];
+        for chunk in bytes.chunks(lanes.size() * BLOCK) {
+            let values = &mut block[..chunk.len() / lanes.size()];
+            widen(lanes, chunk, values);
+            self.f32s(values);
+        }
+    }
+}
+
+/// Decodes the elements in `bytes` into `values` (one per element).
+pub fn widen(lanes: Lanes, bytes: &[u8], values: &mut [f32]) {
+    match (lanes, cast::<half::f16>(bytes)) {
+        (Lanes::F16, Some(halves)) => halves.convert_to_f32_slice(values),
+        _ => {
+            for (i, value) in values.iter_mut().enumerate() {
+                *value = lanes.decode(bytes, i * lanes.size());
+            }
+        }
+    }
 }
 
 /// Feeds the values held in `bytes` (whole elements of `dtype`; for F4 whole bytes, for F6 whole
@@ -45,23 +72,8 @@ pub fn feed(dtype: Dtype, bytes: &[u8], sink: &mut impl Sink) {
                 sink,
             ),
         },
-        Dtype::Bf16 => widen_f32_from(
-            bytes,
-            |b: [u8; 2]| f32::from_bits(u32::from(u16::from_le_bytes(b)) << 16),
-            sink,
-        ),
-        Dtype::F16 => {
-            let mut halves = [half::f16::ZERO; BLOCK];
-            let mut floats = [0f32; BLOCK];
-            for chunk in bytes.chunks(2 * BLOCK) {
-                let count = chunk.len() / 2;
-                for (slot, b) in halves.iter_mut().zip(chunk.chunks_exact(2)) {
-                    *slot = half::f16::from_le_bytes([b[0], b[1]]);
-                }
-                halves[..count].convert_to_f32_slice(&mut floats[..count]);
-                sink.f32s(&floats[..count]);
-            }
-        }
+        Dtype::Bf16 => sink.halves(Lanes::Bf16, bytes),
+        Dtype::F16 => sink.halves(Lanes::F16, bytes),
         Dtype::I16 => widen_f32_from(bytes, |b: [u8; 2]| f32::from(i16::from_le_bytes(b)), sink),
         Dtype::U16 => widen_f32_from(bytes, |b: [u8; 2]| f32::from(u16::from_le_bytes(b)), sink),
         Dtype::I32 => widen_f64(

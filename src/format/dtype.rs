@@ -160,6 +160,23 @@ impl Dtype {
         matches!(self.kind(), Kind::Float)
     }
 
+    /// The smallest positive normal value of a float dtype: nonzero magnitudes below it are
+    /// subnormal. `None` for dtypes without subnormals (integers, BOOL, C64, `F8_E8M0`).
+    pub fn smallest_normal(self) -> Option<f64> {
+        let exponent = match self {
+            Dtype::F64 => return Some(f64::MIN_POSITIVE),
+            Dtype::F32 | Dtype::Bf16 => -126,
+            Dtype::F16 | Dtype::F8E5M2 => -14,
+            Dtype::F8E5M2Fnuz => -15,
+            Dtype::F8E4M3 => -6,
+            Dtype::F8E4M3Fnuz => -7,
+            Dtype::F6E3M2 => -2,
+            Dtype::F6E2M3 | Dtype::F4 => 0,
+            _ => return None,
+        };
+        Some(2f64.powi(exponent))
+    }
+
     /// Elements smaller than a byte, packed several to a byte.
     pub const fn is_sub_byte(self) -> bool {
         self.bits() < 8

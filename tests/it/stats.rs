@@ -166,13 +166,31 @@ struct Expected {
     pos_inf: u64,
     neg_inf: u64,
     zeros: u64,
+    subnormals: u64,
     min: f64,
     max: f64,
     mean: Option<f64>,
     std: Option<f64>,
 }
 
-fn expected(values: &[f64]) -> Expected {
+/// The smallest positive normal value of each float dtype, from its exponent bias; 0 for the
+/// dtypes without subnormals.
+fn smallest_normal(dtype: Dtype) -> f64 {
+    let bias = match dtype {
+        Dtype::F64 => 1023,
+        Dtype::F32 | Dtype::Bf16 => 127,
+        Dtype::F16 | Dtype::F8E5M2 => 15,
+        Dtype::F8E5M2Fnuz => 16,
+        Dtype::F8E4M3 => 7,
+        Dtype::F8E4M3Fnuz => 8,
+        Dtype::F6E3M2 => 3,
+        Dtype::F6E2M3 | Dtype::F4 => 1,
+        _ => return 0.0,
+    };
+    2f64.powi(1 - bias)
+}
+
+fn expected(dtype: Dtype, values: &[f64]) -> Expected {
     let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
     let n = finite.len() as f64;
     let mean = (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / n);
@@ -184,6 +202,10 @@ fn expected(values: &[f64]) -> Expected {
         pos_inf: values.iter().filter(|&&v| v == f64::INFINITY).count() as u64,
         neg_inf: values.iter().filter(|&&v| v == f64::NEG_INFINITY).count() as u64,
         zeros: values.iter().filter(|&&v| v == 0.0).count() as u64,
+        subnormals: values
+            .iter()
+            .filter(|&&v| v != 0.0 && v.abs() < smallest_normal(dtype))
+            .count() as u64,
         min: finite.iter().copied().fold(f64::INFINITY, f64::min),
         max: finite.iter().copied().fold(f64::NEG_INFINITY, f64::max),
         mean,
@@ -193,11 +215,25 @@ fn expected(values: &[f64]) -> Expected {
 
 fn assert_matches(dtype: Dtype, bytes: &[u8]) -> Result<(), TestCaseError> {
     let values = decode(dtype, bytes);
-    let want = expected(&values);
+    let want = expected(dtype, &values);
     let got = moments_of(dtype, bytes);
     prop_assert_eq!(
-        (got.count, got.nan, got.pos_inf, got.neg_inf, got.zeros),
-        (want.count, want.nan, want.pos_inf, want.neg_inf, want.zeros),
+        (
+            got.count,
+            got.nan,
+            got.pos_inf,
+            got.neg_inf,
+            got.zeros,
+            got.subnormals
+        ),
+        (
+            want.count,
+            want.nan,
+            want.pos_inf,
+            want.neg_inf,
+            want.zeros,
+            want.subnormals
+        ),
         "{} counts",
         dtype
     );
