@@ -26,7 +26,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Bytes read at a time: a multiple of every element size and of the 3-byte F6 group.
-const CHUNK: usize = 3 << 20;
+const CHUNK: usize = 12 << 20;
 
 /// Tensors up to this size are scanned whole by one worker, several at a time.
 const SMALL: u64 = 1 << 20;
