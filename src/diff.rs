@@ -1,11 +1,13 @@
 //! What changed between two checkpoints: tensors added and removed, dtype and shape changes,
 //! metadata differences, and for each tensor both hold the size of the numeric change.
 //!
-//! Tensors are compared in parallel; each is read in bounded chunks from both files, so memory
-//! stays at a few chunks per thread whatever the model size.
+//! Tensors are compared in parallel; each is read in bounded chunks from both files, through
+//! short-lived memory maps ([`crate::format::mapped`]), so memory stays at a few chunks' decoded
+//! values per thread whatever the model size.
 
 use crate::analysis::values::{self, Sink};
-use crate::format::{Dtype, Model, Tensor, read_exact_at};
+use crate::format::mapped::with_mapped;
+use crate::format::{Dtype, Model, Tensor};
 use crate::text::natural_cmp;
 use multiversion::multiversion;
 use rayon::prelude::*;
@@ -14,8 +16,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Elements read per chunk: a multiple of 8, so that every dtype's chunk is whole bytes.
-const CHUNK_ELEMENTS: u64 = 1 << 16;
+/// Elements read per chunk (4 MiB of F32): a multiple of 8, so that every dtype's chunk is whole
+/// bytes.
+const CHUNK_ELEMENTS: u64 = 1 << 20;
 
 /// The size of the change between two tensors of the same element count. Values are compared
 /// as numbers (complex values by magnitude), so a dtype change shows as its rounding error.
@@ -204,10 +207,10 @@ impl<'a> TensorBytes<'a> {
         })
     }
 
-    /// Reads `len` bytes from `offset` within the tensor into `buffer`.
-    fn read(&self, offset: u64, len: u64, buffer: &mut Vec<u8>) -> Result<(), String> {
-        buffer.resize(usize::try_from(len).map_err(|e| e.to_string())?, 0);
-        read_exact_at(&self.file, buffer, self.start + offset)
+    /// Runs `work` on `len` bytes from `offset` within the tensor.
+    fn with<T>(&self, offset: u64, len: u64, work: impl FnOnce(&[u8]) -> T) -> Result<T, String> {
+        let len = usize::try_from(len).map_err(|e| e.to_string())?;
+        with_mapped(&self.file, self.start + offset, len, work)
             .map_err(|e| format!("{}: {e}", self.label))
     }
 }
@@ -226,14 +229,12 @@ fn same_bytes(
         return Ok(false);
     }
     let (reader_a, reader_b) = (TensorBytes::open(a, ta)?, TensorBytes::open(b, tb)?);
-    let (mut buf_a, mut buf_b) = (Vec::new(), Vec::new());
     let mut done = 0;
     while done < len {
         let size = CHUNK.min(len - done);
-        reader_a.read(done, size, &mut buf_a)?;
-        reader_b.read(done, size, &mut buf_b)?;
+        let same = reader_a.with(done, size, |x| reader_b.with(done, size, |y| x == y))??;
         progress.fetch_add(2 * size, Ordering::Relaxed);
-        if buf_a != buf_b {
+        if !same {
             return Ok(false);
         }
         done += size;
@@ -401,9 +402,10 @@ fn measure(
     let same_dtype = dtypes.0 == dtypes.1;
     let outcomes: Vec<Option<Sums>> = (0..chunks)
         .into_par_iter()
-        .map_init(ChunkBuffers::default, |buffers, chunk| {
-            buffers.read(&readers, dtypes, (chunk, count), progress)?;
-            Ok((!same_dtype || buffers.a != buffers.b).then(|| buffers.sums(dtypes)))
+        .map_init(Decoded::default, |decoded, chunk| {
+            with_chunk(&readers, dtypes, (chunk, count), progress, |x, y| {
+                (!same_dtype || x != y).then(|| decoded.sums(dtypes, x, y))
+            })
         })
         .collect::<Result<_, String>>()?;
     if outcomes.iter().all(Option::is_none) {
@@ -418,9 +420,10 @@ fn measure(
     let reread = AtomicU64::new(0);
     let unchanged = equal
         .into_par_iter()
-        .map_init(ChunkBuffers::default, |buffers, chunk| {
-            buffers.read(&readers, dtypes, (chunk, count), &reread)?;
-            Ok(buffers.sums(dtypes))
+        .map_init(Decoded::default, |decoded, chunk| {
+            with_chunk(&readers, dtypes, (chunk, count), &reread, |x, y| {
+                decoded.sums(dtypes, x, y)
+            })
         })
         .collect::<Result<Vec<Sums>, String>>()?;
     let mut sums = Sums::default();
@@ -430,56 +433,48 @@ fn measure(
     Ok(Some(sums.finish()))
 }
 
-/// One worker's buffers for a chunk of both tensors: their bytes and decoded values.
-#[derive(Default)]
-struct ChunkBuffers {
-    a: Vec<u8>,
-    b: Vec<u8>,
-    values_a: Collect,
-    values_b: Collect,
+/// Runs `work` on the bytes of chunk `chunk` of two tensors of `count` elements.
+fn with_chunk<T>(
+    (reader_a, reader_b): &(TensorBytes<'_>, TensorBytes<'_>),
+    (dtype_a, dtype_b): (Dtype, Dtype),
+    (chunk, count): (u64, u64),
+    progress: &AtomicU64,
+    work: impl FnOnce(&[u8], &[u8]) -> T,
+) -> Result<T, String> {
+    let first = chunk * CHUNK_ELEMENTS;
+    let elements = CHUNK_ELEMENTS.min(count - first);
+    let bytes_for = |dtype: Dtype, elements: u64| elements * u64::from(dtype.bits()) / 8;
+    let (len_a, len_b) = (bytes_for(dtype_a, elements), bytes_for(dtype_b, elements));
+    let result = reader_a.with(bytes_for(dtype_a, first), len_a, |x| {
+        reader_b.with(bytes_for(dtype_b, first), len_b, |y| work(x, y))
+    })??;
+    progress.fetch_add(len_a + len_b, Ordering::Relaxed);
+    Ok(result)
 }
 
-impl ChunkBuffers {
-    /// Reads chunk `chunk` of tensors of `count` elements from both.
-    fn read(
-        &mut self,
-        (reader_a, reader_b): &(TensorBytes<'_>, TensorBytes<'_>),
-        (dtype_a, dtype_b): (Dtype, Dtype),
-        (chunk, count): (u64, u64),
-        progress: &AtomicU64,
-    ) -> Result<(), String> {
-        let first = chunk * CHUNK_ELEMENTS;
-        let elements = CHUNK_ELEMENTS.min(count - first);
-        let bytes_for = |dtype: Dtype, elements: u64| elements * u64::from(dtype.bits()) / 8;
-        reader_a.read(
-            bytes_for(dtype_a, first),
-            bytes_for(dtype_a, elements),
-            &mut self.a,
-        )?;
-        reader_b.read(
-            bytes_for(dtype_b, first),
-            bytes_for(dtype_b, elements),
-            &mut self.b,
-        )?;
-        progress.fetch_add((self.a.len() + self.b.len()) as u64, Ordering::Relaxed);
-        Ok(())
-    }
+/// One worker's buffers for the decoded values of a chunk of both tensors.
+#[derive(Default)]
+struct Decoded {
+    a: Collect,
+    b: Collect,
+}
 
-    /// The sums over the chunk read last.
-    fn sums(&mut self, (dtype_a, dtype_b): (Dtype, Dtype)) -> Sums {
+impl Decoded {
+    /// The sums over a chunk of both tensors' bytes.
+    fn sums(&mut self, (dtype_a, dtype_b): (Dtype, Dtype), x: &[u8], y: &[u8]) -> Sums {
         if let (Dtype::F32, Dtype::F32, Ok(xs), Ok(ys)) = (
             dtype_a,
             dtype_b,
-            bytemuck::try_cast_slice::<u8, f32>(&self.a),
-            bytemuck::try_cast_slice::<u8, f32>(&self.b),
+            bytemuck::try_cast_slice::<u8, f32>(x),
+            bytemuck::try_cast_slice::<u8, f32>(y),
         ) {
             return add_f32_pairs(xs, ys);
         }
-        let (values_a, values_b) = (&mut self.values_a, &mut self.values_b);
+        let (values_a, values_b) = (&mut self.a, &mut self.b);
         values_a.clear();
         values_b.clear();
-        values::feed(dtype_a, &self.a, values_a);
-        values::feed(dtype_b, &self.b, values_b);
+        values::feed(dtype_a, x, values_a);
+        values::feed(dtype_b, y, values_b);
         if values_a.wide.is_empty() && values_b.wide.is_empty() {
             return add_f32_pairs(&values_a.narrow, &values_b.narrow);
         }
@@ -533,7 +528,8 @@ mod tests {
             .sum::<f64>()
             .sqrt();
         let last = (stored(values[values.len() - 1]) - stored(changed[changed.len() - 1])).abs();
-        assert!((change.relative_l2 - last / norm_a).abs() <= 1e-12 * change.relative_l2);
+        // Sums of 3 million squares, in different orders, agree to about 1e-10.
+        assert!((change.relative_l2 - last / norm_a).abs() <= 1e-9 * change.relative_l2);
         assert_eq!(change.changed_values, 1);
     }
 
