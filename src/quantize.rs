@@ -15,9 +15,11 @@
 
 use crate::analysis::values;
 use crate::error::{Error, Result};
+use crate::format::mapped::with_mapped;
 use crate::format::writer::{FileLayout, TensorSpec, write_atomically};
 use crate::format::{Dtype, Model, Shape, Tensor, read_exact_at};
 use crate::text::escape;
+use multiversion::multiversion;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -506,57 +508,85 @@ fn verify(
             &files,
             &as_matrix(scale),
             control,
-            |_, values| Ok(values.to_vec()),
+            |_, values: &[f64]| Ok(values.to_vec()),
             |values| {
                 scales.extend(values);
                 Ok(())
             },
         )
         .map_err(io_error)?;
-        let columns = usize::try_from(weight.info.shape[1]).unwrap_or(1).max(1);
-        let (weight_start, _) = written.file_range(weight);
-        let weight_file = &files[weight.shard];
-        let mut ok = true;
-        // Stream the source a run of rows at a time, reading the same rows of the output.
-        map_rows(
-            model,
-            &source_files,
-            source,
-            control,
-            |first_row, rows| {
-                let mut int8 = vec![0u8; rows.len()];
-                read_exact_at(
-                    weight_file,
-                    &mut int8,
-                    weight_start + (first_row * columns) as u64,
-                )?;
-                Ok(rows
-                    .chunks(columns)
-                    .zip(int8.chunks(columns))
-                    .enumerate()
-                    .all(|(offset, (row, row_int8))| {
-                        let s = if scales.len() == 1 {
-                            scales[0]
-                        } else {
-                            scales[first_row + offset]
-                        };
-                        let limit = s * 0.5 * (1.0 + 1e-9) + f64::MIN_POSITIVE;
-                        row.iter()
-                            .zip(row_int8)
-                            .all(|(&x, &q)| (x - f64::from(q.cast_signed()) * s).abs() <= limit)
-                    }))
-            },
-            |within| {
-                ok &= within;
-                Ok(())
-            },
-        )
+        let written_weight = (&files[weight.shard], written.file_range(weight).0);
+        let ok = if is_wide(source) {
+            within_half_a_scale::<f64>(
+                model,
+                &source_files,
+                source,
+                &scales,
+                written_weight,
+                control,
+            )
+        } else {
+            within_half_a_scale::<f32>(
+                model,
+                &source_files,
+                source,
+                &scales,
+                written_weight,
+                control,
+            )
+        }
         .map_err(|e| Error::io(&model.shard_of(source).path, e))?;
         if !ok {
             return Ok(false);
         }
     }
     Ok(true)
+}
+
+/// Whether every value of `source`, dequantized from the int8 values written at `weight_start`
+/// of `weight_file` with `scales`, is within half a scale of the source. Streams the source a
+/// run of rows at a time, reading the same rows of the output.
+fn within_half_a_scale<E: Element>(
+    model: &Model,
+    source_files: &[File],
+    source: &Tensor,
+    scales: &[f64],
+    (weight_file, weight_start): (&File, u64),
+    control: &Control,
+) -> io::Result<bool> {
+    let columns = usize::try_from(source.info.shape[1]).unwrap_or(1).max(1);
+    let mut ok = true;
+    map_rows(
+        model,
+        source_files,
+        source,
+        control,
+        |first_row, rows: &[E]| {
+            let mut int8 = vec![0u8; rows.len()];
+            read_exact_at(
+                weight_file,
+                &mut int8,
+                weight_start + (first_row * columns) as u64,
+            )?;
+            Ok(rows
+                .chunks(columns)
+                .zip(int8.chunks(columns))
+                .enumerate()
+                .all(|(offset, (row, row_int8))| {
+                    let s = if scales.len() == 1 {
+                        scales[0]
+                    } else {
+                        scales[first_row + offset]
+                    };
+                    row_within_half_a_scale(row, row_int8, s)
+                }))
+        },
+        |within| {
+            ok &= within;
+            Ok(())
+        },
+    )?;
+    Ok(ok)
 }
 
 /// A scale tensor (`[out, 1]` or `[1]`) seen as a matrix, so that its rows can be read.
@@ -586,16 +616,70 @@ fn remove_stale_temporaries(folder: &Path) {
     }
 }
 
-/// Reads `tensor` a run of whole rows at a time (about [`CHUNK`] bytes), runs `compute` on each
-/// run's values on the rayon pool, a few runs at once, and hands the results to `consume` in
-/// order. Rows are `[out, in]`'s rows; `compute` gets the first row's index.
-fn map_rows<T: Send>(
+/// How a source's values reach the row kernels: as `f32` for every float dtype `f32` holds
+/// exactly (F32 data in place, without a copy), as `f64` for F64.
+trait Element: bytemuck::Pod + Send + Sync + Into<f64> {
+    /// The dtype whose bytes are these values as they are.
+    const IN_PLACE: Dtype;
+    /// Decodes `bytes` of `dtype` into `out`.
+    fn decode(dtype: Dtype, bytes: &[u8], out: &mut Vec<Self>);
+}
+
+impl Element for f32 {
+    const IN_PLACE: Dtype = Dtype::F32;
+    fn decode(dtype: Dtype, bytes: &[u8], out: &mut Vec<f32>) {
+        struct Narrow<'a>(&'a mut Vec<f32>);
+        impl values::Sink for Narrow<'_> {
+            fn f32s(&mut self, values: &[f32]) {
+                self.0.extend_from_slice(values);
+            }
+            #[expect(
+                clippy::cast_possible_truncation,
+                reason = "only F64 data comes as f64, and F64 is read as f64"
+            )]
+            fn f64s(&mut self, values: &[f64]) {
+                self.0.extend(values.iter().map(|&v| v as f32));
+            }
+        }
+        out.clear();
+        values::feed(dtype, bytes, &mut Narrow(out));
+    }
+}
+
+impl Element for f64 {
+    const IN_PLACE: Dtype = Dtype::F64;
+    fn decode(dtype: Dtype, bytes: &[u8], out: &mut Vec<f64>) {
+        struct Wide<'a>(&'a mut Vec<f64>);
+        impl values::Sink for Wide<'_> {
+            fn f32s(&mut self, values: &[f32]) {
+                self.0.extend(values.iter().map(|&v| f64::from(v)));
+            }
+            fn f64s(&mut self, values: &[f64]) {
+                self.0.extend_from_slice(values);
+            }
+        }
+        out.clear();
+        values::feed(dtype, bytes, &mut Wide(out));
+    }
+}
+
+/// Whether a tensor's values are read as `f64` (F64) rather than `f32`.
+fn is_wide(tensor: &Tensor) -> bool {
+    tensor.info.dtype.known() == Some(Dtype::F64)
+}
+
+/// Reads `tensor` a run of whole rows at a time (about [`CHUNK`] bytes, through a memory map),
+/// runs `compute` on each run's values on the rayon pool, a few runs at once, and hands the
+/// results to `consume` in order, on a thread of its own, so that writing one group of runs
+/// overlaps computing the next. Rows are `[out, in]`'s rows; `compute` gets the first row's
+/// index.
+fn map_rows<E: Element, T: Send>(
     model: &Model,
     files: &[File],
     tensor: &Tensor,
     control: &Control,
-    compute: impl Fn(usize, &[f64]) -> io::Result<T> + Sync,
-    mut consume: impl FnMut(T) -> io::Result<()>,
+    compute: impl Fn(usize, &[E]) -> io::Result<T> + Sync,
+    mut consume: impl FnMut(T) -> io::Result<()> + Send,
 ) -> io::Result<()> {
     use rayon::prelude::*;
     let info = &tensor.info;
@@ -613,51 +697,69 @@ fn map_rows<T: Send>(
         .map(|row| (row, rows_per_chunk.min(rows - row)))
         .collect();
     let window = rayon::current_num_threads().max(1) * 2;
-    for group in runs.chunks(window) {
-        control.check()?;
-        let results: Vec<io::Result<(T, u64)>> = group
-            .par_iter()
-            .map(|&(row, count)| {
-                let len = usize::try_from(count * row_bytes).map_err(io::Error::other)?;
-                BUFFERS.with_borrow_mut(|(buffer, decoded)| {
-                    buffer.resize(len, 0);
-                    read_exact_at(file, buffer, start + row * row_bytes)?;
-                    decoded.clear();
-                    values::feed(dtype, buffer, &mut Collect(decoded));
-                    Ok((
-                        compute(usize::try_from(row).map_err(io::Error::other)?, decoded)?,
-                        len as u64,
-                    ))
-                })
-            })
-            .collect();
-        for result in results {
-            let (value, bytes) = result?;
-            consume(value)?;
-            control.bytes_done.fetch_add(bytes, Ordering::Relaxed);
-        }
-    }
-    Ok(())
-}
-
-thread_local! {
-    /// Each worker's read buffer and decoded values, reused from run to run.
-    static BUFFERS: std::cell::RefCell<(Vec<u8>, Vec<f64>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
-}
-
-struct Collect<'a>(&'a mut Vec<f64>);
-
-impl values::Sink for Collect<'_> {
-    fn f32s(&mut self, values: &[f32]) {
-        self.0.extend(values.iter().map(|&v| f64::from(v)));
-    }
-    fn f64s(&mut self, values: &[f64]) {
-        self.0.extend_from_slice(values);
-    }
+    std::thread::scope(|scope| {
+        let (sender, receiver) = std::sync::mpsc::sync_channel::<(T, u64)>(window);
+        let writer = scope.spawn(move || -> io::Result<()> {
+            for (value, bytes) in receiver {
+                consume(value)?;
+                control.bytes_done.fetch_add(bytes, Ordering::Relaxed);
+            }
+            Ok(())
+        });
+        let produced = (|| -> io::Result<()> {
+            for group in runs.chunks(window) {
+                control.check()?;
+                let results: Vec<io::Result<(T, u64)>> = group
+                    .par_iter()
+                    .map_init(Vec::new, |decoded, &(row, count)| {
+                        let len = usize::try_from(count * row_bytes).map_err(io::Error::other)?;
+                        let first = usize::try_from(row).map_err(io::Error::other)?;
+                        let value = with_mapped(file, start + row * row_bytes, len, |bytes| {
+                            let in_place = (dtype == E::IN_PLACE && cfg!(target_endian = "little"))
+                                .then(|| bytemuck::try_cast_slice::<u8, E>(bytes).ok())
+                                .flatten();
+                            if let Some(values) = in_place {
+                                compute(first, values)
+                            } else {
+                                E::decode(dtype, bytes, decoded);
+                                compute(first, decoded)
+                            }
+                        })??;
+                        Ok((value, len as u64))
+                    })
+                    .collect();
+                for result in results {
+                    if sender.send(result?).is_err() {
+                        // The consumer stopped on an error, which it reports.
+                        return Ok(());
+                    }
+                }
+            }
+            Ok(())
+        })();
+        drop(sender);
+        let consumed = writer
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        produced.and(consumed)
+    })
 }
 
 /// Each row's largest magnitude, or `None` if the tensor holds NaN or Inf.
 fn row_absmax(
+    model: &Model,
+    files: &[File],
+    tensor: &Tensor,
+    control: &Control,
+) -> io::Result<Option<Vec<f64>>> {
+    if is_wide(tensor) {
+        row_absmax_as::<f64>(model, files, tensor, control)
+    } else {
+        row_absmax_as::<f32>(model, files, tensor, control)
+    }
+}
+
+fn row_absmax_as<E: Element>(
     model: &Model,
     files: &[File],
     tensor: &Tensor,
@@ -673,18 +775,13 @@ fn row_absmax(
         files,
         tensor,
         control,
-        |_, values| {
+        |_, values: &[E]| {
             let mut all_finite = true;
             let maxima: Vec<f64> = values
                 .chunks(columns)
                 .map(|row| {
-                    // `x * 0.0` is 0 for a finite `x` and NaN otherwise: one branch-free pass.
-                    let (mut max, mut poison) = (0f64, 0f64);
-                    for &x in row {
-                        max = max.max(x.abs());
-                        poison += x * 0.0;
-                    }
-                    all_finite &= poison == 0.0;
+                    let (max, finite) = absmax_of(row);
+                    all_finite &= finite;
                     max
                 })
                 .collect();
@@ -697,6 +794,58 @@ fn row_absmax(
         },
     )?;
     Ok(finite.then_some(absmax))
+}
+
+/// Values summed or compared side by side in the row kernels, so that they vectorize.
+const LANES: usize = 8;
+
+/// A row's largest magnitude, and whether every value is finite.
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+fn absmax_of<E: Element>(row: &[E]) -> (f64, bool) {
+    // `x * 0.0` is 0 for a finite `x` and NaN otherwise: one branch-free pass.
+    let (mut max, mut poison) = ([0f64; LANES], [0f64; LANES]);
+    let (chunks, rest) = row.as_chunks::<LANES>();
+    for chunk in chunks {
+        for i in 0..LANES {
+            let x: f64 = chunk[i].into();
+            max[i] = if x.abs() > max[i] { x.abs() } else { max[i] };
+            poison[i] += x * 0.0;
+        }
+    }
+    for &x in rest {
+        let x: f64 = x.into();
+        max[0] = max[0].max(x.abs());
+        poison[0] += x * 0.0;
+    }
+    (
+        max.into_iter().fold(0.0, f64::max),
+        poison.iter().sum::<f64>() == 0.0,
+    )
+}
+
+/// Whether every value of `row`, dequantized from `int8` with `scale`, is within half a scale
+/// of the source value.
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+fn row_within_half_a_scale<E: Element>(row: &[E], int8: &[u8], scale: f64) -> bool {
+    let limit = scale * 0.5 * (1.0 + 1e-9) + f64::MIN_POSITIVE;
+    // Counted, not tested one by one, so that the loop vectorizes; NaN (in the source) counts.
+    let mut beyond = [0u32; LANES];
+    let mut check = |x: E, q: u8, lane: usize| {
+        let x: f64 = x.into();
+        let error = (x - f64::from(q.cast_signed()) * scale).abs();
+        beyond[lane] += u32::from(error.is_nan() || error > limit);
+    };
+    let (chunks, rest) = row.as_chunks::<LANES>();
+    let (int8_chunks, int8_rest) = int8.as_chunks::<LANES>();
+    for (chunk, bytes) in chunks.iter().zip(int8_chunks) {
+        for lane in 0..LANES {
+            check(chunk[lane], bytes[lane], lane);
+        }
+    }
+    for (&x, &q) in rest.iter().zip(int8_rest) {
+        check(x, q, 0);
+    }
+    beyond == [0; LANES]
 }
 
 /// Where a written tensor's bytes come from: a source tensor copied, quantized, or its scales.
@@ -827,7 +976,22 @@ fn write_weight(
     files: &[File],
     tensor: &Tensor,
     scales: &[f64],
-    out: &mut impl Write,
+    out: &mut (impl Write + Send),
+    control: &Control,
+) -> io::Result<Error8> {
+    if is_wide(tensor) {
+        write_weight_as::<f64>(model, files, tensor, scales, out, control)
+    } else {
+        write_weight_as::<f32>(model, files, tensor, scales, out, control)
+    }
+}
+
+fn write_weight_as<E: Element>(
+    model: &Model,
+    files: &[File],
+    tensor: &Tensor,
+    scales: &[f64],
+    out: &mut (impl Write + Send),
     control: &Control,
 ) -> io::Result<Error8> {
     let columns = usize::try_from(tensor.info.shape[1])
@@ -839,7 +1003,7 @@ fn write_weight(
         files,
         tensor,
         control,
-        |first_row, values| {
+        |first_row, values: &[E]| {
             let mut bytes = vec![0u8; values.len()];
             let mut chunk_sums = ErrorSums::default();
             for (offset, (row, out)) in values
@@ -866,38 +1030,61 @@ fn write_weight(
 
 /// Quantizes one row with its scale into `out`, measuring the error left. The worst error in
 /// scales is worked out once for the row, from its worst error.
-fn quantize_row(row: &[f64], scale: f64, out: &mut [u8]) -> ErrorSums {
-    let (mut signal, mut noise, mut max_abs) = (0.0, 0.0, 0.0f64);
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+fn quantize_row<E: Element>(row: &[E], scale: f64, out: &mut [u8]) -> ErrorSums {
     if scale == 0.0 || !scale.is_finite() {
         // Every value becomes 0 (see `quantize_value`): its error is itself.
         out.fill(0);
+        let (mut signal, mut max_abs) = (0.0, 0.0f64);
         for &x in row {
+            let x: f64 = x.into();
             signal += x * x;
             max_abs = max_abs.max(x.abs());
         }
-        noise = signal;
-    } else {
-        // `quantize_value` with the scale's checks done once, in a loop the compiler vectorizes.
-        for (&x, byte) in row.iter().zip(out.iter_mut()) {
-            let rounded = rounded_quotient(x, scale);
-            let error = (x - rounded * scale).abs();
-            signal += x * x;
-            noise += error * error;
-            max_abs = max_abs.max(error);
-            #[expect(
-                clippy::cast_possible_truncation,
-                clippy::cast_sign_loss,
-                reason = "a whole number in the int8 range, stored as its two's complement byte"
-            )]
-            let stored = rounded as i32 as u8;
-            *byte = stored;
+        return ErrorSums {
+            signal,
+            noise: signal,
+            max_abs,
+            max_in_scales: 0.0,
+        };
+    }
+    // `quantize_value` with the scale's checks done once, in lanes that vectorize.
+    let (mut signal, mut noise, mut max_abs) = ([0f64; LANES], [0f64; LANES], [0f64; LANES]);
+    let mut quantize = |x: E, lane: usize| -> u8 {
+        let x: f64 = x.into();
+        let rounded = rounded_quotient(x, scale);
+        let error = (x - rounded * scale).abs();
+        signal[lane] += x * x;
+        noise[lane] += error * error;
+        max_abs[lane] = if error > max_abs[lane] {
+            error
+        } else {
+            max_abs[lane]
+        };
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "a whole number in the int8 range, stored as its two's complement byte"
+        )]
+        let stored = rounded as i32 as u8;
+        stored
+    };
+    let (chunks, rest) = row.as_chunks::<LANES>();
+    let (out_chunks, out_rest) = out.as_chunks_mut::<LANES>();
+    for (chunk, bytes) in chunks.iter().zip(out_chunks) {
+        for lane in 0..LANES {
+            bytes[lane] = quantize(chunk[lane], lane);
         }
     }
+    for (&x, byte) in rest.iter().zip(out_rest) {
+        *byte = quantize(x, 0);
+    }
+    let max_abs = max_abs.into_iter().fold(0.0, f64::max);
     ErrorSums {
-        signal,
-        noise,
+        signal: signal.iter().sum(),
+        noise: noise.iter().sum(),
         max_abs,
-        max_in_scales: if scale > 0.0 { max_abs / scale } else { 0.0 },
+        max_in_scales: max_abs / scale,
     }
 }
 

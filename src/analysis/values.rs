@@ -44,9 +44,20 @@ pub trait Sink {
 pub fn widen(lanes: Lanes, bytes: &[u8], values: &mut [f32]) {
     match (lanes, cast::<half::f16>(bytes)) {
         (Lanes::F16, Some(halves)) => halves.convert_to_f32_slice(values),
-        _ => {
-            for (i, value) in values.iter_mut().enumerate() {
-                *value = lanes.decode(bytes, i * lanes.size());
+        (Lanes::F16, None) => {
+            for (value, element) in values.iter_mut().zip(bytes.chunks_exact(2)) {
+                *value = half::f16::from_le_bytes([element[0], element[1]]).to_f32();
+            }
+        }
+        (Lanes::Bf16, _) => {
+            for (value, element) in values.iter_mut().zip(bytes.chunks_exact(2)) {
+                *value =
+                    f32::from_bits(u32::from(u16::from_le_bytes([element[0], element[1]])) << 16);
+            }
+        }
+        (Lanes::F32, _) => {
+            for (value, element) in values.iter_mut().zip(bytes.chunks_exact(4)) {
+                *value = f32::from_le_bytes(array(element));
             }
         }
     }
