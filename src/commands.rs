@@ -14,6 +14,7 @@ use crate::report::{Check, Inspect, Listing, Report};
 use crate::report::{Stats, StatsRow};
 use crate::tree::LayerTree;
 use std::io::{self, Write};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
 
 /// How a command ended, as the process exit code tells it.
@@ -260,31 +261,16 @@ fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failu
         },
         ..Options::default()
     };
-    let control = Arc::new(Control::default());
-    let bar = progress_bar();
-    let watcher = {
-        let control = Arc::clone(&control);
-        let bar = bar.clone();
-        std::thread::spawn(move || {
-            while Arc::strong_count(&control) > 1 {
-                bar.set_length(
-                    control
-                        .bytes_total
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                );
-                bar.set_position(
-                    control
-                        .bytes_done
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                );
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-        })
-    };
-    let summary = crate::quantize::quantize(&model, &args.output, &options, &control);
-    drop(control);
-    let _ = watcher.join();
-    bar.finish_and_clear();
+    let control = Control::default();
+    let summary = with_progress(
+        || {
+            (
+                control.bytes_total.load(Ordering::Relaxed),
+                control.bytes_done.load(Ordering::Relaxed),
+            )
+        },
+        || crate::quantize::quantize(&model, &args.output, &options, &control),
+    );
     let summary = summary?;
     let mut out = io::BufWriter::new(out);
     crate::report::write_quantize(&mut out, &summary, args.json)?;
@@ -330,24 +316,14 @@ fn hash<W: Write>(args: &HashArgs, out: &mut W) -> Result<Outcome, Failure> {
 }
 
 fn diff<W: Write>(args: &DiffArgs, out: &mut W) -> Result<Outcome, Failure> {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::atomic::AtomicU64;
     let (a, b) = (open(&args.a)?, open(&args.b)?);
     let progress = AtomicU64::new(0);
-    let finished = AtomicBool::new(false);
-    let bar = progress_bar();
-    bar.set_length(a.total_bytes().saturating_add(b.total_bytes()));
-    let result = std::thread::scope(|scope| {
-        scope.spawn(|| {
-            while !finished.load(Ordering::Relaxed) {
-                bar.set_position(progress.load(Ordering::Relaxed));
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-        });
-        let result = crate::diff::diff(&a, &b, &progress);
-        finished.store(true, Ordering::Relaxed);
-        result
-    });
-    bar.finish_and_clear();
+    let total = a.total_bytes().saturating_add(b.total_bytes());
+    let result = with_progress(
+        || (total, progress.load(Ordering::Relaxed)),
+        || crate::diff::diff(&a, &b, &progress),
+    );
     let identical = result.identical();
     let report = crate::report::Diff {
         a: &a,
@@ -374,6 +350,30 @@ fn print<W: Write>(out: &mut W, report: &dyn Report, json: bool) -> io::Result<(
 }
 
 /// A byte progress bar on stderr, drawn only when stderr is a terminal.
+/// Runs `work` with a progress bar on stderr that shows `(total, done)` bytes as `progress`
+/// reads them, ten times a second, and goes as soon as the work ends.
+fn with_progress<T>(progress: impl Fn() -> (u64, u64) + Sync, work: impl FnOnce() -> T) -> T {
+    let bar = progress_bar();
+    let (finished, wait) = std::sync::mpsc::channel::<()>();
+    let result = std::thread::scope(|scope| {
+        let (bar, progress) = (&bar, &progress);
+        scope.spawn(move || {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                wait.recv_timeout(std::time::Duration::from_millis(100))
+            {
+                let (total, done) = progress();
+                bar.set_length(total);
+                bar.set_position(done);
+            }
+        });
+        let result = work();
+        drop(finished);
+        result
+    });
+    bar.finish_and_clear();
+    result
+}
+
 fn progress_bar() -> indicatif::ProgressBar {
     let bar =
         indicatif::ProgressBar::with_draw_target(Some(0), indicatif::ProgressDrawTarget::stderr());
