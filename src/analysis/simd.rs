@@ -62,6 +62,30 @@ pub fn finite_block(lanes: Lanes, bytes: &[u8], smallest_normal: f32) -> Option<
     }
 }
 
+/// Sums over pairs of values `(x, y)` from two tensors, for the size of their difference.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PairSums {
+    pub diff_sq: f64,
+    pub a_sq: f64,
+    pub b_sq: f64,
+    pub dot: f64,
+    pub max_abs: f64,
+    /// Pairs whose values differ as numbers.
+    pub changed: u64,
+}
+
+/// [`PairSums`] of `a` and `b` (of the same length) when every value in both is finite; `None`
+/// when one is not, or when the CPU lacks the instructions.
+pub fn finite_pairs(a: &[f32], b: &[f32]) -> Option<PairSums> {
+    #[cfg(target_arch = "x86_64")]
+    return x86::finite_pairs(a, b);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (a, b);
+        None
+    }
+}
+
 /// The instruction sets the kernel is compiled for, in the order they are preferred.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernel {
@@ -87,7 +111,7 @@ pub fn kernel() -> Option<Kernel> {
     reason = "the unaligned loads take a pointer of the vector's type at any alignment"
 )]
 mod x86 {
-    use super::{Kernel, Lanes, Moments};
+    use super::{Kernel, Lanes, Moments, PairSums};
     use crate::analysis::moments::FiniteBlock;
     use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
 
@@ -144,6 +168,102 @@ mod x86 {
         }
     }
 
+    pub fn finite_pairs(a: &[f32], b: &[f32]) -> Option<PairSums> {
+        finite_pairs_with(kernel()?, a, b)
+    }
+
+    /// [`finite_pairs`] with the given kernel, which the CPU must run (checked).
+    pub fn finite_pairs_with(kernel: Kernel, a: &[f32], b: &[f32]) -> Option<PairSums> {
+        if a.len() != b.len() || !runs(kernel) {
+            return None;
+        }
+        let (left, right) = (bytemuck::cast_slice(a), bytemuck::cast_slice(b));
+        // SAFETY: `kernel` checked that the CPU has the instruction sets each function enables.
+        unsafe {
+            match kernel {
+                Kernel::Avx512 => pairs_avx512(left, right),
+                Kernel::Avx2 => pairs_avx2(left, right),
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn pairs_avx512(a: &[u8], b: &[u8]) -> Option<PairSums> {
+        pairs::<avx512::Isa512>(a, b)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn pairs_avx2(a: &[u8], b: &[u8]) -> Option<PairSums> {
+        pairs::<avx2::Isa256>(a, b)
+    }
+
+    /// One pass over pairs of F32 values (bytes of the same length): sums of squares and
+    /// products in `f64`, in which NaN and the infinities show up as sums that are not finite.
+    #[inline(always)]
+    fn pairs<I: Isa>(left: &[u8], right: &[u8]) -> Option<PairSums> {
+        let count = left.len() / 4;
+        let (steps, stride) = steps::<I, F32>(count);
+        // SAFETY: step `v` covers bytes `v * stride..(v + 1) * stride` of both slices, inside
+        // them for every `v < steps`; the callers enable the instruction set.
+        let mut sums = unsafe {
+            let zero = I::splat_pd(0.0);
+            let (mut diff_sq, mut a_sq, mut b_sq, mut dot) =
+                ([zero; 2], [zero; 2], [zero; 2], [zero; 2]);
+            let (mut max_abs, mut changed) = ([zero; 2], [zero; 2]);
+            for v in 0..steps {
+                let at = v * stride;
+                for line in (at.next_multiple_of(64)..at + stride).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(left.as_ptr().wrapping_add(line + PREFETCH).cast());
+                    _mm_prefetch::<_MM_HINT_T0>(
+                        right.as_ptr().wrapping_add(line + PREFETCH).cast(),
+                    );
+                }
+                for (x, y) in F32::load::<I>(left, at)
+                    .into_iter()
+                    .zip(F32::load::<I>(right, at))
+                {
+                    for (h, (x, y)) in I::widen(x).into_iter().zip(I::widen(y)).enumerate() {
+                        let d = I::sub_pd(x, y);
+                        diff_sq[h] = I::fmadd_pd(d, d, diff_sq[h]);
+                        a_sq[h] = I::fmadd_pd(x, x, a_sq[h]);
+                        b_sq[h] = I::fmadd_pd(y, y, b_sq[h]);
+                        dot[h] = I::fmadd_pd(x, y, dot[h]);
+                        max_abs[h] = I::max_abs_pd(max_abs[h], d);
+                        changed[h] = I::count_nonzero_pd(changed[h], d);
+                    }
+                }
+            }
+            let total = |v: [I::Pd; 2]| I::sum_pd(v[0]) + I::sum_pd(v[1]);
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "a count of pairs, held exactly in f64"
+            )]
+            let changed = total(changed) as u64;
+            PairSums {
+                diff_sq: total(diff_sq),
+                a_sq: total(a_sq),
+                b_sq: total(b_sq),
+                dot: total(dot),
+                max_abs: I::max_pd(max_abs[0]).max(I::max_pd(max_abs[1])),
+                changed,
+            }
+        };
+        for i in steps * 2 * I::WIDTH..count {
+            let x = f64::from(Lanes::F32.decode(left, 4 * i));
+            let y = f64::from(Lanes::F32.decode(right, 4 * i));
+            let difference = x - y;
+            sums.diff_sq += difference * difference;
+            sums.a_sq += x * x;
+            sums.b_sq += y * y;
+            sums.dot += x * y;
+            sums.max_abs = sums.max_abs.max(difference.abs());
+            sums.changed += u64::from(difference != 0.0);
+        }
+        // An f32's square is below 2^256: only NaN and the infinities make these not finite.
+        (sums.a_sq.is_finite() && sums.b_sq.is_finite()).then_some(sums)
+    }
+
     #[target_feature(enable = "avx512f,avx512bw")]
     unsafe fn block_avx512<L: Load>(bytes: &[u8], smallest_normal: f32) -> Option<Moments> {
         block::<avx512::Isa512, L>(bytes, smallest_normal)
@@ -181,6 +301,10 @@ mod x86 {
         unsafe fn add_pd(a: Self::Pd, b: Self::Pd) -> Self::Pd;
         /// `a * b + c`.
         unsafe fn fmadd_pd(a: Self::Pd, b: Self::Pd, c: Self::Pd) -> Self::Pd;
+        /// The larger of `max` and `|d|` in each lane (for finite values).
+        unsafe fn max_abs_pd(max: Self::Pd, d: Self::Pd) -> Self::Pd;
+        /// Adds one to `count` in each lane where `d` is not zero.
+        unsafe fn count_nonzero_pd(count: Self::Pd, d: Self::Pd) -> Self::Pd;
         /// Adds one to `count` in each lane where `bits` is zero.
         unsafe fn count_zero(count: Self::Int, bits: Self::Int) -> Self::Int;
         /// Adds one to `count` in each lane where `bits < floor` (both below 2^31).
@@ -190,6 +314,7 @@ mod x86 {
         fn least_ps(v: Self::Ps) -> f32;
         fn most_ps(v: Self::Ps) -> f32;
         fn sum_pd(v: Self::Pd) -> f64;
+        fn max_pd(v: Self::Pd) -> f64;
     }
 
     /// How elements are stored.
@@ -401,12 +526,13 @@ mod x86 {
     mod avx2 {
         use super::{HIGH_HALF, Isa, lanes};
         use std::arch::x86_64::{
-            __m128i, __m256, __m256d, __m256i, _mm_loadu_si128, _mm256_add_epi32, _mm256_add_pd,
-            _mm256_and_si256, _mm256_castps_si256, _mm256_castps256_ps128, _mm256_castsi256_ps,
-            _mm256_cmpeq_epi32, _mm256_cmpgt_epi32, _mm256_cvtph_ps, _mm256_cvtps_pd,
-            _mm256_extractf128_ps, _mm256_fmadd_pd, _mm256_loadu_ps, _mm256_loadu_si256,
-            _mm256_max_ps, _mm256_min_epu32, _mm256_min_ps, _mm256_set1_epi32, _mm256_set1_pd,
-            _mm256_set1_ps, _mm256_setzero_si256, _mm256_slli_epi32, _mm256_sub_epi32,
+            __m128i, __m256, __m256d, __m256i, _CMP_NEQ_OQ, _mm_loadu_si128, _mm256_add_epi32,
+            _mm256_add_pd, _mm256_and_pd, _mm256_and_si256, _mm256_andnot_pd, _mm256_castps_si256,
+            _mm256_castps256_ps128, _mm256_castsi256_ps, _mm256_cmp_pd, _mm256_cmpeq_epi32,
+            _mm256_cmpgt_epi32, _mm256_cvtph_ps, _mm256_cvtps_pd, _mm256_extractf128_ps,
+            _mm256_fmadd_pd, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_max_pd, _mm256_max_ps,
+            _mm256_min_epu32, _mm256_min_ps, _mm256_set1_epi32, _mm256_set1_pd, _mm256_set1_ps,
+            _mm256_setzero_pd, _mm256_setzero_si256, _mm256_slli_epi32, _mm256_sub_epi32,
             _mm256_sub_pd,
         };
 
@@ -538,19 +664,32 @@ mod x86 {
             fn sum_pd(v: __m256d) -> f64 {
                 lanes::<_, f64, 4>(&v).into_iter().sum()
             }
+            fn max_pd(v: __m256d) -> f64 {
+                lanes::<_, f64, 4>(&v).into_iter().fold(0.0, f64::max)
+            }
+            #[inline(always)]
+            unsafe fn max_abs_pd(max: __m256d, d: __m256d) -> __m256d {
+                _mm256_max_pd(max, _mm256_andnot_pd(_mm256_set1_pd(-0.0), d))
+            }
+            #[inline(always)]
+            unsafe fn count_nonzero_pd(count: __m256d, d: __m256d) -> __m256d {
+                let nonzero = _mm256_cmp_pd::<_CMP_NEQ_OQ>(d, _mm256_setzero_pd());
+                _mm256_add_pd(count, _mm256_and_pd(nonzero, _mm256_set1_pd(1.0)))
+            }
         }
     }
 
     mod avx512 {
         use super::{HIGH_HALF, Isa, lanes};
         use std::arch::x86_64::{
-            __m256i, __m512, __m512d, __m512i, _mm256_castpd_ps, _mm256_loadu_si256, _mm512_add_pd,
-            _mm512_and_si512, _mm512_castps_pd, _mm512_castps_si512, _mm512_castps512_ps256,
-            _mm512_castsi512_ps, _mm512_cmpeq_epi32_mask, _mm512_cmplt_epu32_mask, _mm512_cvtph_ps,
-            _mm512_cvtps_pd, _mm512_extractf64x4_pd, _mm512_fmadd_pd, _mm512_loadu_ps,
-            _mm512_loadu_si512, _mm512_mask_add_epi32, _mm512_max_ps, _mm512_min_epu32,
-            _mm512_min_ps, _mm512_set1_epi32, _mm512_set1_pd, _mm512_set1_ps, _mm512_setzero_si512,
-            _mm512_slli_epi32, _mm512_sub_pd,
+            __m256i, __m512, __m512d, __m512i, _CMP_NEQ_OQ, _mm256_castpd_ps, _mm256_loadu_si256,
+            _mm512_abs_pd, _mm512_add_pd, _mm512_and_si512, _mm512_castps_pd, _mm512_castps_si512,
+            _mm512_castps512_ps256, _mm512_castsi512_ps, _mm512_cmp_pd_mask,
+            _mm512_cmpeq_epi32_mask, _mm512_cmplt_epu32_mask, _mm512_cvtph_ps, _mm512_cvtps_pd,
+            _mm512_extractf64x4_pd, _mm512_fmadd_pd, _mm512_loadu_ps, _mm512_loadu_si512,
+            _mm512_mask_add_epi32, _mm512_mask_add_pd, _mm512_max_pd, _mm512_max_ps,
+            _mm512_min_epu32, _mm512_min_ps, _mm512_set1_epi32, _mm512_set1_pd, _mm512_set1_ps,
+            _mm512_setzero_pd, _mm512_setzero_si512, _mm512_slli_epi32, _mm512_sub_pd,
         };
 
         pub struct Isa512;
@@ -682,6 +821,18 @@ mod x86 {
             }
             fn sum_pd(v: __m512d) -> f64 {
                 lanes::<_, f64, 8>(&v).into_iter().sum()
+            }
+            fn max_pd(v: __m512d) -> f64 {
+                lanes::<_, f64, 8>(&v).into_iter().fold(0.0, f64::max)
+            }
+            #[inline(always)]
+            unsafe fn max_abs_pd(max: __m512d, d: __m512d) -> __m512d {
+                _mm512_max_pd(max, _mm512_abs_pd(d))
+            }
+            #[inline(always)]
+            unsafe fn count_nonzero_pd(count: __m512d, d: __m512d) -> __m512d {
+                let nonzero = _mm512_cmp_pd_mask::<_CMP_NEQ_OQ>(d, _mm512_setzero_pd());
+                _mm512_mask_add_pd(count, nonzero, count, _mm512_set1_pd(1.0))
             }
         }
     }
@@ -815,6 +966,39 @@ mod tests {
         };
         assert!(close(fast.mean().unwrap(), mean));
         assert!((fast.std().unwrap() - std).abs() <= 1e-9 * std);
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn pair_sums_match_plain_sums_on_every_kernel() {
+        let a: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut b = a.clone();
+        for (at, value) in [(3, 2.0), (64, -0.0), (500, 0.25), (999, -7.0)] {
+            b[at] = value;
+        }
+        b[65] = -b[65];
+        let pairs = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &y)| (f64::from(x), f64::from(y)));
+        let diff_sq: f64 = pairs.clone().map(|(x, y)| (x - y) * (x - y)).sum();
+        let dot: f64 = pairs.clone().map(|(x, y)| x * y).sum();
+        let max_abs = pairs
+            .clone()
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max);
+        let changed = pairs.filter(|(x, y)| x != y).count() as u64;
+        for kernel in [Kernel::Avx512, Kernel::Avx2] {
+            let Some(sums) = x86::finite_pairs_with(kernel, &a, &b) else {
+                assert!(!x86::runs(kernel));
+                continue;
+            };
+            assert_eq!((sums.changed, sums.max_abs), (changed, max_abs));
+            assert!((sums.diff_sq - diff_sq).abs() <= 1e-12 * diff_sq);
+            assert!((sums.dot - dot).abs() <= 1e-12 * dot.abs());
+        }
+        b[10] = f32::INFINITY;
+        assert_eq!(finite_pairs(&a, &b), None);
     }
 
     #[test]
