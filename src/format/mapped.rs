@@ -10,7 +10,8 @@
 //! handler that was there before (the standard library's, which reports stack overflows).
 //!
 //! Maps cover one chunk at a time and live only while it is read, so the registry holds one
-//! range per reading thread. If ever it is full, the read falls back to a positional read.
+//! range per reading thread. If ever it is full, the read falls back to a positional read, as
+//! do reads of a few KiB, which a map would make slower.
 
 use std::fs::File;
 use std::io;
@@ -30,8 +31,12 @@ pub fn with_mapped<T>(
     if file.metadata()?.len() < end {
         return Err(io::ErrorKind::UnexpectedEof.into());
     }
-    if len == 0 {
-        return Ok(work(&[]));
+    if len <= SMALL {
+        // A map costs two system calls and a TLB flush on every core: more than copying this.
+        let mut buffer = [0u64; SMALL / 8];
+        let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut buffer)[..len];
+        super::read_exact_at(file, bytes, offset)?;
+        return Ok(work(bytes));
     }
     #[cfg(unix)]
     let work = match guarded::with_map(file, offset, len, work) {
@@ -42,6 +47,9 @@ pub fn with_mapped<T>(
     super::read_exact_at(file, &mut buffer, offset)?;
     Ok(work(&buffer))
 }
+
+/// Reads up to this many bytes are copied into a buffer on the stack instead of mapped.
+const SMALL: usize = 16 << 10;
 
 #[cfg(unix)]
 #[expect(
