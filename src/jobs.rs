@@ -325,7 +325,7 @@ enum Ended {
 
 /// A tensor's scan as it came back from the workers: its statistics, why it stopped, or the
 /// message of a panic.
-type Outcome = Result<Result<Moments, Stop>, String>;
+type Outcome = Result<Result<(Moments, Option<Histogram>), Stop>, String>;
 
 struct Coordinator<'a> {
     scanner: Scanner<'a>,
@@ -413,13 +413,16 @@ impl Coordinator<'_> {
         use rayon::prelude::*;
         if let [(tensor, histogram)] = *batch {
             let _ = self.events.send(ScanEvent::Started { tensor });
-            let outcome = guarded(|| self.pool.install(|| self.scanner.moments(tensor)));
+            let outcome = guarded(|| {
+                self.pool
+                    .install(|| self.scanner.moments(tensor).map(|moments| (moments, None)))
+            });
             return vec![(tensor, histogram, outcome)];
         }
         self.pool.install(|| {
             batch
                 .par_iter()
-                .map(|&(t, h)| (t, h, guarded(|| self.scanner.moments(t))))
+                .map(|&(t, h)| (t, h, guarded(|| self.scanner.small_tensor(t, h))))
                 .collect()
         })
     }
@@ -427,8 +430,8 @@ impl Coordinator<'_> {
     /// Sends what a tensor's scan found, and its histogram if asked for.
     fn report(&mut self, tensor: usize, histogram: bool, outcome: Outcome) -> Ended {
         let name = self.scanner.model.tensors[tensor].name();
-        let moments = match outcome {
-            Ok(Ok(moments)) => moments,
+        let (moments, counted) = match outcome {
+            Ok(Ok(result)) => result,
             Ok(Err(Stop::Cancelled)) => {
                 let _ = self.events.send(ScanEvent::Cancelled);
                 return Ended::Stopped;
@@ -467,6 +470,10 @@ impl Coordinator<'_> {
             }
         }
         if !histogram {
+            return Ended::Finished;
+        }
+        if let Some(histogram) = counted {
+            let _ = self.events.send(ScanEvent::Histogram { tensor, histogram });
             return Ended::Finished;
         }
         match guarded(|| {
@@ -543,6 +550,22 @@ impl Coordinator<'_> {
     }
 }
 
+/// A histogram builder over the range `moments` found.
+fn builder_for(moments: &Moments) -> HistogramBuilder {
+    if moments.finite() > 0 {
+        HistogramBuilder::new(moments.min, moments.max)
+    } else {
+        HistogramBuilder::new(0.0, 0.0)
+    }
+}
+
+/// The histogram of the values `feed` gives, over the range `moments` found.
+fn histogram_of(moments: &Moments, feed: impl FnOnce(&mut HistogramBuilder)) -> Histogram {
+    let mut builder = builder_for(moments);
+    feed(&mut builder);
+    builder.finish()
+}
+
 /// Whether a tensor's entry is sound enough to read its data: a known dtype, a size that matches
 /// its shape, and bytes inside its file.
 fn scannable(model: &Model, tensor: &Tensor) -> bool {
@@ -609,6 +632,31 @@ impl Scanner<'_> {
             )
     }
 
+    /// A tensor of one chunk or less: its statistics and, when asked for, its histogram, from
+    /// one read (a histogram made later would cost a round trip to the pool per tensor).
+    fn small_tensor(
+        &self,
+        tensor: usize,
+        histogram: bool,
+    ) -> Result<(Moments, Option<Histogram>), Stop> {
+        let Some(&chunk) = self.chunks(tensor).first() else {
+            let moments = Moments::EMPTY;
+            return Ok((moments, histogram.then(|| histogram_of(&moments, |_| {}))));
+        };
+        let counted = histogram && self.count_histograms;
+        let (moments, histogram) = self.with_chunk(tensor, chunk, true, |dtype, bytes| {
+            crate::fault::inject("scan");
+            let moments = analysis::moments_of(dtype, bytes);
+            let histogram =
+                histogram.then(|| histogram_of(&moments, |b| values::feed(dtype, bytes, b)));
+            (moments, histogram)
+        })?;
+        if counted {
+            self.tracker.advance(chunk.1 as u64);
+        }
+        Ok((moments, histogram))
+    }
+
     fn chunk_moments(&self, tensor: usize, chunk: (u64, usize)) -> Result<Moments, Stop> {
         self.with_chunk(tensor, chunk, true, |dtype, bytes| {
             crate::fault::inject("scan");
@@ -619,23 +667,18 @@ impl Scanner<'_> {
     /// The tensor's histogram over the range its statistics found.
     fn histogram(&self, tensor: usize, moments: &Moments) -> Result<Histogram, Stop> {
         use rayon::prelude::*;
-        let (min, max) = if moments.finite() > 0 {
-            (moments.min, moments.max)
-        } else {
-            (0.0, 0.0)
-        };
         let chunks = self.chunks(tensor);
         let builder = chunks
             .par_iter()
             .map(|&chunk| {
                 self.with_chunk(tensor, chunk, self.count_histograms, |dtype, bytes| {
-                    let mut builder = HistogramBuilder::new(min, max);
+                    let mut builder = builder_for(moments);
                     values::feed(dtype, bytes, &mut builder);
                     builder
                 })
             })
             .try_reduce(
-                || HistogramBuilder::new(min, max),
+                || builder_for(moments),
                 |mut a, b| {
                     a.merge(&b);
                     Ok(a)

@@ -827,11 +827,45 @@ struct StatsRowJson<'a> {
 struct StatsJson<'a> {
     path: String,
     valid: bool,
-    tensors: Vec<StatsRowJson<'a>>,
+    tensors: StatsRowsJson<'a>,
     findings: &'a [Finding],
     summary: Tally,
     bytes_scanned: u64,
     seconds: f64,
+}
+
+/// The rows, each turned into JSON as it is written rather than all first: a million tensors'
+/// histograms (their 65 edges each) would otherwise be held whole.
+struct StatsRowsJson<'a>(&'a [StatsRow<'a>]);
+
+impl Serialize for StatsRowsJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let finite = |m: &Moments, value: f64| (m.finite() > 0).then_some(value);
+        serializer.collect_seq(self.0.iter().map(|row| {
+            let m = row.moments;
+            StatsRowJson {
+                name: row.name,
+                dtype: row.dtype,
+                count: m.map(|m| m.count),
+                min: m.and_then(|m| finite(m, m.min)),
+                max: m.and_then(|m| finite(m, m.max)),
+                mean: m.and_then(Moments::mean),
+                std: m.and_then(Moments::std),
+                absmax: m.and_then(Moments::absmax),
+                nan: m.map(|m| m.nan),
+                pos_inf: m.map(|m| m.pos_inf),
+                neg_inf: m.map(|m| m.neg_inf),
+                zeros: m.map(|m| m.zeros),
+                subnormals: m.map(|m| m.subnormals),
+                histogram: row.histogram.map(|h| HistogramJson {
+                    edges: h.edges(),
+                    counts: &h.counts,
+                    log2: &h.log2,
+                    zeros: h.zeros,
+                }),
+            }
+        }))
+    }
 }
 
 /// `stui stats`: every tensor's statistics, tensors with NaN or Inf first.
@@ -846,35 +880,7 @@ pub struct Stats<'a> {
 
 impl Report for Stats<'_> {
     fn write_json(&self, out: &mut dyn Write) -> io::Result<()> {
-        let finite = |m: &Moments, value: f64| (m.finite() > 0).then_some(value);
-        let tensors = self
-            .rows
-            .iter()
-            .map(|row| {
-                let m = row.moments;
-                StatsRowJson {
-                    name: row.name,
-                    dtype: row.dtype,
-                    count: m.map(|m| m.count),
-                    min: m.and_then(|m| finite(m, m.min)),
-                    max: m.and_then(|m| finite(m, m.max)),
-                    mean: m.and_then(Moments::mean),
-                    std: m.and_then(Moments::std),
-                    absmax: m.and_then(Moments::absmax),
-                    nan: m.map(|m| m.nan),
-                    pos_inf: m.map(|m| m.pos_inf),
-                    neg_inf: m.map(|m| m.neg_inf),
-                    zeros: m.map(|m| m.zeros),
-                    subnormals: m.map(|m| m.subnormals),
-                    histogram: row.histogram.map(|h| HistogramJson {
-                        edges: h.edges(),
-                        counts: &h.counts,
-                        log2: &h.log2,
-                        zeros: h.zeros,
-                    }),
-                }
-            })
-            .collect();
+        let tensors = StatsRowsJson(&self.rows);
         write_json(
             out,
             &StatsJson {
