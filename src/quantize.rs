@@ -13,6 +13,7 @@
 //! Output is streamed a chunk at a time, so memory stays bounded whatever the model's size, and
 //! written through a temporary file in the target folder that is renamed into place.
 
+use crate::analysis::simd::Lanes;
 use crate::analysis::values;
 use crate::error::{Error, Result};
 use crate::format::mapped::with_mapped;
@@ -623,6 +624,10 @@ trait Element: bytemuck::Pod + Send + Sync + Into<f64> {
     const IN_PLACE: Dtype;
     /// Decodes `bytes` of `dtype` into `out`.
     fn decode(dtype: Dtype, bytes: &[u8], out: &mut Vec<Self>);
+
+    /// [`quantize_row`], in `f32` when `narrow` says the source's values and its scale have at
+    /// most 11 significant bits (see [`quantize_narrow_row`]).
+    fn quantize(row: &[Self], scale: f64, out: &mut [u8], narrow: bool) -> ErrorSums;
 }
 
 impl Element for f32 {
@@ -632,6 +637,11 @@ impl Element for f32 {
         impl values::Sink for Narrow<'_> {
             fn f32s(&mut self, values: &[f32]) {
                 self.0.extend_from_slice(values);
+            }
+            fn halves(&mut self, lanes: Lanes, bytes: &[u8]) {
+                let start = self.0.len();
+                self.0.resize(start + bytes.len() / lanes.size(), 0.0);
+                values::widen(lanes, bytes, &mut self.0[start..]);
             }
             #[expect(
                 clippy::cast_possible_truncation,
@@ -643,6 +653,18 @@ impl Element for f32 {
         }
         out.clear();
         values::feed(dtype, bytes, &mut Narrow(out));
+    }
+
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a narrow source's scale is stored as BF16 or F16, which f32 holds exactly"
+    )]
+    fn quantize(row: &[f32], scale: f64, out: &mut [u8], narrow: bool) -> ErrorSums {
+        if narrow {
+            quantize_narrow_row(row, scale as f32, out)
+        } else {
+            quantize_row(row, scale, out)
+        }
     }
 }
 
@@ -660,6 +682,10 @@ impl Element for f64 {
         }
         out.clear();
         values::feed(dtype, bytes, &mut Wide(out));
+    }
+
+    fn quantize(row: &[f64], scale: f64, out: &mut [u8], _narrow: bool) -> ErrorSums {
+        quantize_row(row, scale, out)
     }
 }
 
@@ -997,6 +1023,11 @@ fn write_weight_as<E: Element>(
     let columns = usize::try_from(tensor.info.shape[1])
         .map_err(io::Error::other)?
         .max(1);
+    let narrow = tensor
+        .info
+        .dtype
+        .known()
+        .is_some_and(|dtype| dtype.is_float() && dtype.bits() <= 16);
     let mut sums = ErrorSums::default();
     map_rows(
         model,
@@ -1016,7 +1047,7 @@ fn write_weight_as<E: Element>(
                 } else {
                     scales[first_row + offset]
                 };
-                chunk_sums.merge(&quantize_row(row, scale, out));
+                chunk_sums.merge(&E::quantize(row, scale, out, narrow));
             }
             Ok((bytes, chunk_sums))
         },
@@ -1085,6 +1116,57 @@ fn quantize_row<E: Element>(row: &[E], scale: f64, out: &mut [u8]) -> ErrorSums 
         noise: noise.iter().sum(),
         max_abs,
         max_in_scales: max_abs / scale,
+    }
+}
+
+/// [`quantize_row`] in `f32`, for sources of at most 11 significant bits (BF16, F16 and the F8,
+/// F6 and F4 types) whose scale is stored as BF16 or F16. It gives the same bytes: `x / scale`
+/// is then at least 2^-12 away from any half-integer it is not equal to, far more than `f32`'s
+/// rounding error below 128, so the correctly rounded quotient rounds to the same integer, and
+/// `x - q * scale` is exact in `f32`.
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+fn quantize_narrow_row(row: &[f32], scale: f32, out: &mut [u8]) -> ErrorSums {
+    /// Adding and taking away 1.5 * 2^23 rounds half to even any `f32` up to 2^22.
+    const ROUNDER_F32: f32 = 12_582_912.0;
+    if scale == 0.0 || !scale.is_finite() {
+        return quantize_row(row, f64::from(scale), out);
+    }
+    let (mut signal, mut noise, mut max_abs) = ([0f64; LANES], [0f64; LANES], [0f64; LANES]);
+    let mut quantize = |x: f32, lane: usize| -> u8 {
+        let rounded = ((x / scale).clamp(-127.0, 127.0) + ROUNDER_F32) - ROUNDER_F32;
+        let error = f64::from((x - rounded * scale).abs());
+        let x = f64::from(x);
+        signal[lane] += x * x;
+        noise[lane] += error * error;
+        max_abs[lane] = if error > max_abs[lane] {
+            error
+        } else {
+            max_abs[lane]
+        };
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "a whole number in the int8 range, stored as its two's complement byte"
+        )]
+        let stored = rounded as i32 as u8;
+        stored
+    };
+    let (chunks, rest) = row.as_chunks::<LANES>();
+    let (out_chunks, out_rest) = out.as_chunks_mut::<LANES>();
+    for (chunk, bytes) in chunks.iter().zip(out_chunks) {
+        for lane in 0..LANES {
+            bytes[lane] = quantize(chunk[lane], lane);
+        }
+    }
+    for (&x, byte) in rest.iter().zip(out_rest) {
+        *byte = quantize(x, 0);
+    }
+    let max_abs = max_abs.into_iter().fold(0.0, f64::max);
+    ErrorSums {
+        signal: signal.iter().sum(),
+        noise: noise.iter().sum(),
+        max_abs,
+        max_in_scales: max_abs / f64::from(scale),
     }
 }
 
@@ -1322,6 +1404,36 @@ mod tests {
                 noise += (x - dequantized).powi(2);
             }
             assert_eq!(sums.noise, noise, "scale {scale}");
+        }
+    }
+
+    #[test]
+    fn narrow_rows_are_quantized_as_value_by_value() {
+        // Every BF16 value in [1, 4) and every F16 value in [0.5, 2), with their negatives and
+        // the ties they make, against scales as stored for rows of those values.
+        let bf16: Vec<f32> = (0x3f80u16..0x4080)
+            .map(|bits| half::bf16::from_bits(bits).to_f32())
+            .flat_map(|x| [x, -x])
+            .collect();
+        let f16: Vec<f32> = (0x3800u16..0x4000)
+            .map(|bits| half::f16::from_bits(bits).to_f32())
+            .flat_map(|x| [x, -x])
+            .collect();
+        for (dtype, row) in [(Dtype::Bf16, bf16), (Dtype::F16, f16)] {
+            for absmax in [4.0, 2.0, 3.3, 127.0, 1.0, 0.26] {
+                let scale = scale_for(dtype, absmax);
+                let mut fast = vec![0u8; row.len()];
+                #[expect(clippy::cast_possible_truncation, reason = "stored as BF16 or F16")]
+                let sums = quantize_narrow_row(&row, scale as f32, &mut fast);
+                let mut wide = vec![0u8; row.len()];
+                let expected = quantize_row(&row, scale, &mut wide);
+                assert_eq!(fast, wide, "{dtype} scale {scale}");
+                for (&x, &byte) in row.iter().zip(&fast) {
+                    assert_eq!(byte.cast_signed(), quantize_value(f64::from(x), scale));
+                }
+                assert_eq!(sums.max_abs, expected.max_abs);
+                assert!((sums.noise - expected.noise).abs() <= 1e-12 * expected.noise);
+            }
         }
     }
 
