@@ -1079,36 +1079,36 @@ fn quantize_row<E: Element>(row: &[E], scale: f64, out: &mut [u8]) -> ErrorSums 
             max_in_scales: 0.0,
         };
     }
-    // `quantize_value` with the scale's checks done once, in lanes that vectorize.
+    // `quantize_value` with the scale's checks done once, in array-valued steps (rather than
+    // updates of one lane at a time), which are what the compiler turns into SIMD.
+    let shifted = |x: f64| (x / scale).clamp(-127.0, 127.0) + ROUNDER;
     let (mut signal, mut noise, mut max_abs) = ([0f64; LANES], [0f64; LANES], [0f64; LANES]);
-    let mut quantize = |x: E, lane: usize| -> u8 {
-        let x: f64 = x.into();
-        let rounded = rounded_quotient(x, scale);
-        let error = (x - rounded * scale).abs();
-        signal[lane] += x * x;
-        noise[lane] += error * error;
-        max_abs[lane] = if error > max_abs[lane] {
-            error
-        } else {
-            max_abs[lane]
-        };
-        #[expect(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            reason = "a whole number in the int8 range, stored as its two's complement byte"
-        )]
-        let stored = rounded as i32 as u8;
-        stored
-    };
     let (chunks, rest) = row.as_chunks::<LANES>();
     let (out_chunks, out_rest) = out.as_chunks_mut::<LANES>();
-    for (chunk, bytes) in chunks.iter().zip(out_chunks) {
-        for lane in 0..LANES {
-            bytes[lane] = quantize(chunk[lane], lane);
-        }
+    for (xs, bytes) in chunks.iter().zip(out_chunks) {
+        let xs: [f64; LANES] = std::array::from_fn(|i| xs[i].into());
+        let shifted: [f64; LANES] = std::array::from_fn(|i| shifted(xs[i]));
+        let error: [f64; LANES] =
+            std::array::from_fn(|i| (xs[i] - (shifted[i] - ROUNDER) * scale).abs());
+        *bytes = std::array::from_fn(|i| low_byte(shifted[i].to_bits()));
+        signal = std::array::from_fn(|i| signal[i] + xs[i] * xs[i]);
+        noise = std::array::from_fn(|i| noise[i] + error[i] * error[i]);
+        max_abs = std::array::from_fn(|i| {
+            if error[i] > max_abs[i] {
+                error[i]
+            } else {
+                max_abs[i]
+            }
+        });
     }
-    for (&x, byte) in rest.iter().zip(out_rest) {
-        *byte = quantize(x, 0);
+    for (&x, out) in rest.iter().zip(out_rest) {
+        let x: f64 = x.into();
+        let shifted = shifted(x);
+        let error = (x - (shifted - ROUNDER) * scale).abs();
+        *out = low_byte(shifted.to_bits());
+        signal[0] += x * x;
+        noise[0] += error * error;
+        max_abs[0] = max_abs[0].max(error);
     }
     let max_abs = max_abs.into_iter().fold(0.0, f64::max);
     ErrorSums {
@@ -1117,6 +1117,13 @@ fn quantize_row<E: Element>(row: &[E], scale: f64, out: &mut [u8]) -> ErrorSums 
         max_abs,
         max_in_scales: max_abs / scale,
     }
+}
+
+/// The int8 value held by a rounding constant plus a whole number in the int8 range, as its
+/// two's complement byte: the number sits in the low bits of the sum's mantissa, above an even
+/// offset (`2^51` or `2^22`), so the lowest byte is the number modulo 256.
+fn low_byte(bits: impl Into<u64>) -> u8 {
+    bits.into().to_le_bytes()[0]
 }
 
 /// [`quantize_row`] in `f32`, for sources of at most 11 significant bits (BF16, F16 and the F8,
@@ -1131,37 +1138,35 @@ fn quantize_narrow_row(row: &[f32], scale: f32, out: &mut [u8]) -> ErrorSums {
     if scale == 0.0 || !scale.is_finite() {
         return quantize_row(row, f64::from(scale), out);
     }
-    let (mut signal, mut noise, mut max_abs) = ([0f64; LANES], [0f64; LANES], [0f64; LANES]);
-    let mut quantize = |x: f32, lane: usize| -> u8 {
-        let rounded = ((x / scale).clamp(-127.0, 127.0) + ROUNDER_F32) - ROUNDER_F32;
-        let error = f64::from((x - rounded * scale).abs());
-        let x = f64::from(x);
-        signal[lane] += x * x;
-        noise[lane] += error * error;
-        max_abs[lane] = if error > max_abs[lane] {
-            error
-        } else {
-            max_abs[lane]
-        };
-        #[expect(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            reason = "a whole number in the int8 range, stored as its two's complement byte"
-        )]
-        let stored = rounded as i32 as u8;
-        stored
-    };
+    let shifted = |x: f32| (x / scale).clamp(-127.0, 127.0) + ROUNDER_F32;
+    // As in `quantize_row`. The errors are exact `f32` values: their maximum is taken in `f32`.
+    let (mut signal, mut noise, mut max_abs) = ([0f64; LANES], [0f64; LANES], [0f32; LANES]);
     let (chunks, rest) = row.as_chunks::<LANES>();
     let (out_chunks, out_rest) = out.as_chunks_mut::<LANES>();
-    for (chunk, bytes) in chunks.iter().zip(out_chunks) {
-        for lane in 0..LANES {
-            bytes[lane] = quantize(chunk[lane], lane);
-        }
+    for (xs, bytes) in chunks.iter().zip(out_chunks) {
+        let shifted: [f32; LANES] = std::array::from_fn(|i| shifted(xs[i]));
+        let error: [f32; LANES] =
+            std::array::from_fn(|i| (xs[i] - (shifted[i] - ROUNDER_F32) * scale).abs());
+        *bytes = std::array::from_fn(|i| low_byte(shifted[i].to_bits()));
+        signal = std::array::from_fn(|i| signal[i] + f64::from(xs[i]) * f64::from(xs[i]));
+        noise = std::array::from_fn(|i| noise[i] + f64::from(error[i]) * f64::from(error[i]));
+        max_abs = std::array::from_fn(|i| {
+            if error[i] > max_abs[i] {
+                error[i]
+            } else {
+                max_abs[i]
+            }
+        });
     }
-    for (&x, byte) in rest.iter().zip(out_rest) {
-        *byte = quantize(x, 0);
+    for (&x, out) in rest.iter().zip(out_rest) {
+        let shifted = shifted(x);
+        let error = (x - (shifted - ROUNDER_F32) * scale).abs();
+        *out = low_byte(shifted.to_bits());
+        signal[0] += f64::from(x) * f64::from(x);
+        noise[0] += f64::from(error) * f64::from(error);
+        max_abs[0] = max_abs[0].max(error);
     }
-    let max_abs = max_abs.into_iter().fold(0.0, f64::max);
+    let max_abs = f64::from(max_abs.into_iter().fold(0.0, f32::max));
     ErrorSums {
         signal: signal.iter().sum(),
         noise: noise.iter().sum(),

@@ -49,12 +49,19 @@ pub fn widen(lanes: Lanes, bytes: &[u8], values: &mut [f32]) {
                 *value = half::f16::from_le_bytes([element[0], element[1]]).to_f32();
             }
         }
-        (Lanes::Bf16, _) => {
-            for (value, element) in values.iter_mut().zip(bytes.chunks_exact(2)) {
-                *value =
-                    f32::from_bits(u32::from(u16::from_le_bytes([element[0], element[1]])) << 16);
+        (Lanes::Bf16, _) => match cast::<u16>(bytes) {
+            Some(halves) => {
+                for (value, &bits) in values.iter_mut().zip(halves) {
+                    *value = f32::from_bits(u32::from(bits) << 16);
+                }
             }
-        }
+            None => {
+                for (value, element) in values.iter_mut().zip(bytes.chunks_exact(2)) {
+                    let bits = u16::from_le_bytes([element[0], element[1]]);
+                    *value = f32::from_bits(u32::from(bits) << 16);
+                }
+            }
+        },
         (Lanes::F32, _) => {
             for (value, element) in values.iter_mut().zip(bytes.chunks_exact(4)) {
                 *value = f32::from_le_bytes(array(element));
