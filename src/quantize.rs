@@ -1079,51 +1079,110 @@ fn quantize_row<E: Element>(row: &[E], scale: f64, out: &mut [u8]) -> ErrorSums 
             max_in_scales: 0.0,
         };
     }
-    // `quantize_value` with the scale's checks done once, in array-valued steps (rather than
-    // updates of one lane at a time), which are what the compiler turns into SIMD.
-    let shifted = |x: f64| (x / scale).clamp(-127.0, 127.0) + ROUNDER;
-    let (mut signal, mut noise, mut max_abs) = ([0f64; LANES], [0f64; LANES], [0f64; LANES]);
+    // `quantize_value` with the scale's checks done once.
+    quantize_lanes(row, Into::into, scale, out)
+}
+
+/// The float type a row is quantized in: `f64`, or `f32` for narrow sources.
+trait Quotient:
+    Copy
+    + PartialOrd
+    + Into<f64>
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+{
+    /// Adding and taking away 1.5 times 2 to the mantissa's width rounds half to even any
+    /// whole number up to a quarter of that, without a call to `rint` on CPUs without SSE4.1.
+    const ROUNDER: Self;
+    const ZERO: Self;
+    /// The value clamped to the int8 range, `[-127, 127]`.
+    fn clamped(self) -> Self;
+    fn magnitude(self) -> Self;
+    /// The int8 value held by `ROUNDER` plus a whole number in the int8 range, as its two's
+    /// complement byte: the number sits in the low bits of the sum's mantissa, above an even
+    /// offset (`2^51` or `2^22`), so the lowest byte is the number modulo 256.
+    fn low_byte(self) -> u8;
+}
+
+impl Quotient for f64 {
+    const ROUNDER: f64 = ROUNDER;
+    const ZERO: f64 = 0.0;
+    fn clamped(self) -> f64 {
+        self.clamp(-127.0, 127.0)
+    }
+    fn magnitude(self) -> f64 {
+        self.abs()
+    }
+    fn low_byte(self) -> u8 {
+        self.to_bits().to_le_bytes()[0]
+    }
+}
+
+impl Quotient for f32 {
+    const ROUNDER: f32 = 12_582_912.0;
+    const ZERO: f32 = 0.0;
+    fn clamped(self) -> f32 {
+        self.clamp(-127.0, 127.0)
+    }
+    fn magnitude(self) -> f32 {
+        self.abs()
+    }
+    fn low_byte(self) -> u8 {
+        self.to_bits().to_le_bytes()[0]
+    }
+}
+
+/// Quantizes `row` (each value widened to `F` by `widen`) with a finite nonzero `scale`, in
+/// array-valued steps (rather than updates of one lane at a time), which are what the compiler
+/// turns into SIMD in the functions that call this.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into its callers, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn quantize_lanes<E: Copy, F: Quotient>(
+    row: &[E],
+    widen: impl Fn(E) -> F,
+    scale: F,
+    out: &mut [u8],
+) -> ErrorSums {
+    let shifted = |x: F| (x / scale).clamped() + F::ROUNDER;
+    let error = |x: F, shifted: F| (x - (shifted - F::ROUNDER) * scale).magnitude();
+    let square = |x: F| {
+        let x: f64 = x.into();
+        x * x
+    };
+    let (mut signal, mut noise) = ([0f64; LANES], [0f64; LANES]);
+    let mut max_abs = [F::ZERO; LANES];
+    let larger = |a: F, b: F| if a > b { a } else { b };
     let (chunks, rest) = row.as_chunks::<LANES>();
     let (out_chunks, out_rest) = out.as_chunks_mut::<LANES>();
     for (xs, bytes) in chunks.iter().zip(out_chunks) {
-        let xs: [f64; LANES] = std::array::from_fn(|i| xs[i].into());
-        let shifted: [f64; LANES] = std::array::from_fn(|i| shifted(xs[i]));
-        let error: [f64; LANES] =
-            std::array::from_fn(|i| (xs[i] - (shifted[i] - ROUNDER) * scale).abs());
-        *bytes = std::array::from_fn(|i| low_byte(shifted[i].to_bits()));
-        signal = std::array::from_fn(|i| signal[i] + xs[i] * xs[i]);
-        noise = std::array::from_fn(|i| noise[i] + error[i] * error[i]);
-        max_abs = std::array::from_fn(|i| {
-            if error[i] > max_abs[i] {
-                error[i]
-            } else {
-                max_abs[i]
-            }
-        });
+        let xs: [F; LANES] = std::array::from_fn(|i| widen(xs[i]));
+        let shifted: [F; LANES] = std::array::from_fn(|i| shifted(xs[i]));
+        let errors: [F; LANES] = std::array::from_fn(|i| error(xs[i], shifted[i]));
+        *bytes = std::array::from_fn(|i| shifted[i].low_byte());
+        signal = std::array::from_fn(|i| signal[i] + square(xs[i]));
+        noise = std::array::from_fn(|i| noise[i] + square(errors[i]));
+        max_abs = std::array::from_fn(|i| larger(errors[i], max_abs[i]));
     }
     for (&x, out) in rest.iter().zip(out_rest) {
-        let x: f64 = x.into();
-        let shifted = shifted(x);
-        let error = (x - (shifted - ROUNDER) * scale).abs();
-        *out = low_byte(shifted.to_bits());
-        signal[0] += x * x;
-        noise[0] += error * error;
-        max_abs[0] = max_abs[0].max(error);
+        let (x, shifted) = (widen(x), shifted(widen(x)));
+        let error = error(x, shifted);
+        *out = shifted.low_byte();
+        signal[0] += square(x);
+        noise[0] += square(error);
+        max_abs[0] = larger(error, max_abs[0]);
     }
-    let max_abs = max_abs.into_iter().fold(0.0, f64::max);
+    let max_abs = max_abs.into_iter().map(Into::into).fold(0.0, f64::max);
     ErrorSums {
         signal: signal.iter().sum(),
         noise: noise.iter().sum(),
         max_abs,
-        max_in_scales: max_abs / scale,
+        max_in_scales: max_abs / scale.into(),
     }
-}
-
-/// The int8 value held by a rounding constant plus a whole number in the int8 range, as its
-/// two's complement byte: the number sits in the low bits of the sum's mantissa, above an even
-/// offset (`2^51` or `2^22`), so the lowest byte is the number modulo 256.
-fn low_byte(bits: impl Into<u64>) -> u8 {
-    bits.into().to_le_bytes()[0]
 }
 
 /// [`quantize_row`] in `f32`, for sources of at most 11 significant bits (BF16, F16 and the F8,
@@ -1133,46 +1192,10 @@ fn low_byte(bits: impl Into<u64>) -> u8 {
 /// `x - q * scale` is exact in `f32`.
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
 fn quantize_narrow_row(row: &[f32], scale: f32, out: &mut [u8]) -> ErrorSums {
-    /// Adding and taking away 1.5 * 2^23 rounds half to even any `f32` up to 2^22.
-    const ROUNDER_F32: f32 = 12_582_912.0;
     if scale == 0.0 || !scale.is_finite() {
         return quantize_row(row, f64::from(scale), out);
     }
-    let shifted = |x: f32| (x / scale).clamp(-127.0, 127.0) + ROUNDER_F32;
-    // As in `quantize_row`. The errors are exact `f32` values: their maximum is taken in `f32`.
-    let (mut signal, mut noise, mut max_abs) = ([0f64; LANES], [0f64; LANES], [0f32; LANES]);
-    let (chunks, rest) = row.as_chunks::<LANES>();
-    let (out_chunks, out_rest) = out.as_chunks_mut::<LANES>();
-    for (xs, bytes) in chunks.iter().zip(out_chunks) {
-        let shifted: [f32; LANES] = std::array::from_fn(|i| shifted(xs[i]));
-        let error: [f32; LANES] =
-            std::array::from_fn(|i| (xs[i] - (shifted[i] - ROUNDER_F32) * scale).abs());
-        *bytes = std::array::from_fn(|i| low_byte(shifted[i].to_bits()));
-        signal = std::array::from_fn(|i| signal[i] + f64::from(xs[i]) * f64::from(xs[i]));
-        noise = std::array::from_fn(|i| noise[i] + f64::from(error[i]) * f64::from(error[i]));
-        max_abs = std::array::from_fn(|i| {
-            if error[i] > max_abs[i] {
-                error[i]
-            } else {
-                max_abs[i]
-            }
-        });
-    }
-    for (&x, out) in rest.iter().zip(out_rest) {
-        let shifted = shifted(x);
-        let error = (x - (shifted - ROUNDER_F32) * scale).abs();
-        *out = low_byte(shifted.to_bits());
-        signal[0] += f64::from(x) * f64::from(x);
-        noise[0] += f64::from(error) * f64::from(error);
-        max_abs[0] = max_abs[0].max(error);
-    }
-    let max_abs = f64::from(max_abs.into_iter().fold(0.0, f32::max));
-    ErrorSums {
-        signal: signal.iter().sum(),
-        noise: noise.iter().sum(),
-        max_abs,
-        max_in_scales: max_abs / f64::from(scale),
-    }
+    quantize_lanes(row, |x| x, scale, out)
 }
 
 /// What quantizing one tensor would cost, computed without writing anything: `None` when it
