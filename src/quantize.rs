@@ -1106,33 +1106,26 @@ trait Quotient:
     fn low_byte(self) -> u8;
 }
 
-impl Quotient for f64 {
-    const ROUNDER: f64 = ROUNDER;
-    const ZERO: f64 = 0.0;
-    fn clamped(self) -> f64 {
-        self.clamp(-127.0, 127.0)
-    }
-    fn magnitude(self) -> f64 {
-        self.abs()
-    }
-    fn low_byte(self) -> u8 {
-        self.to_bits().to_le_bytes()[0]
-    }
+macro_rules! quotient {
+    ($float:ty, $rounder:expr) => {
+        impl Quotient for $float {
+            const ROUNDER: $float = $rounder;
+            const ZERO: $float = 0.0;
+            fn clamped(self) -> $float {
+                self.clamp(-127.0, 127.0)
+            }
+            fn magnitude(self) -> $float {
+                self.abs()
+            }
+            fn low_byte(self) -> u8 {
+                self.to_bits().to_le_bytes()[0]
+            }
+        }
+    };
 }
 
-impl Quotient for f32 {
-    const ROUNDER: f32 = 12_582_912.0;
-    const ZERO: f32 = 0.0;
-    fn clamped(self) -> f32 {
-        self.clamp(-127.0, 127.0)
-    }
-    fn magnitude(self) -> f32 {
-        self.abs()
-    }
-    fn low_byte(self) -> u8 {
-        self.to_bits().to_le_bytes()[0]
-    }
-}
+quotient!(f64, ROUNDER);
+quotient!(f32, 12_582_912.0);
 
 /// Quantizes `row` (each value widened to `F` by `widen`) with a finite nonzero `scale`, in
 /// array-valued steps (rather than updates of one lane at a time), which are what the compiler
