@@ -1,15 +1,16 @@
 //! Hand-written SIMD kernels for the common block: every value finite (as in the bulk of any
-//! weight tensor). One pass over the block gives its range, the sums of deviations from its first
-//! value in `f64`, and, from the magnitudes' bit patterns, whether anything else is in it; zeros
-//! and subnormals are then counted in a second pass over the block while it sits in L1. A block
-//! holding NaN or an infinity returns `None` and goes to the general kernel, which counts every
-//! class.
+//! weight tensor). One pass over a block of statistics gives its range, the sums of its values
+//! and their squares in `f64` (where NaN and the infinities show up as sums that are not
+//! finite), and the least magnitude's bit pattern, which tells whether a zero or a subnormal is
+//! there; those are then counted in a second pass over the block while it sits in L1. The diff's
+//! kernel sums differences, squares and products of pairs the same way. A block holding NaN or an
+//! infinity returns `None` and goes to the general kernels, which count every class.
 //!
-//! The kernel is written once over [`Isa`], the few vector operations it needs, and compiled for
-//! AVX-512 and for AVX2; the one the CPU has is chosen at run time (the release binary targets
-//! plain x86-64). BF16 and F16 are widened inside the kernel (a shift; the F16C conversion), never
-//! through a buffer. The next few KiB are prefetched as the pass goes: without that the loop waits
-//! on memory between its loads.
+//! The kernels are written once over a trait of the few vector operations they need, and
+//! compiled for AVX-512 and for AVX2; the one the CPU has is chosen at run time (the release
+//! binary targets plain x86-64). BF16 and F16 are widened inside the kernel (a shift and a mask;
+//! the F16C conversion), never through a buffer. The next 4 KiB are prefetched as the pass goes:
+//! without that the loop waits on memory between its loads.
 
 #![expect(
     unsafe_code,
