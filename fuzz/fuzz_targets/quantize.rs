@@ -1,5 +1,6 @@
-//! A small random model, quantized and written: the output must verify, and every value must
-//! be within half a scale (the quantizer checks it itself and reports `verified`).
+//! A small random model (F32, BF16, F16 or F8_E4M3, so that both the f64 and the f32 row kernels
+//! run), quantized and written: the output must verify, and every value must be within half a
+//! scale (the quantizer checks it itself and reports `verified`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -7,8 +8,9 @@ use stui::demo::{Fill, SyntheticModel};
 use stui::format::{Dtype, Model};
 use stui::quantize::{Control, NonFinite, Options, quantize};
 
-fuzz_target!(|input: (u8, u8, Vec<f32>)| {
-    let (rows, columns, values) = input;
+fuzz_target!(|input: (u8, u8, u8, Vec<f32>)| {
+    let (dtype, rows, columns, values) = input;
+    let dtype = [Dtype::F32, Dtype::Bf16, Dtype::F16, Dtype::F8E4M3][usize::from(dtype % 4)];
     let (rows, columns) = (u64::from(rows % 16) + 1, u64::from(columns % 16) + 1);
     if values.is_empty() {
         return;
@@ -16,7 +18,7 @@ fuzz_target!(|input: (u8, u8, Vec<f32>)| {
     let values: Vec<f64> = values.iter().map(|&v| f64::from(v)).collect();
     let model = SyntheticModel::new(0).tensor(
         "layer.proj.weight",
-        Dtype::F32,
+        dtype,
         &[rows, columns],
         Fill::Values(values),
     );
