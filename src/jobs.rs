@@ -639,10 +639,13 @@ impl Scanner<'_> {
         tensor: usize,
         histogram: bool,
     ) -> Result<(Moments, Option<Histogram>), Stop> {
-        let Some(&chunk) = self.chunks(tensor).first() else {
+        // Small tensors are at most one chunk long.
+        let len = usize::try_from(self.model.tensors[tensor].info.byte_len()).unwrap_or(CHUNK);
+        if len == 0 {
             let moments = Moments::EMPTY;
             return Ok((moments, histogram.then(|| histogram_of(&moments, |_| {}))));
-        };
+        }
+        let chunk = (0, len);
         let counted = histogram && self.count_histograms;
         let (moments, histogram) = self.with_chunk(tensor, chunk, true, |dtype, bytes| {
             crate::fault::inject("scan");

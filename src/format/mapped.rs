@@ -28,15 +28,17 @@ pub fn with_mapped<T>(
     let end = offset
         .checked_add(len as u64)
         .ok_or(io::ErrorKind::InvalidInput)?;
-    if file.metadata()?.len() < end {
-        return Err(io::ErrorKind::UnexpectedEof.into());
-    }
     if len <= SMALL {
         // A map costs two system calls and a TLB flush on every core: more than copying this.
+        // A short read reports a file that ends first.
         let mut buffer = [0u64; SMALL / 8];
         let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut buffer)[..len];
         super::read_exact_at(file, bytes, offset)?;
         return Ok(work(bytes));
+    }
+    // A map of pages past the end would read them as zeros (through the handler) first.
+    if file.metadata()?.len() < end {
+        return Err(io::ErrorKind::UnexpectedEof.into());
     }
     #[cfg(unix)]
     let work = match guarded::with_map(file, offset, len, work) {
