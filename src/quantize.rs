@@ -28,6 +28,17 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+/// Calls `function::<f64>` for an F64 `tensor`, `function::<f32>` for any other.
+macro_rules! by_element {
+    ($tensor:expr, $function:ident($($argument:expr),* $(,)?)) => {
+        if is_wide($tensor) {
+            $function::<f64>($($argument),*)
+        } else {
+            $function::<f32>($($argument),*)
+        }
+    };
+}
+
 /// One scale per output row, or one for the whole tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -517,25 +528,17 @@ fn verify(
         )
         .map_err(io_error)?;
         let written_weight = (&files[weight.shard], written.file_range(weight).0);
-        let ok = if is_wide(source) {
-            within_half_a_scale::<f64>(
+        let ok = by_element!(
+            source,
+            within_half_a_scale(
                 model,
                 &source_files,
                 source,
                 &scales,
                 written_weight,
-                control,
+                control
             )
-        } else {
-            within_half_a_scale::<f32>(
-                model,
-                &source_files,
-                source,
-                &scales,
-                written_weight,
-                control,
-            )
-        }
+        )
         .map_err(|e| Error::io(&model.shard_of(source).path, e))?;
         if !ok {
             return Ok(false);
@@ -778,11 +781,7 @@ fn row_absmax(
     tensor: &Tensor,
     control: &Control,
 ) -> io::Result<Option<Vec<f64>>> {
-    if is_wide(tensor) {
-        row_absmax_as::<f64>(model, files, tensor, control)
-    } else {
-        row_absmax_as::<f32>(model, files, tensor, control)
-    }
+    by_element!(tensor, row_absmax_as(model, files, tensor, control))
 }
 
 fn row_absmax_as<E: Element>(
@@ -1005,11 +1004,10 @@ fn write_weight(
     out: &mut (impl Write + Send),
     control: &Control,
 ) -> io::Result<Error8> {
-    if is_wide(tensor) {
-        write_weight_as::<f64>(model, files, tensor, scales, out, control)
-    } else {
-        write_weight_as::<f32>(model, files, tensor, scales, out, control)
-    }
+    by_element!(
+        tensor,
+        write_weight_as(model, files, tensor, scales, out, control)
+    )
 }
 
 fn write_weight_as<E: Element>(
