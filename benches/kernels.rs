@@ -47,7 +47,10 @@ fn weights(dtype: Dtype) -> Vec<u8> {
 }
 
 fn main() {
-    println!("kernel for finite blocks: {:?}", stui::analysis::simd::kernel());
+    println!(
+        "kernel for finite blocks: {:?}",
+        stui::analysis::simd::kernel()
+    );
     println!("| dtype | threads | median ms | GB/s |");
     println!("| --- | --- | --- | --- |");
     for dtype in [Dtype::F32, Dtype::Bf16, Dtype::F16] {

@@ -141,7 +141,9 @@ pub struct App {
     concern: Vec<Option<Severity>>,
     /// Marks of each node of `tree`.
     pub marks: Vec<Marks>,
-    by_name: HashMap<String, usize>,
+    /// Tensor indices sorted by name, for finding a tensor by the name a finding gives (a
+    /// map of owned names would double the names' memory on a large model).
+    by_name: Vec<u32>,
     pub focus: Focus,
     pub popup: Option<Popup>,
     pub quantize: Option<QuantizeDialog>,
@@ -176,12 +178,14 @@ pub struct Identity {
 impl App {
     pub fn new(model: Arc<Model>, theme: Theme) -> App {
         let tensors = vec![TensorState::Pending; model.tensors.len()];
-        let by_name = model
-            .tensors
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name().to_owned(), i))
+        let mut by_name: Vec<u32> = (0..model.tensors.len())
+            .filter_map(|i| u32::try_from(i).ok())
             .collect();
+        by_name.sort_by(|&a, &b| {
+            model.tensors[a as usize]
+                .name()
+                .cmp(model.tensors[b as usize].name())
+        });
         let tree = LayerTree::build(&model.tensors, |_| true);
         let mut app = App {
             theme,
@@ -215,6 +219,16 @@ impl App {
             app.add_finding(finding);
         }
         app
+    }
+
+    /// The tensor called `name` (the last of that name, should a sharded model repeat it).
+    fn tensor_named(&self, name: &str) -> Option<usize> {
+        let tensors = &self.model.tensors;
+        let after = self
+            .by_name
+            .partition_point(|&i| tensors[i as usize].name() <= name);
+        let last = *self.by_name.get(after.checked_sub(1)?)? as usize;
+        (tensors[last].name() == name).then_some(last)
     }
 
     /// The keymap context the app is in.
@@ -605,7 +619,7 @@ impl App {
             .visible_findings()
             .get(self.finding_selected)
             .and_then(|f| f.tensor.as_ref())
-            .and_then(|name| self.by_name.get(name).copied());
+            .and_then(|name| self.tensor_named(name));
         match tensor {
             Some(tensor) => {
                 self.focus = Focus::Tree;
@@ -717,7 +731,7 @@ impl App {
         if let Some(tensor) = finding
             .tensor
             .as_ref()
-            .and_then(|name| self.by_name.get(name).copied())
+            .and_then(|name| self.tensor_named(name))
         {
             let before = self.concern[tensor];
             let worse = match (before, finding.severity) {
@@ -746,7 +760,7 @@ impl App {
             ..DiffView::default()
         };
         for entry in &diff.tensors {
-            let Some(&tensor) = self.by_name.get(&entry.name) else {
+            let Some(tensor) = self.tensor_named(&entry.name) else {
                 view.only_there += usize::from(entry.status == Status::Added);
                 continue;
             };
@@ -814,7 +828,7 @@ mod tests {
     }
 
     fn nan_finding(app: &App, name: &str) -> ScanEvent {
-        assert!(app.by_name.contains_key(name));
+        assert!(app.tensor_named(name).is_some());
         ScanEvent::Finding(
             Finding::error(crate::finding::Code::ValuesNan, "3 of 9 values are NaN")
                 .for_tensor(name),
@@ -839,7 +853,9 @@ mod tests {
     #[test]
     fn next_problem_selects_the_nan_tensor() {
         let mut app = demo_app();
-        let tensor = app.by_name["model.layers.2.mlp.down_proj.weight"];
+        let tensor = app
+            .tensor_named("model.layers.2.mlp.down_proj.weight")
+            .unwrap();
         app.on_scan(nan_finding(&app, "model.layers.2.mlp.down_proj.weight"));
         let (changed, effect) = app.update(Action::NextProblem);
         assert!(changed);
