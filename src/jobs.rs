@@ -7,8 +7,8 @@
 //! all workers share and whose statistics merge exactly. Each chunk is read through its own
 //! short-lived memory map ([`crate::format::mapped`]), so memory stays bounded whatever the
 //! model's size, and a file that shrinks or is replaced under the scan gives an I/O finding for
-//! the tensors it affects, never a crash. Cancel is checked before every chunk. A failure on one tensor (an I/O error, a panic
-//! in a worker) becomes a finding and the scan goes on.
+//! the tensors it affects, never a crash. Cancel is checked before every chunk. A failure on one
+//! tensor (an I/O error, a panic in a worker) becomes a finding and the scan goes on.
 
 use crate::analysis::checks::{self, Limits, Spread};
 use crate::analysis::{self, Histogram, HistogramBuilder, Moments, values};
@@ -430,7 +430,7 @@ impl Coordinator<'_> {
     /// Sends what a tensor's scan found, and its histogram if asked for.
     fn report(&mut self, tensor: usize, histogram: bool, outcome: Outcome) -> Ended {
         let name = self.scanner.model.tensors[tensor].name();
-        let (moments, counted) = match outcome {
+        let (moments, made_histogram) = match outcome {
             Ok(Ok(result)) => result,
             Ok(Err(Stop::Cancelled)) => {
                 let _ = self.events.send(ScanEvent::Cancelled);
@@ -472,7 +472,7 @@ impl Coordinator<'_> {
         if !histogram {
             return Ended::Finished;
         }
-        if let Some(histogram) = counted {
+        if let Some(histogram) = made_histogram {
             let _ = self.events.send(ScanEvent::Histogram { tensor, histogram });
             return Ended::Finished;
         }
