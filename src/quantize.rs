@@ -558,7 +558,7 @@ fn within_half_a_scale<E: Element>(
     (weight_file, weight_start): (&File, u64),
     control: &Control,
 ) -> io::Result<bool> {
-    let columns = usize::try_from(source.info.shape[1]).unwrap_or(1).max(1);
+    let columns = row_length(source)?;
     let mut ok = true;
     map_rows(
         model,
@@ -577,11 +577,7 @@ fn within_half_a_scale<E: Element>(
                 .zip(int8.chunks(columns))
                 .enumerate()
                 .all(|(offset, (row, row_int8))| {
-                    let s = if scales.len() == 1 {
-                        scales[0]
-                    } else {
-                        scales[first_row + offset]
-                    };
+                    let s = scale_of_row(scales, first_row + offset);
                     row_within_half_a_scale(row, row_int8, s)
                 }))
         },
@@ -692,6 +688,22 @@ impl Element for f64 {
     }
 }
 
+/// Elements in a row of a `[out, in]` weight (at least one, so that rows can be cut).
+fn row_length(tensor: &Tensor) -> io::Result<usize> {
+    Ok(usize::try_from(tensor.info.shape[1])
+        .map_err(io::Error::other)?
+        .max(1))
+}
+
+/// The scale of row `row`: the only one, per tensor, or the row's own, per channel.
+fn scale_of_row(scales: &[f64], row: usize) -> f64 {
+    if scales.len() == 1 {
+        scales[0]
+    } else {
+        scales[row]
+    }
+}
+
 /// Whether a tensor's values are read as `f64` (F64) rather than `f32`.
 fn is_wide(tensor: &Tensor) -> bool {
     tensor.info.dtype.known() == Some(Dtype::F64)
@@ -790,9 +802,7 @@ fn row_absmax_as<E: Element>(
     tensor: &Tensor,
     control: &Control,
 ) -> io::Result<Option<Vec<f64>>> {
-    let columns = usize::try_from(tensor.info.shape[1])
-        .map_err(io::Error::other)?
-        .max(1);
+    let columns = row_length(tensor)?;
     let mut absmax = Vec::new();
     let mut finite = true;
     map_rows(
@@ -1018,9 +1028,7 @@ fn write_weight_as<E: Element>(
     out: &mut (impl Write + Send),
     control: &Control,
 ) -> io::Result<Error8> {
-    let columns = usize::try_from(tensor.info.shape[1])
-        .map_err(io::Error::other)?
-        .max(1);
+    let columns = row_length(tensor)?;
     let narrow = tensor
         .info
         .dtype
@@ -1040,11 +1048,7 @@ fn write_weight_as<E: Element>(
                 .zip(bytes.chunks_mut(columns))
                 .enumerate()
             {
-                let scale = if scales.len() == 1 {
-                    scales[0]
-                } else {
-                    scales[first_row + offset]
-                };
+                let scale = scale_of_row(scales, first_row + offset);
                 chunk_sums.merge(&E::quantize(row, scale, out, narrow));
             }
             Ok((bytes, chunk_sums))
