@@ -9,7 +9,7 @@ use crate::finding::{Code, Finding, Severity};
 use crate::text::format_bytes;
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io;
 use std::path::{Path, PathBuf};
 
 /// A file's header as read, with every finding about its structure and the reference's verdict.
@@ -32,15 +32,14 @@ impl SafetensorsFile {
     /// Reads the header of the file at `path`. Only I/O failures are errors: every problem with
     /// the file's contents is a finding.
     pub fn open(path: &Path) -> io::Result<SafetensorsFile> {
-        let mut file = File::open(path)?;
+        let file = File::open(path)?;
         let file_len = file.metadata()?.len();
-        read(path, &mut file, file_len)
+        read(path, &file, file_len)
     }
 
     /// Reads a whole file held in memory, exactly as [`SafetensorsFile::open`] reads one on disk.
     pub fn from_bytes(path: &Path, bytes: &[u8]) -> SafetensorsFile {
-        let mut cursor = io::Cursor::new(bytes);
-        match read(path, &mut cursor, bytes.len() as u64) {
+        match read(path, &bytes, bytes.len() as u64) {
             Ok(file) => file,
             Err(error) => unreachable!("reading from memory cannot fail: {error}"),
         }
@@ -61,7 +60,37 @@ impl SafetensorsFile {
     }
 }
 
-fn read<R: Read + Seek>(path: &Path, reader: &mut R, file_len: u64) -> io::Result<SafetensorsFile> {
+/// Where a file's bytes come from: disk or memory.
+trait Source {
+    /// Runs `work` on exactly `len` bytes from `offset`; `UnexpectedEof` if the source ends first.
+    fn with_bytes<T>(&self, offset: u64, len: u64, work: impl FnOnce(&[u8]) -> T) -> io::Result<T>;
+}
+
+impl Source for File {
+    /// Through a map (or, for a few KiB, a copy): a header of megabytes is parsed where it
+    /// lies in the page cache rather than copied into fresh memory first.
+    fn with_bytes<T>(&self, offset: u64, len: u64, work: impl FnOnce(&[u8]) -> T) -> io::Result<T> {
+        let len = usize::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
+        super::mapped::with_mapped(self, offset, len, work)
+    }
+}
+
+impl Source for &[u8] {
+    fn with_bytes<T>(&self, offset: u64, len: u64, work: impl FnOnce(&[u8]) -> T) -> io::Result<T> {
+        let range = usize::try_from(offset)
+            .ok()
+            .zip(
+                offset
+                    .checked_add(len)
+                    .and_then(|end| usize::try_from(end).ok()),
+            )
+            .and_then(|(start, end)| self.get(start..end))
+            .ok_or(io::ErrorKind::UnexpectedEof)?;
+        Ok(work(range))
+    }
+}
+
+fn read(path: &Path, source: &impl Source, file_len: u64) -> io::Result<SafetensorsFile> {
     let mut file = SafetensorsFile {
         path: path.to_owned(),
         file_len,
@@ -72,8 +101,8 @@ fn read<R: Read + Seek>(path: &Path, reader: &mut R, file_len: u64) -> io::Resul
         rejection: None,
     };
     if file_len < LENGTH_PREFIX {
-        let bytes = read_up_to(reader, 0, file_len)?;
-        file.findings.extend(sniff::identify(&bytes));
+        file.findings
+            .extend(source.with_bytes(0, file_len, sniff::identify)?);
         let finding = if file_len == 0 {
             Finding::error(
                 Code::FileEmpty,
@@ -91,12 +120,12 @@ fn read<R: Read + Seek>(path: &Path, reader: &mut R, file_len: u64) -> io::Resul
         return Ok(file);
     }
     let mut prefix = [0u8; 8];
-    reader.read_exact(&mut prefix)?;
+    source.with_bytes(0, LENGTH_PREFIX, |bytes| prefix.copy_from_slice(bytes))?;
     let header_len = u64::from_le_bytes(prefix);
     file.header_len = Some(header_len);
     if header_len > MAX_HEADER_LEN {
-        let bytes = read_up_to(reader, 0, SNIFF_LEN as u64)?;
-        file.findings.extend(sniff::identify(&bytes));
+        let sniffed = source.with_bytes(0, file_len.min(SNIFF_LEN as u64), sniff::identify)?;
+        file.findings.extend(sniffed);
         file.reject(
             Rejection::HeaderTooLarge,
             Finding::error(
@@ -110,28 +139,31 @@ fn read<R: Read + Seek>(path: &Path, reader: &mut R, file_len: u64) -> io::Resul
         return Ok(file);
     }
     let available = file_len - LENGTH_PREFIX;
-    let header_bytes = read_up_to(reader, LENGTH_PREFIX, header_len.min(available))?;
-    let sniff = || {
-        let mut start = prefix.to_vec();
-        start.extend_from_slice(&header_bytes[..header_bytes.len().min(SNIFF_LEN)]);
-        sniff::identify(&start)
-    };
     let truncated = header_len > available;
-    if truncated {
-        file.findings.extend(sniff());
-        file.reject(
-            Rejection::InvalidHeaderLength,
-            Finding::error(
-                Code::HeaderPastEnd,
-                format!(
-                    "the header is declared as {header_len} bytes but only {available} follow the length \
-                     prefix: the file is cut short by at least {} (a truncated download?)",
-                    format_bytes(header_len - available)
-                ),
-            ),
-        );
-    }
-    let whole_header_read = file.read_header(&header_bytes, !truncated, sniff);
+    let whole_header_read =
+        source.with_bytes(LENGTH_PREFIX, header_len.min(available), |header_bytes| {
+            let sniff = || {
+                let mut start = prefix.to_vec();
+                start.extend_from_slice(&header_bytes[..header_bytes.len().min(SNIFF_LEN)]);
+                sniff::identify(&start)
+            };
+            if truncated {
+                file.findings.extend(sniff());
+                file.reject(
+                    Rejection::InvalidHeaderLength,
+                    Finding::error(
+                        Code::HeaderPastEnd,
+                        format!(
+                            "the header is declared as {header_len} bytes but only {available} follow \
+                             the length prefix: the file is cut short by at least {} (a truncated \
+                             download?)",
+                            format_bytes(header_len - available)
+                        ),
+                    ),
+                );
+            }
+            file.read_header(header_bytes, !truncated, sniff)
+        })?;
     if whole_header_read {
         file.check_layout(header_len);
     }
@@ -216,15 +248,6 @@ impl SafetensorsFile {
         self.findings
             .extend(lint::red_flags(&self.tensors, self.metadata.as_ref()));
     }
-}
-
-/// Reads up to `len` bytes at `offset`, fewer if the file ends first.
-fn read_up_to<R: Read + Seek>(reader: &mut R, offset: u64, len: u64) -> io::Result<Vec<u8>> {
-    reader.seek(SeekFrom::Start(offset))?;
-    // `len` is at most the header limit or the file's own length, so it is safe to reserve.
-    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    reader.take(len).read_to_end(&mut bytes)?;
-    Ok(bytes)
 }
 
 #[cfg(test)]

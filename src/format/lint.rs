@@ -72,15 +72,16 @@ fn tensor_flags(tensor: &TensorInfo) -> Vec<Finding> {
     let Some(dtype) = tensor.dtype.known() else {
         return findings;
     };
-    let lower = name.to_ascii_lowercase();
-    let float_weight =
-        lower.ends_with(".weight") && (lower.contains("norm") || lower.ends_with("proj.weight"));
     // U8, I8 and I32 are left out: quantized formats pack their weights in them.
     let integer = matches!(
         dtype,
         Dtype::Bool | Dtype::U16 | Dtype::U32 | Dtype::U64 | Dtype::I16 | Dtype::I64
     );
-    if float_weight && integer {
+    let float_weight = || {
+        let lower = name.to_ascii_lowercase();
+        lower.ends_with(".weight") && (lower.contains("norm") || lower.ends_with("proj.weight"))
+    };
+    if integer && float_weight() {
         findings.push(
             Finding::info(
                 Code::IntegerWeight,
