@@ -429,11 +429,13 @@ impl Row {
 }
 
 /// Produces the listing's rows one at a time, handing each to `emit`; with `measure`, only the
-/// label is written out and the other columns measured.
+/// label is written out and the other columns measured. `prints` are the tree's
+/// [`LayerTree::fingerprints`] when identical siblings are to be folded.
 fn for_each_row(
     model: &Model,
     tree: &LayerTree,
     listing: Listing,
+    prints: Option<&[u64]>,
     measure: bool,
     mut emit: impl FnMut(&Row),
 ) {
@@ -457,12 +459,11 @@ fn for_each_row(
         }
         return;
     }
-    let prints = (listing == Listing::Tree).then(|| tree.fingerprints(&model.tensors));
     // Rows to show, depth first: (node, depth, is it the last child, the run it stands for).
     // `guides` holds, per depth, whether a guide line continues below.
     let mut stack: Vec<(NodeId, usize, bool, Option<Run>)> = Vec::new();
     let mut guides: Vec<bool> = Vec::new();
-    push_children(&mut stack, tree, prints.as_deref(), ROOT, 0);
+    push_children(&mut stack, tree, prints, ROOT, 0);
     while let Some((id, depth, last, run)) = stack.pop() {
         let (shown, label) = match run {
             Some(run) => (id, format!("{}-{} ×{}", run.first, run.last, run.count)),
@@ -481,7 +482,7 @@ fn for_each_row(
         fill(&mut row, shown);
         emit(&row);
         guides.push(!last);
-        push_children(&mut stack, tree, prints.as_deref(), shown, depth + 1);
+        push_children(&mut stack, tree, prints, shown, depth + 1);
     }
 }
 
@@ -593,7 +594,9 @@ fn write_rows<W: Write>(
     const MAX_LABEL: usize = 72;
     // Parameters and bytes take at most 6 and 8 columns ("65.5 M", "1023 KiB").
     let mut widths = [4, 5, 5, 6, 8];
-    for_each_row(model, tree, listing, true, |row| {
+    let prints = (listing == Listing::Tree).then(|| tree.fingerprints(&model.tensors));
+    let prints = prints.as_deref();
+    for_each_row(model, tree, listing, prints, true, |row| {
         widths[0] = widths[0].max(row.width(0, &row.label));
         if let Some((dtype, shape)) = row.measured {
             widths[1] = widths[1].max(dtype);
@@ -635,7 +638,7 @@ fn write_rows<W: Write>(
         result = out.write_all(line.as_bytes());
     };
     write_row(&header);
-    for_each_row(model, tree, listing, false, write_row);
+    for_each_row(model, tree, listing, prints, false, write_row);
     result
 }
 

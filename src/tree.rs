@@ -140,27 +140,19 @@ impl LayerTree {
         let mut nodes: Vec<Node> = Vec::with_capacity(expected_nodes);
         nodes.push(new_node(NONE, 0));
         let mut tensor_nodes = vec![ROOT; tensors.len()];
-        // A node by its parent and segment. The table holds node ids alone (the keys are read
-        // from the nodes), which keeps a tree of a million nodes within its memory bound.
-        let mut lookup: HashTable<NodeId> = HashTable::with_capacity(expected_nodes);
-        let hasher = foldhash::fast::RandomState::default();
-        let key_hash = |parent: NodeId, segment: &str| hasher.hash_one((parent, segment));
+        let mut index = ChildIndex::new(expected_nodes);
         // The path of the previous tensor, to skip lookups for the prefix consecutive names share.
         let mut previous: Vec<(NodeId, usize)> = Vec::new();
         let mut previous_name = "";
 
-        for (index, tensor) in tensors.iter().enumerate() {
+        for (position, tensor) in tensors.iter().enumerate() {
             if !include(tensor) {
                 continue;
             }
             // Reuse the nodes of the whole segments this name shares with the previous one;
             // `previous` holds each segment's node and where it ends in the previous name.
             let name = tensor.name();
-            let common = previous_name
-                .bytes()
-                .zip(name.bytes())
-                .take_while(|(a, b)| a == b)
-                .count();
+            let common = common_prefix_len(previous_name.as_bytes(), name.as_bytes());
             let ends_segment = |text: &str| text.len() == common || text.as_bytes()[common] == b'.';
             let whole = ends_segment(previous_name) && ends_segment(name);
             let shared = previous
@@ -179,37 +171,29 @@ impl LayerTree {
                 let mut created = false;
                 for end in dots.chain(std::iter::once(name.len())) {
                     let segment = &name[start..end];
-                    let hash = key_hash(node, segment);
-                    let found = (!created)
-                        .then(|| {
-                            lookup.find(hash, |&id| {
-                                let child = &nodes[id as usize];
-                                child.parent == node
-                                    && segment_text(&nodes, &segments, id) == segment
-                            })
-                        })
-                        .flatten();
-                    node = if let Some(&id) = found {
+                    let found = if created {
+                        None
+                    } else {
+                        index.find(&nodes, &segments, node, segment)
+                    };
+                    node = if let Some(id) = found {
                         id
                     } else {
                         created = true;
                         let id = to_u32(nodes.len());
                         nodes.push(new_node(node, to_u32(segments.len())));
                         segments.push_str(segment);
-                        lookup.insert_unique(hash, id, |&id| {
-                            let parent = nodes[id as usize].parent;
-                            key_hash(parent, segment_text(&nodes, &segments, id))
-                        });
+                        index.insert(&nodes, &segments, id);
                         id
                     };
                     previous.push((node, end));
                     start = end + 1;
                 }
             }
-            nodes[node as usize].tensor = to_u32(index);
-            tensor_nodes[index] = node;
+            nodes[node as usize].tensor = to_u32(position);
+            tensor_nodes[position] = node;
         }
-        drop(lookup);
+        drop(index);
         let children = pack_children(&mut nodes, &segments);
         // Children are created after their parents, so one backward pass sums every subtree.
         for id in (0..nodes.len()).rev() {
@@ -349,6 +333,107 @@ impl LayerTree {
     }
 }
 
+/// Finds a node's child by its segment while a tree is built.
+///
+/// While every node's children arrive in ascending byte order of their segments, as they do from
+/// a header sorted by name (the writers' order), a segment greater than the last child's is
+/// certainly new and needs no lookup. The first name out of that order turns the index into a
+/// hash table of every node, which answers from then on.
+struct ChildIndex {
+    /// Each node's last child, `NONE` for none; used while `table` is `None`.
+    last_child: Vec<NodeId>,
+    /// Nodes by parent and segment. It holds node ids alone (the keys are read from the nodes),
+    /// which keeps a tree of a million nodes within its memory bound.
+    table: Option<HashTable<NodeId>>,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl ChildIndex {
+    fn new(expected_nodes: usize) -> ChildIndex {
+        let mut last_child = Vec::with_capacity(expected_nodes);
+        last_child.push(NONE);
+        ChildIndex {
+            last_child,
+            table: None,
+            hasher: foldhash::fast::RandomState::default(),
+        }
+    }
+
+    fn key_hash(&self, parent: NodeId, segment: &str) -> u64 {
+        self.hasher.hash_one((parent, segment))
+    }
+
+    /// The child of `parent` named `segment`, if it exists.
+    fn find(
+        &mut self,
+        nodes: &[Node],
+        segments: &str,
+        parent: NodeId,
+        segment: &str,
+    ) -> Option<NodeId> {
+        if self.table.is_none() {
+            let last = self.last_child[parent as usize];
+            if last == NONE || segment > segment_text(nodes, segments, last) {
+                return None;
+            }
+            self.hash_every_node(nodes, segments);
+        }
+        let hash = self.key_hash(parent, segment);
+        let table = self.table.as_ref()?;
+        table
+            .find(hash, |&id| {
+                nodes[id as usize].parent == parent && segment_text(nodes, segments, id) == segment
+            })
+            .copied()
+    }
+
+    /// Records `id`, the node just pushed, which [`ChildIndex::find`] did not find.
+    fn insert(&mut self, nodes: &[Node], segments: &str, id: NodeId) {
+        let parent = nodes[id as usize].parent;
+        if self.table.is_none() {
+            self.last_child[parent as usize] = id;
+            self.last_child.push(NONE);
+            return;
+        }
+        let hash = self.key_hash(parent, segment_text(nodes, segments, id));
+        let hasher = &self.hasher;
+        if let Some(table) = &mut self.table {
+            table.insert_unique(hash, id, |&id| {
+                hasher.hash_one((nodes[id as usize].parent, segment_text(nodes, segments, id)))
+            });
+        }
+    }
+
+    fn hash_every_node(&mut self, nodes: &[Node], segments: &str) {
+        let mut table = HashTable::with_capacity(nodes.len() * 2);
+        for id in 1..to_u32(nodes.len()) {
+            let hash = self.key_hash(nodes[id as usize].parent, segment_text(nodes, segments, id));
+            table.insert_unique(hash, id, |&id| {
+                self.key_hash(nodes[id as usize].parent, segment_text(nodes, segments, id))
+            });
+        }
+        self.table = Some(table);
+        self.last_child = Vec::new();
+    }
+}
+
+/// How many leading bytes `a` and `b` share.
+fn common_prefix_len(a: &[u8], b: &[u8]) -> usize {
+    const WORD: usize = 16;
+    let shared = a
+        .chunks_exact(WORD)
+        .zip(b.chunks_exact(WORD))
+        .take_while(|(x, y)| x == y)
+        .count()
+        * WORD;
+    shared
+        + a[shared..]
+            .iter()
+            .zip(&b[shared..])
+            .take_while(|(x, y)| x == y)
+            .count()
+}
+
 /// Every node's children, packed run after run in node order and each run in natural order
 /// (counted, placed, then sorted), with the start of each node's run recorded in it.
 fn pack_children(nodes: &mut [Node], segments: &str) -> Vec<NodeId> {
@@ -427,6 +512,7 @@ impl Iterator for Walk<'_> {
 mod tests {
     use super::*;
     use crate::format::TensorInfo;
+    use std::cmp::Ordering;
 
     fn tensors(names: &[(&str, Dtype, &[u64])]) -> Vec<Tensor> {
         let mut offset = 0;
@@ -536,5 +622,68 @@ mod tests {
         let tree = LayerTree::build(&list, |t| t.name().starts_with('b'));
         assert_eq!(labels(&tree), ["b", "  x", "  y"]);
         assert_eq!(tree.node_of_tensor(0), None);
+    }
+
+    fn named(names: &[String]) -> Vec<Tensor> {
+        names
+            .iter()
+            .map(|name| Tensor {
+                info: TensorInfo {
+                    name: name.as_str().into(),
+                    dtype: Dtype::U8.into(),
+                    shape: [1].as_slice().into(),
+                    data_offsets: [0, 1],
+                },
+                shard: 0,
+            })
+            .collect()
+    }
+
+    proptest::proptest! {
+        /// In any order (sorted, reversed, shuffled, repeated names), every tensor lands on the
+        /// node of its own path, siblings are distinct and in natural order, and there is one
+        /// node per distinct dotted prefix.
+        #[test]
+        fn any_order_of_names_builds_the_same_tree(
+            parts in proptest::collection::vec(
+                proptest::collection::vec(
+                    proptest::sample::select(vec!["a", "b", "a-b", "ab", "2", "10", "02", ""]),
+                    1..4,
+                ),
+                0..40,
+            ),
+            sorted in proptest::bool::ANY,
+        ) {
+            let mut names: Vec<String> = parts.iter().map(|p| p.join(".")).collect();
+            if sorted {
+                names.sort();
+            }
+            let list = named(&names);
+            let tree = LayerTree::build(&list, |_| true);
+            for (position, name) in names.iter().enumerate() {
+                let node = tree.node_of_tensor(position).unwrap();
+                proptest::prop_assert_eq!(&tree.path(node), name);
+            }
+            let mut prefixes = std::collections::HashSet::new();
+            for name in &names {
+                let dots = name.match_indices('.').map(|(at, _)| at);
+                for end in dots.chain([name.len()]) {
+                    prefixes.insert(&name[..end]);
+                }
+            }
+            proptest::prop_assert_eq!(tree.len(), prefixes.len() + 1);
+            for id in 0..to_u32(tree.len()) {
+                let children = tree.children(id);
+                for pair in children.windows(2) {
+                    proptest::prop_assert_eq!(
+                        natural_cmp(tree.segment(pair[0]), tree.segment(pair[1])),
+                        Ordering::Less
+                    );
+                }
+            }
+            // A repeated name (one in two shards) is one node, holding one of them.
+            let distinct: std::collections::HashSet<&String> = names.iter().collect();
+            proptest::prop_assert_eq!(tree.root().totals.tensors, distinct.len() as u64);
+        }
     }
 }

@@ -486,36 +486,60 @@ impl<'de> FromJson<'de> for MetadataValue {
 /// About how many bytes of header text a canonical tensor entry takes.
 const ENTRY_BYTES: usize = 100;
 
-/// The tensors read so far, found by name. The table holds indexes into the tensor list, not
-/// names: a header of a million entries would otherwise keep every name twice.
+/// The tensors read so far, found by name.
+///
+/// While names arrive in ascending byte order, as writers sort them, a new name greater than the
+/// last cannot have been read before, and the list itself is searched by bisection: no table
+/// is kept. The first name out of order builds a hash table of every name so far, which answers
+/// from then on. The table holds indexes into the tensor list, not names: a header of a million
+/// entries would otherwise keep every name twice.
 struct NameIndex {
-    table: HashTable<u32>,
+    table: Option<HashTable<u32>>,
+    /// Entries the header is likely to hold, to size the table.
+    expected: usize,
     hasher: foldhash::fast::RandomState,
 }
 
 impl NameIndex {
-    /// Room for the entries a header of `text_len` bytes is likely to hold (canonical entries
-    /// take about 100 bytes), so that a typical header is indexed without rehashing.
+    /// For a header of `text_len` bytes (canonical entries take about 100 bytes), so that a
+    /// typical header is indexed without rehashing.
     fn for_header(text_len: usize) -> NameIndex {
         NameIndex {
-            table: HashTable::with_capacity(text_len / ENTRY_BYTES),
+            table: None,
+            expected: text_len / ENTRY_BYTES,
             hasher: foldhash::fast::RandomState::default(),
         }
     }
 
+    /// Whether the names read so far are in ascending byte order.
+    fn ascending(&self) -> bool {
+        self.table.is_none()
+    }
+
     /// The index of the tensor named `name`, if one was read.
     fn find(&self, tensors: &[Tensor], name: &str) -> Option<usize> {
-        let found = self.table.find(self.hasher.hash_one(name), |&i| {
-            tensors[i as usize].name() == name
-        })?;
-        Some(*found as usize)
+        match &self.table {
+            None => tensors.binary_search_by(|t| t.name().cmp(name)).ok(),
+            Some(table) => table
+                .find(self.hasher.hash_one(name), |&i| {
+                    tensors[i as usize].name() == name
+                })
+                .map(|&i| i as usize),
+        }
     }
 
     /// The index of the tensor named `name` if one was read; otherwise records `name` at
     /// `tensors.len()`, where the caller is about to push it.
     fn find_or_insert(&mut self, tensors: &[Tensor], name: &str) -> Option<usize> {
+        if self.table.is_none() {
+            if tensors.last().is_none_or(|last| last.name() < name) {
+                return None;
+            }
+            self.hash_every_name(tensors);
+        }
         let hasher = &self.hasher;
-        let entry = self.table.entry(
+        let table = self.table.as_mut()?;
+        let entry = table.entry(
             hasher.hash_one(name),
             |&i| tensors[i as usize].name() == name,
             |&i| hasher.hash_one(tensors[i as usize].name()),
@@ -523,12 +547,25 @@ impl NameIndex {
         match entry {
             hash_table::Entry::Occupied(found) => Some(*found.get() as usize),
             hash_table::Entry::Vacant(slot) => {
-                // A header holds at most 100,000,000 bytes: far fewer entries than `u32::MAX`.
-                slot.insert(u32::try_from(tensors.len()).unwrap_or(u32::MAX));
+                slot.insert(to_index(tensors.len()));
                 None
             }
         }
     }
+
+    fn hash_every_name(&mut self, tensors: &[Tensor]) {
+        let hash = |tensor: &Tensor| self.hasher.hash_one(tensor.name());
+        let mut table = HashTable::with_capacity(self.expected.max(tensors.len() + 1));
+        for (i, tensor) in tensors.iter().enumerate() {
+            table.insert_unique(hash(tensor), to_index(i), |&i| hash(&tensors[i as usize]));
+        }
+        self.table = Some(table);
+    }
+}
+
+/// A header holds at most 100,000,000 bytes: far fewer entries than `u32::MAX`.
+fn to_index(position: usize) -> u32 {
+    u32::try_from(position).unwrap_or(u32::MAX)
 }
 
 /// Reads the top-level object, storing what it reads into `out` as it goes.
@@ -927,5 +964,27 @@ mod tests {
         assert_eq!(parsed.tensors.len(), 1);
         assert_eq!(parsed.tensors[0].info.data_offsets, [4, 8]);
         assert_eq!(parsed.findings[0].severity, Severity::Warning);
+    }
+
+    #[test]
+    fn a_repeated_name_is_found_in_and_out_of_name_order() {
+        let entry = |name: &str, at: u64| {
+            format!(
+                r#""{name}":{{"dtype":"U8","shape":[1],"data_offsets":[{at},{}]}}"#,
+                at + 1
+            )
+        };
+        for names in [
+            ["a", "b", "c", "b"],
+            ["a", "b", "b", "c"],
+            ["c", "b", "a", "b"],
+            ["b", "c", "a", "c"],
+        ] {
+            let entries: Vec<String> = (0u64..).zip(names).map(|(at, n)| entry(n, at)).collect();
+            let parsed = parse_all(&format!("{{{}}}", entries.join(",")));
+            let codes: Vec<Code> = parsed.findings.iter().map(|f| f.code).collect();
+            assert_eq!(codes, [Code::DuplicateTensorName], "{names:?}");
+            assert_eq!(parsed.tensors.len(), 3, "{names:?}");
+        }
     }
 }

@@ -138,15 +138,26 @@ impl Part {
         if self.metadata.is_some() && tail.metadata.is_some() {
             return None;
         }
-        let repeated = tail
-            .tensors
-            .par_iter()
-            .any(|tensor| self.names.find(&self.tensors, tensor.name()).is_some());
+        // Two halves each in ascending order, the second starting past the first, cannot share
+        // a name.
+        let in_order = self.names.ascending()
+            && tail.names.ascending()
+            && self
+                .tensors
+                .last()
+                .zip(tail.tensors.first())
+                .is_none_or(|(last, first)| last.name() < first.name());
+        let repeated = !in_order
+            && tail
+                .tensors
+                .par_iter()
+                .any(|tensor| self.names.find(&self.tensors, tensor.name()).is_some());
         if repeated {
             return None;
         }
         self.metadata = self.metadata.or(tail.metadata);
-        self.tensors.extend(tail.tensors);
+        // Moved on both cores: the copy is mostly first touches of fresh pages.
+        self.tensors.par_extend(tail.tensors);
         Some(self)
     }
 }
