@@ -345,16 +345,19 @@ struct ChildIndex {
     /// Nodes by parent and segment. It holds node ids alone (the keys are read from the nodes),
     /// which keeps a tree of a million nodes within its memory bound.
     table: Option<HashTable<NodeId>>,
+    /// Nodes the tree is likely to have, to size the table.
+    expected_nodes: usize,
     hasher: foldhash::fast::RandomState,
 }
 
 impl ChildIndex {
     fn new(expected_nodes: usize) -> ChildIndex {
-        let mut last_child = Vec::with_capacity(expected_nodes);
-        last_child.push(NONE);
+        // The root's entry; grown as nodes come rather than reserved, as an index that soon
+        // turns to hashing would leave a large reservation unused.
         ChildIndex {
-            last_child,
+            last_child: vec![NONE],
             table: None,
+            expected_nodes,
             hasher: foldhash::fast::RandomState::default(),
         }
     }
@@ -405,7 +408,7 @@ impl ChildIndex {
     }
 
     fn hash_every_node(&mut self, nodes: &[Node], segments: &str) {
-        let mut table = HashTable::with_capacity(nodes.len() * 2);
+        let mut table = HashTable::with_capacity(self.expected_nodes.max(nodes.len() + 1));
         for id in 1..to_u32(nodes.len()) {
             let hash = self.key_hash(nodes[id as usize].parent, segment_text(nodes, segments, id));
             table.insert_unique(hash, id, |&id| {
