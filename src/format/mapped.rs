@@ -10,8 +10,8 @@
 //! handler that was there before (the standard library's, which reports stack overflows).
 //!
 //! Maps cover one chunk at a time and live only while it is read, so the registry holds one
-//! range per reading thread. If ever it is full, the read falls back to a positional read, as
-//! do reads of a few KiB, which a map would make slower.
+//! range per reading thread. If ever it is full, or the file cannot be mapped, the read falls
+//! back to a positional read, as do reads of a few KiB, which a map would make slower.
 
 use std::fs::File;
 use std::io;
@@ -94,8 +94,8 @@ mod guarded {
     static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
 
     /// Maps `len` bytes from `offset` and runs `work` on them; `work` handed back unused when
-    /// the registry is full or the handler could not be installed (the caller then reads
-    /// another way).
+    /// the file cannot be mapped, the registry is full or the handler could not be installed
+    /// (the caller then reads another way).
     pub fn with_map<T, F: FnOnce(&[u8]) -> T>(
         file: &File,
         offset: u64,
@@ -116,9 +116,9 @@ mod guarded {
                 .populate()
                 .map(file)
         };
-        let map = match map {
-            Ok(map) => map,
-            Err(error) => return Ok(Err(error)),
+        // A file system that cannot map files (some network and FUSE ones) is read another way.
+        let Ok(map) = map else {
+            return Err(work);
         };
         // Taken after the map, so given back (on a panic too) before the map goes.
         let Some(mut slot) = Taken::any() else {
