@@ -6,12 +6,11 @@ use crate::cli::{
     CheckArgs, Cli, Command, DiffArgs, HashArgs, InspectArgs, QuantizeArgs, StatsArgs,
 };
 use crate::error::Result;
-use crate::finding::Finding;
 use crate::finding::Severity;
 use crate::format::Model;
 use crate::jobs::{Scan, ScanEvent, ScanOptions};
 use crate::report::{Check, Inspect, Listing, Report};
-use crate::report::{Stats, StatsRow};
+use crate::report::{StatsRow, StatsWriter};
 use crate::tree::LayerTree;
 use std::io::{self, Write};
 use std::sync::atomic::Ordering;
@@ -178,26 +177,27 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
         histograms: args.json,
         ..ScanOptions::default()
     };
-    let (sender, receiver) = mpsc::channel();
+    let mut output = StatsWriter::new(args.json, chosen.iter().map(|&t| model.tensors[t].name()));
+    for finding in &model.findings {
+        output.finding(finding)?;
+    }
+    let mut rows = InOrder::new(&model, &chosen, args.json);
+    let (sender, receiver) = mpsc::sync_channel(crate::jobs::EVENT_QUEUE);
     let scan = Scan::start(Arc::clone(&model), chosen.clone(), options, sender);
     let bar = progress_bar();
-    let mut moments: Vec<Option<Moments>> = vec![None; model.tensors.len()];
-    // Histograms are only written in JSON; only then is there room for one per tensor.
-    let mut histograms: Vec<Option<Histogram>> = if args.json {
-        vec![None; model.tensors.len()]
-    } else {
-        Vec::new()
-    };
-    let mut findings: Vec<Finding> = model.findings.clone();
     let mut scanned = 0;
     for event in receiver {
         match event {
             ScanEvent::Started { .. } => {}
-            ScanEvent::Stats { tensor, moments: m } => moments[tensor] = Some(m),
-            ScanEvent::Histogram { tensor, histogram } => histograms[tensor] = Some(histogram),
-            ScanEvent::Failed { finding, .. } | ScanEvent::Finding(finding) => {
-                findings.push(finding);
+            ScanEvent::Stats { tensor, moments } => rows.pending(tensor).moments = Some(moments),
+            ScanEvent::Histogram { tensor, histogram } => {
+                rows.pending(tensor).histogram = Some(histogram);
             }
+            ScanEvent::Failed { tensor, finding } => {
+                rows.pending(tensor).failed = true;
+                output.finding(&finding)?;
+            }
+            ScanEvent::Finding(finding) => output.finding(&finding)?,
             ScanEvent::Progress(progress) => {
                 bar.set_length(progress.bytes_total);
                 bar.set_position(progress.bytes_done);
@@ -208,35 +208,99 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
             }
             ScanEvent::Cancelled => break,
         }
+        rows.write_finished(&mut output)?;
     }
     bar.finish_and_clear();
     let elapsed = bar.elapsed().as_secs_f64();
     scan.wait();
-    let mut rows: Vec<StatsRow> = chosen
-        .iter()
-        .map(|&t| StatsRow {
-            name: model.tensors[t].name(),
-            dtype: model.tensors[t].info.dtype.name(),
-            moments: moments[t].as_ref(),
-            histogram: histograms.get(t).and_then(Option::as_ref),
-        })
-        .collect();
-    rows.sort_by_key(|row| !row.is_broken());
-    let broken = rows.iter().any(StatsRow::is_broken);
-    let report = Stats {
-        model: &model,
-        rows,
-        findings: &findings,
-        bytes_scanned: scanned,
-        seconds: elapsed,
-    };
-    print(out, &report, args.json)?;
-    let errors = findings.iter().any(|f| f.severity == Severity::Error);
-    Ok(if broken || errors {
+    rows.write_rest(&mut output)?;
+    let outcome = if output.any_broken() || output.any_errors() {
         Outcome::Problems
     } else {
         Outcome::Clean
-    })
+    };
+    let mut out = io::BufWriter::with_capacity(1 << 16, out);
+    output.finish(&mut out, &model, scanned, elapsed)?;
+    out.flush()?;
+    Ok(outcome)
+}
+
+/// What the scan has sent about a tensor whose row is not written yet.
+#[derive(Default)]
+struct PendingRow {
+    moments: Option<Moments>,
+    histogram: Option<Histogram>,
+    failed: bool,
+}
+
+/// Rows of `stui stats` put back in display order: the scan finishes tensors roughly in the
+/// order asked, a few out of turn, so only those wait here.
+struct InOrder<'m> {
+    model: &'m Model,
+    chosen: &'m [usize],
+    /// Each tensor's place in `chosen`.
+    place: Vec<u32>,
+    pending: std::collections::BTreeMap<u32, PendingRow>,
+    /// The place of the next row to write.
+    next: u32,
+    histograms: bool,
+}
+
+impl<'m> InOrder<'m> {
+    fn new(model: &'m Model, chosen: &'m [usize], histograms: bool) -> InOrder<'m> {
+        let mut place = vec![u32::MAX; model.tensors.len()];
+        for (i, &tensor) in chosen.iter().enumerate() {
+            place[tensor] = u32::try_from(i).unwrap_or(u32::MAX);
+        }
+        InOrder {
+            model,
+            chosen,
+            place,
+            pending: std::collections::BTreeMap::new(),
+            next: 0,
+            histograms,
+        }
+    }
+
+    fn pending(&mut self, tensor: usize) -> &mut PendingRow {
+        self.pending.entry(self.place[tensor]).or_default()
+    }
+
+    /// Writes the rows that are complete and next in order.
+    fn write_finished(&mut self, output: &mut StatsWriter) -> io::Result<()> {
+        while let Some(entry) = self.pending.first_entry() {
+            let row = entry.get();
+            let complete = row.failed
+                || row.moments.is_some() && (!self.histograms || row.histogram.is_some());
+            if *entry.key() != self.next || !complete {
+                break;
+            }
+            let row = entry.remove();
+            self.write(output, &row)?;
+        }
+        Ok(())
+    }
+
+    /// Writes every row left, as far as the scan got with each.
+    fn write_rest(&mut self, output: &mut StatsWriter) -> io::Result<()> {
+        let empty = PendingRow::default();
+        while (self.next as usize) < self.chosen.len() {
+            let row = self.pending.remove(&self.next);
+            self.write(output, row.as_ref().unwrap_or(&empty))?;
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, output: &mut StatsWriter, row: &PendingRow) -> io::Result<()> {
+        let tensor = &self.model.tensors[self.chosen[self.next as usize]];
+        self.next += 1;
+        output.row(&StatsRow {
+            name: tensor.name(),
+            dtype: tensor.info.dtype.name(),
+            moments: row.moments.as_ref(),
+            histogram: row.histogram.as_ref(),
+        })
+    }
 }
 
 fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failure> {

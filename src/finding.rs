@@ -188,13 +188,17 @@ impl Tally {
     pub fn of<'a>(findings: impl IntoIterator<Item = &'a Finding>) -> Tally {
         let mut tally = Tally::default();
         for finding in findings {
-            match finding.severity {
-                Severity::Error => tally.errors += 1,
-                Severity::Warning => tally.warnings += 1,
-                Severity::Info => tally.info += 1,
-            }
+            tally.add(finding);
         }
         tally
+    }
+
+    pub fn add(&mut self, finding: &Finding) {
+        match finding.severity {
+            Severity::Error => self.errors += 1,
+            Severity::Warning => self.warnings += 1,
+            Severity::Info => self.info += 1,
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use std::fs::File;
 use std::io;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -68,6 +68,10 @@ pub enum ScanEvent {
     /// The last event of a cancelled scan.
     Cancelled,
 }
+
+/// A good bound for a scan's event channel: room for the results of many small tensors while
+/// the reader is busy, and a small fraction of a large model's.
+pub const EVENT_QUEUE: usize = 1024;
 
 /// How far a scan has come.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -138,11 +142,15 @@ struct Control {
 
 impl Scan {
     /// Starts scanning `tensors` (indices into `model.tensors`) and returns at once.
+    ///
+    /// `events` is a bounded channel (of [`EVENT_QUEUE`] events, say): a reader that falls
+    /// behind holds the workers back rather than letting a million results pile up in the
+    /// channel. A reader that stops reading before `Done` or `Cancelled` must drop its receiver.
     pub fn start(
         model: Arc<Model>,
         tensors: Vec<usize>,
         options: ScanOptions,
-        events: Sender<ScanEvent>,
+        events: SyncSender<ScanEvent>,
     ) -> Scan {
         let control = Arc::new(Control::default());
         control.paused.store(options.paused, Ordering::Relaxed);
@@ -203,7 +211,7 @@ struct Tracker<'a> {
     tensors_done: AtomicU64,
     started: Instant,
     last_report: Mutex<Instant>,
-    events: &'a Sender<ScanEvent>,
+    events: &'a SyncSender<ScanEvent>,
 }
 
 impl Tracker<'_> {
@@ -243,7 +251,7 @@ fn coordinate(
     tensors: Vec<usize>,
     options: &ScanOptions,
     control: &Control,
-    events: &Sender<ScanEvent>,
+    events: &SyncSender<ScanEvent>,
 ) {
     let files: Vec<Option<File>> = model
         .shards
@@ -331,7 +339,7 @@ struct Coordinator<'a> {
     scanner: Scanner<'a>,
     pool: rayon::ThreadPool,
     options: &'a ScanOptions,
-    events: &'a Sender<ScanEvent>,
+    events: &'a SyncSender<ScanEvent>,
     scannable: Vec<bool>,
     done: Vec<bool>,
     /// The spread of each float tensor scanned, for the checks that compare layers at the end.

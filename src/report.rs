@@ -826,136 +826,299 @@ struct StatsRowJson<'a> {
     histogram: Option<HistogramJson<'a>>,
 }
 
-#[derive(Serialize)]
-struct StatsJson<'a> {
-    path: String,
-    valid: bool,
-    tensors: StatsRowsJson<'a>,
-    findings: &'a [Finding],
-    summary: Tally,
-    bytes_scanned: u64,
-    seconds: f64,
-}
-
-/// The rows, each turned into JSON as it is written rather than all first: a million tensors'
-/// histograms (their 65 edges each) would otherwise be held whole.
-struct StatsRowsJson<'a>(&'a [StatsRow<'a>]);
-
-impl Serialize for StatsRowsJson<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+impl<'a> StatsRowJson<'a> {
+    fn of(row: &StatsRow<'a>) -> StatsRowJson<'a> {
         let finite = |m: &Moments, value: f64| (m.finite() > 0).then_some(value);
-        serializer.collect_seq(self.0.iter().map(|row| {
-            let m = row.moments;
-            StatsRowJson {
-                name: row.name,
-                dtype: row.dtype,
-                count: m.map(|m| m.count),
-                min: m.and_then(|m| finite(m, m.min)),
-                max: m.and_then(|m| finite(m, m.max)),
-                mean: m.and_then(Moments::mean),
-                std: m.and_then(Moments::std),
-                absmax: m.and_then(Moments::absmax),
-                nan: m.map(|m| m.nan),
-                pos_inf: m.map(|m| m.pos_inf),
-                neg_inf: m.map(|m| m.neg_inf),
-                zeros: m.map(|m| m.zeros),
-                subnormals: m.map(|m| m.subnormals),
-                histogram: row.histogram.map(|h| HistogramJson {
-                    edges: h.edges(),
-                    counts: &h.counts,
-                    log2: &h.log2,
-                    zeros: h.zeros,
-                }),
-            }
-        }))
+        let m = row.moments;
+        StatsRowJson {
+            name: row.name,
+            dtype: row.dtype,
+            count: m.map(|m| m.count),
+            min: m.and_then(|m| finite(m, m.min)),
+            max: m.and_then(|m| finite(m, m.max)),
+            mean: m.and_then(Moments::mean),
+            std: m.and_then(Moments::std),
+            absmax: m.and_then(Moments::absmax),
+            nan: m.map(|m| m.nan),
+            pos_inf: m.map(|m| m.pos_inf),
+            neg_inf: m.map(|m| m.neg_inf),
+            zeros: m.map(|m| m.zeros),
+            subnormals: m.map(|m| m.subnormals),
+            histogram: row.histogram.map(|h| HistogramJson {
+                edges: h.edges(),
+                counts: &h.counts,
+                log2: &h.log2,
+                zeros: h.zeros,
+            }),
+        }
     }
 }
 
-/// `stui stats`: every tensor's statistics, tensors with NaN or Inf first.
+/// `stui stats` output, written as tensors finish: every tensor's statistics in display order,
+/// those holding NaN or Inf first, then the findings.
+///
+/// Rows and findings are rendered as they come and kept in spooled temporary files, in memory
+/// while small and on disk past [`SPOOL_IN_MEMORY`], then copied out in order: a model of a
+/// million tensors is not held as a million results.
 #[derive(Debug)]
-pub struct Stats<'a> {
-    pub model: &'a Model,
-    pub rows: Vec<StatsRow<'a>>,
-    pub findings: &'a [Finding],
-    pub bytes_scanned: u64,
-    pub seconds: f64,
+pub struct StatsWriter {
+    json: bool,
+    name_width: usize,
+    broken: Spool,
+    rest: Spool,
+    findings: Spool,
+    tally: Tally,
 }
 
-impl Report for Stats<'_> {
-    fn write_json(&self, out: &mut dyn Write) -> io::Result<()> {
-        let tensors = StatsRowsJson(&self.rows);
-        write_json(
-            out,
-            &StatsJson {
-                path: self.model.path.to_string_lossy().into_owned(),
-                valid: self.model.is_valid(),
-                tensors,
-                findings: self.findings,
-                summary: Tally::of(self.findings),
-                bytes_scanned: self.bytes_scanned,
-                seconds: self.seconds,
-            },
-        )
+/// Bytes of output a spool keeps in memory before it moves to a temporary file.
+const SPOOL_IN_MEMORY: usize = 8 << 20;
+
+/// Rendered rows or findings, counted.
+#[derive(Debug)]
+struct Spool {
+    out: io::BufWriter<tempfile::SpooledTempFile>,
+    items: usize,
+}
+
+impl Spool {
+    /// Keeping up to `in_memory` bytes in memory.
+    fn new(in_memory: usize) -> Spool {
+        Spool {
+            out: io::BufWriter::new(tempfile::SpooledTempFile::new(in_memory)),
+            items: 0,
+        }
     }
 
-    fn write_text(&self, out: &mut dyn Write) -> io::Result<()> {
-        let name_width = self
-            .rows
-            .iter()
-            .map(|r| display_width(&escape(r.name)))
-            .max()
-            .unwrap_or(4)
-            .clamp(4, 60);
+    /// Adds `value` as an element of a JSON array nested one level deep (a field of the
+    /// document), as the pretty printer would write it there.
+    fn push_json(&mut self, value: &impl Serialize) -> io::Result<()> {
+        if self.items > 0 {
+            self.out.write_all(b",\n")?;
+        }
+        self.out.write_all(b"    ")?;
+        write_pretty_indented(&mut self.out, value, "    ")?;
+        self.items += 1;
+        Ok(())
+    }
+
+    /// Copies out what the spool holds.
+    fn copy_to(self, out: &mut dyn Write) -> io::Result<()> {
+        use std::io::{Seek, SeekFrom};
+        let mut spooled = self
+            .out
+            .into_inner()
+            .map_err(io::IntoInnerError::into_error)?;
+        spooled.seek(SeekFrom::Start(0))?;
+        io::copy(&mut spooled, out).map(|_| ())
+    }
+}
+
+/// Writes `value` as the pretty printer would at a nesting of `indent`: every line after the
+/// first indented by it.
+fn write_pretty_indented<W: Write + ?Sized>(
+    out: &mut W,
+    value: &impl Serialize,
+    indent: &str,
+) -> io::Result<()> {
+    let mut text = Vec::new();
+    let mut serializer =
+        serde_json::Serializer::with_formatter(&mut text, SafeFormatter(PrettyFormatter::new()));
+    value.serialize(&mut serializer)?;
+    for (i, line) in text.split(|&b| b == b'\n').enumerate() {
+        if i > 0 {
+            out.write_all(b"\n")?;
+            out.write_all(indent.as_bytes())?;
+        }
+        out.write_all(line)?;
+    }
+    Ok(())
+}
+
+/// Writes a field of a pretty-printed document, at the top level of its object.
+fn write_field(out: &mut dyn Write, key: &str, value: &impl Serialize) -> io::Result<()> {
+    write!(out, "  \"{key}\": ")?;
+    write_pretty_indented(out, value, "  ")
+}
+
+/// Writes the elements spooled as a JSON array field's value, one spool after the other.
+fn write_spooled_array(out: &mut dyn Write, spools: Vec<Spool>) -> io::Result<()> {
+    if spools.iter().all(|spool| spool.items == 0) {
+        return out.write_all(b"[]");
+    }
+    out.write_all(b"[\n")?;
+    let mut first = true;
+    for spool in spools.into_iter().filter(|spool| spool.items > 0) {
+        if !first {
+            out.write_all(b",\n")?;
+        }
+        first = false;
+        spool.copy_to(out)?;
+    }
+    out.write_all(b"\n  ]")
+}
+
+impl StatsWriter {
+    /// For the tensors named `names`, in JSON or text.
+    pub fn new<'n>(json: bool, names: impl IntoIterator<Item = &'n str>) -> StatsWriter {
+        StatsWriter::spooling(json, names, SPOOL_IN_MEMORY)
+    }
+
+    fn spooling<'n>(
+        json: bool,
+        names: impl IntoIterator<Item = &'n str>,
+        in_memory: usize,
+    ) -> StatsWriter {
+        let name_width = if json {
+            0
+        } else {
+            names
+                .into_iter()
+                .map(|name| display_width(&escape(name)))
+                .max()
+                .unwrap_or(4)
+                .clamp(4, 60)
+        };
+        StatsWriter {
+            json,
+            name_width,
+            broken: Spool::new(in_memory),
+            rest: Spool::new(in_memory),
+            findings: Spool::new(in_memory),
+            tally: Tally::default(),
+        }
+    }
+
+    /// Adds the next tensor's row, in display order.
+    pub fn row(&mut self, row: &StatsRow) -> io::Result<()> {
+        let spool = if row.is_broken() {
+            &mut self.broken
+        } else {
+            &mut self.rest
+        };
+        if self.json {
+            return spool.push_json(&StatsRowJson::of(row));
+        }
+        spool.items += 1;
+        write_stats_line(&mut spool.out, row, self.name_width)
+    }
+
+    pub fn finding(&mut self, finding: &Finding) -> io::Result<()> {
+        self.tally.add(finding);
+        if self.json {
+            return self.findings.push_json(finding);
+        }
+        self.findings.items += 1;
+        write_finding(&mut self.findings.out, finding)
+    }
+
+    /// Whether any row so far holds NaN or Inf.
+    pub fn any_broken(&self) -> bool {
+        self.broken.items > 0
+    }
+
+    /// Whether any finding so far is an error.
+    pub fn any_errors(&self) -> bool {
+        self.tally.errors > 0
+    }
+
+    /// Writes the whole output.
+    pub fn finish(
+        self,
+        out: &mut dyn Write,
+        model: &Model,
+        bytes_scanned: u64,
+        seconds: f64,
+    ) -> io::Result<()> {
+        if self.json {
+            return self.finish_json(out, model, bytes_scanned, seconds);
+        }
         writeln!(
             out,
-            "{:<name_width$}  {:<5}  {:>11}  {:>11}  {:>11}  {:>11}  {:>11}  {:>6}  {:>6}  {:>8}",
-            "NAME", "DTYPE", "MIN", "MAX", "MEAN", "STD", "ABSMAX", "NAN", "INF", "ZEROS"
+            "{:<width$}  {:<5}  {:>11}  {:>11}  {:>11}  {:>11}  {:>11}  {:>6}  {:>6}  {:>8}",
+            "NAME",
+            "DTYPE",
+            "MIN",
+            "MAX",
+            "MEAN",
+            "STD",
+            "ABSMAX",
+            "NAN",
+            "INF",
+            "ZEROS",
+            width = self.name_width
         )?;
-        for row in &self.rows {
-            let name = escape(row.name);
-            let pad = name_width.saturating_sub(display_width(&name));
-            let mark = if row.is_broken() { "!" } else { " " };
-            write!(out, "{name}{:pad$}{mark} {:<5}", "", escape(row.dtype))?;
-            match row.moments {
-                Some(m) => {
-                    let number =
-                        |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.4e}"));
-                    let finite = m.finite() > 0;
-                    writeln!(
-                        out,
-                        "  {:>11}  {:>11}  {:>11}  {:>11}  {:>11}  {:>6}  {:>6}  {:>8}",
-                        number(finite.then_some(m.min)),
-                        number(finite.then_some(m.max)),
-                        number(m.mean()),
-                        number(m.std()),
-                        number(m.absmax()),
-                        m.nan,
-                        m.pos_inf + m.neg_inf,
-                        m.zeros
-                    )?;
-                }
-                None => writeln!(out, "  (not scanned)")?,
-            }
-        }
-        if !self.findings.is_empty() {
+        let (rows, broken) = (self.broken.items + self.rest.items, self.broken.items);
+        self.broken.copy_to(out)?;
+        self.rest.copy_to(out)?;
+        if self.findings.items > 0 {
             writeln!(out)?;
         }
-        for finding in self.findings {
-            write_finding(out, finding)?;
-        }
-        let broken = self.rows.iter().filter(|r| r.is_broken()).count();
-        let tally = Tally::of(self.findings);
+        self.findings.copy_to(out)?;
         writeln!(
             out,
-            "{} tensors, {} with NaN or Inf; {} scanned in {:.2} s; {} errors, {} warnings, {} info",
-            self.rows.len(),
-            broken,
-            format_bytes(self.bytes_scanned),
-            self.seconds,
-            tally.errors,
-            tally.warnings,
-            tally.info
+            "{rows} tensors, {broken} with NaN or Inf; {} scanned in {seconds:.2} s; {} errors, {} \
+             warnings, {} info",
+            format_bytes(bytes_scanned),
+            self.tally.errors,
+            self.tally.warnings,
+            self.tally.info
         )
+    }
+
+    /// The document `write_json` would print for these fields, assembled from the spools.
+    fn finish_json(
+        self,
+        out: &mut dyn Write,
+        model: &Model,
+        bytes_scanned: u64,
+        seconds: f64,
+    ) -> io::Result<()> {
+        out.write_all(b"{\n")?;
+        write_field(out, "path", &model.path.to_string_lossy())?;
+        out.write_all(b",\n")?;
+        write_field(out, "valid", &model.is_valid())?;
+        out.write_all(b",\n  \"tensors\": ")?;
+        write_spooled_array(out, vec![self.broken, self.rest])?;
+        out.write_all(b",\n  \"findings\": ")?;
+        write_spooled_array(out, vec![self.findings])?;
+        out.write_all(b",\n")?;
+        write_field(out, "summary", &self.tally)?;
+        out.write_all(b",\n")?;
+        write_field(out, "bytes_scanned", &bytes_scanned)?;
+        out.write_all(b",\n")?;
+        write_field(out, "seconds", &seconds)?;
+        out.write_all(b"\n}\n")
+    }
+}
+
+/// One row of the text table.
+fn write_stats_line<W: Write + ?Sized>(
+    out: &mut W,
+    row: &StatsRow,
+    name_width: usize,
+) -> io::Result<()> {
+    let name = escape(row.name);
+    let pad = name_width.saturating_sub(display_width(&name));
+    let mark = if row.is_broken() { "!" } else { " " };
+    write!(out, "{name}{:pad$}{mark} {:<5}", "", escape(row.dtype))?;
+    match row.moments {
+        Some(m) => {
+            let number = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.4e}"));
+            let finite = m.finite() > 0;
+            writeln!(
+                out,
+                "  {:>11}  {:>11}  {:>11}  {:>11}  {:>11}  {:>6}  {:>6}  {:>8}",
+                number(finite.then_some(m.min)),
+                number(finite.then_some(m.max)),
+                number(m.mean()),
+                number(m.std()),
+                number(m.absmax()),
+                m.nan,
+                m.pos_inf + m.neg_inf,
+                m.zeros
+            )
+        }
+        None => writeln!(out, "  (not scanned)"),
     }
 }
 
@@ -1225,5 +1388,86 @@ mod tests {
         assert!(text.ends_with(
             "identical bytes: `embed`, `lm_head`\nidentical bytes: `layers.2.w`, `layers.10.w`\n"
         ));
+    }
+
+    /// The statistics output written through spools that stay in memory and through spools that
+    /// move to disk at once: the same bytes, and in JSON the same document `write_json` prints.
+    #[test]
+    fn stats_output_is_the_same_spooled_in_memory_or_on_disk() {
+        /// The document as `write_json` prints it from one value.
+        #[derive(Serialize)]
+        struct Expected<'a> {
+            path: String,
+            valid: bool,
+            tensors: Vec<StatsRowJson<'a>>,
+            findings: &'a [Finding],
+            summary: Tally,
+            bytes_scanned: u64,
+            seconds: f64,
+        }
+
+        let demo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/demo.safetensors");
+        let model = Model::open(&demo).unwrap();
+        let normal = Moments::of_f64(&[1.0, -2.0, 0.0, 3.5], f64::MIN_POSITIVE);
+        let broken = Moments::of_f64(&[1.0, f64::NAN, f64::INFINITY], f64::MIN_POSITIVE);
+        let rows = [
+            ("a.weight", Some(&normal)),
+            ("b.weight", Some(&broken)),
+            ("c.weight", None),
+            ("d.weight", Some(&normal)),
+        ];
+        let findings = [
+            Finding::error(crate::finding::Code::ValuesNan, "1 of 3 values are NaN")
+                .for_tensor("b.weight"),
+            Finding::info(crate::finding::Code::TensorOrder, "not in order"),
+        ];
+        let render = |json: bool, in_memory: usize| {
+            let names = rows.iter().map(|&(name, _)| name);
+            let mut writer = StatsWriter::spooling(json, names, in_memory);
+            for &(name, moments) in &rows {
+                let row = StatsRow {
+                    name,
+                    dtype: "F32",
+                    moments,
+                    histogram: None,
+                };
+                writer.row(&row).unwrap();
+            }
+            for finding in &findings {
+                writer.finding(finding).unwrap();
+            }
+            assert!(writer.any_broken() && writer.any_errors());
+            let mut out = Vec::new();
+            writer.finish(&mut out, &model, 1234, 0.5).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        for json in [false, true] {
+            assert_eq!(render(json, 8 << 20), render(json, 16), "json: {json}");
+        }
+        let text = render(false, 16);
+        let order: Vec<&str> = text.lines().skip(1).take(4).map(|l| &l[..8]).collect();
+        assert_eq!(order, ["b.weight", "a.weight", "c.weight", "d.weight"]);
+        assert!(text.ends_with("4 tensors, 1 with NaN or Inf; 1.21 KiB scanned in 0.50 s; 1 errors, 0 warnings, 1 info\n"));
+        let ordered: Vec<StatsRow> = [1, 0, 2, 3]
+            .into_iter()
+            .map(|i| StatsRow {
+                name: rows[i].0,
+                dtype: "F32",
+                moments: rows[i].1,
+                histogram: None,
+            })
+            .collect();
+        let expected = Expected {
+            path: model.path.to_string_lossy().into_owned(),
+            valid: model.is_valid(),
+            tensors: ordered.iter().map(StatsRowJson::of).collect(),
+            findings: &findings,
+            summary: Tally::of(&findings),
+            bytes_scanned: 1234,
+            seconds: 0.5,
+        };
+        let mut printed = Vec::new();
+        write_json(&mut printed, &expected).unwrap();
+        assert_eq!(render(true, 16), String::from_utf8(printed).unwrap());
     }
 }

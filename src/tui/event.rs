@@ -4,7 +4,7 @@
 use crate::jobs::ScanEvent;
 use crate::quantize::{Error8, Granularity, Summary};
 use ratatui::crossterm::event as terminal;
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::time::Instant;
 
 #[derive(Debug)]
@@ -58,8 +58,8 @@ pub fn start() -> (Sender<Event>, Receiver<Event>) {
 }
 
 /// A sender for a scan's events, forwarded into the explorer's channel.
-pub fn forward_scan(sender: &Sender<Event>) -> Sender<ScanEvent> {
-    let (scan_sender, scan_receiver) = channel();
+pub fn forward_scan(sender: &Sender<Event>) -> SyncSender<ScanEvent> {
+    let (scan_sender, scan_receiver) = sync_channel(crate::jobs::EVENT_QUEUE);
     let sender = sender.clone();
     let _ = std::thread::Builder::new()
         .name("stui-results".into())

@@ -78,6 +78,63 @@ fn inspect_the_demo() {
 }
 
 #[test]
+fn stats_of_the_demo() {
+    // One thread: findings in the order of the tensors.
+    let (code, text) = run(
+        repo(),
+        &["stats", "--threads", "1", "assets/demo.safetensors"],
+    );
+    assert_eq!(code, 1, "the demo holds NaN and Inf");
+    insta::with_settings!({filters => vec![(r"scanned in [0-9.]+ s", "scanned in [time] s")]}, {
+        insta::assert_snapshot!(text);
+    });
+}
+
+#[test]
+fn stats_json_lists_tensors_with_nan_or_inf_first() {
+    let (code, text) = run(
+        repo(),
+        &[
+            "stats",
+            "--json",
+            "--filter",
+            "mlp.down_proj",
+            "assets/demo.safetensors",
+        ],
+    );
+    assert_eq!(code, 1);
+    let json: serde_json::Value =
+        serde_json::from_str(text.split_once('\n').unwrap().1.split_once('\n').unwrap().1).unwrap();
+    let names: Vec<&str> = json["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [2, 0, 1, 3].map(|layer| format!("model.layers.{layer}.mlp.down_proj.weight"))
+    );
+    let broken = &json["tensors"][0];
+    assert_eq!(
+        (broken["nan"].as_u64(), broken["pos_inf"].as_u64()),
+        (Some(3), Some(1))
+    );
+    assert_eq!(broken["histogram"]["counts"].as_array().unwrap().len(), 64);
+    assert_eq!(json["summary"]["errors"], 2);
+    let codes: Vec<&str> = json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["code"].as_str().unwrap())
+        .collect();
+    assert!(
+        codes.contains(&"values-nan") && codes.contains(&"values-inf"),
+        "{codes:?}"
+    );
+}
+
+#[test]
 fn inspect_flat_filtered() {
     let (code, text) = run(
         repo(),

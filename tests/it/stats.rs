@@ -412,7 +412,7 @@ fn the_scan_gives_the_same_numbers_as_a_single_pass() {
     let dir = tempfile::tempdir().unwrap();
     let model = big_model(dir.path());
     let bytes = std::fs::read(&model.shards[0].path).unwrap();
-    let (sender, receiver) = mpsc::channel();
+    let (sender, receiver) = mpsc::sync_channel(1 << 16);
     let all: Vec<usize> = (0..model.tensors.len()).collect();
     let scan = Scan::start(
         Arc::clone(&model),
@@ -462,7 +462,7 @@ fn a_prioritized_tensor_is_scanned_first() {
         .iter()
         .position(|t| t.name() == "d.bias")
         .unwrap();
-    let (sender, receiver) = mpsc::channel();
+    let (sender, receiver) = mpsc::sync_channel(1 << 16);
     let all: Vec<usize> = (0..model.tensors.len()).collect();
     let scan = Scan::start(
         Arc::clone(&model),
@@ -487,7 +487,7 @@ fn a_prioritized_tensor_is_scanned_first() {
 fn cancel_takes_effect_quickly_and_ends_with_cancelled() {
     let dir = tempfile::tempdir().unwrap();
     let model = big_model(dir.path());
-    let (sender, receiver) = mpsc::channel();
+    let (sender, receiver) = mpsc::sync_channel(1 << 16);
     let all: Vec<usize> = (0..model.tensors.len()).collect();
     let scan = Scan::start(
         Arc::clone(&model),
@@ -521,7 +521,7 @@ fn cancel_takes_effect_quickly_and_ends_with_cancelled() {
 fn a_file_truncated_during_the_scan_gives_findings_not_a_crash() {
     let dir = tempfile::tempdir().unwrap();
     let model = big_model(dir.path());
-    let (sender, receiver) = mpsc::channel();
+    let (sender, receiver) = mpsc::sync_channel(1 << 16);
     let all: Vec<usize> = (0..model.tensors.len()).collect();
     let scan = Scan::start(
         Arc::clone(&model),

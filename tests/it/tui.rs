@@ -278,7 +278,7 @@ fn a_file_truncated_during_the_scan_shows_findings_and_marks_not_a_crash() {
     std::fs::copy(support::demo_path(), &path).unwrap();
     let model = Arc::new(Model::open(&path).unwrap());
     let mut app = App::new(Arc::clone(&model), Theme::new(false));
-    let (sender, receiver) = std::sync::mpsc::channel();
+    let (sender, receiver) = std::sync::mpsc::sync_channel(1 << 16);
     let everything = (0..model.tensors.len()).collect();
     let options = stui::jobs::ScanOptions {
         paused: true,
