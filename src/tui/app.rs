@@ -117,6 +117,73 @@ pub struct Marks {
     pub only_here: u32,
 }
 
+/// Findings as the explorer lists them: by severity, each severity in arrival order. At most
+/// [`FindingList::LISTED`] of each severity are kept (a hostile header can give every one of a
+/// million tensors a finding); the tree's marks count every finding all the same.
+#[derive(Debug, Default)]
+pub struct FindingList {
+    /// Errors, warnings and info.
+    listed: [Vec<Finding>; 3],
+    unlisted: [usize; 3],
+}
+
+impl FindingList {
+    pub const LISTED: usize = 10_000;
+
+    fn slot(severity: Severity) -> usize {
+        match severity {
+            Severity::Error => 0,
+            Severity::Warning => 1,
+            Severity::Info => 2,
+        }
+    }
+
+    /// The slots `filter` shows: one severity, or all.
+    fn slots(filter: Option<Severity>) -> std::ops::Range<usize> {
+        filter.map_or(0..3, |severity| {
+            let slot = Self::slot(severity);
+            slot..slot + 1
+        })
+    }
+
+    pub fn push(&mut self, finding: Finding) {
+        let slot = Self::slot(finding.severity);
+        if self.listed[slot].len() < Self::LISTED {
+            self.listed[slot].push(finding);
+        } else {
+            self.unlisted[slot] += 1;
+        }
+    }
+
+    /// How many findings of those `filter` shows are listed.
+    pub fn len(&self, filter: Option<Severity>) -> usize {
+        Self::slots(filter)
+            .map(|slot| self.listed[slot].len())
+            .sum()
+    }
+
+    /// How many findings of those `filter` shows were left out of the list.
+    pub fn unlisted(&self, filter: Option<Severity>) -> usize {
+        Self::slots(filter).map(|slot| self.unlisted[slot]).sum()
+    }
+
+    /// The `index`th finding `filter` shows, errors first.
+    pub fn get(&self, filter: Option<Severity>, mut index: usize) -> Option<&Finding> {
+        for slot in Self::slots(filter) {
+            match self.listed[slot].get(index) {
+                Some(finding) => return Some(finding),
+                None => index -= self.listed[slot].len(),
+            }
+        }
+        None
+    }
+
+    /// The findings `filter` shows, errors first.
+    pub fn iter(&self, filter: Option<Severity>) -> impl Iterator<Item = &Finding> {
+        Self::slots(filter).flat_map(|slot| &self.listed[slot])
+    }
+}
+
 /// The comparison with the `--diff` model.
 #[derive(Debug, Default)]
 pub struct DiffView {
@@ -136,7 +203,7 @@ pub struct App {
     pub outline: Outline,
     pub tensors: Vec<TensorState>,
     pub histograms: HashMap<usize, Histogram>,
-    pub findings: Vec<Finding>,
+    pub findings: FindingList,
     /// The worst severity found on each tensor.
     concern: Vec<Option<Severity>>,
     /// Marks of each node of `tree`.
@@ -194,7 +261,7 @@ impl App {
             tree,
             tensors,
             histograms: HashMap::default(),
-            findings: Vec::new(),
+            findings: FindingList::default(),
             concern: vec![None; model.tensors.len()],
             by_name,
             focus: Focus::Tree,
@@ -274,14 +341,6 @@ impl App {
             )
             .map_or_else(|| "not recognised".to_owned(), |a| a.to_string()),
         })
-    }
-
-    /// The findings shown, under the severity filter.
-    pub fn visible_findings(&self) -> Vec<&Finding> {
-        self.findings
-            .iter()
-            .filter(|f| self.severity.is_none_or(|s| f.severity == s))
-            .collect()
     }
 
     /// Applies an action. Returns whether anything visible changed, and an effect if one is asked.
@@ -599,7 +658,7 @@ impl App {
     }
 
     fn move_in_findings(&mut self, action: Action) -> bool {
-        let count = self.visible_findings().len();
+        let count = self.findings.len(self.severity);
         let last = count.saturating_sub(1);
         let before = self.finding_selected;
         self.finding_selected = match action {
@@ -616,8 +675,8 @@ impl App {
 
     fn jump_to_finding(&mut self) -> bool {
         let tensor = self
-            .visible_findings()
-            .get(self.finding_selected)
+            .findings
+            .get(self.severity, self.finding_selected)
             .and_then(|f| f.tensor.as_ref())
             .and_then(|name| self.tensor_named(name));
         match tensor {
@@ -744,11 +803,7 @@ impl App {
                 self.mark_path(tensor, before, finding.severity);
             }
         }
-        // Keep the list ordered by severity, each severity in arrival order.
-        let at = self
-            .findings
-            .partition_point(|f| f.severity <= finding.severity);
-        self.findings.insert(at, finding);
+        self.findings.push(finding);
     }
 
     /// Marks each changed tensor, and each only in this model, on its node and every ancestor.
@@ -894,5 +949,31 @@ mod tests {
             app.update(Action::TogglePause).1,
             Some(Effect::SetPaused(false))
         ));
+    }
+
+    #[test]
+    fn findings_are_listed_by_severity_in_arrival_order_up_to_a_bound() {
+        use crate::finding::Code;
+        let mut list = FindingList::default();
+        list.push(Finding::info(Code::TensorOrder, "i0"));
+        list.push(Finding::warning(Code::ValuesAllZero, "w0"));
+        list.push(Finding::error(Code::ValuesNan, "e0"));
+        list.push(Finding::warning(Code::ValuesAllZero, "w1"));
+        let messages: Vec<&str> = list.iter(None).map(|f| f.message.as_str()).collect();
+        assert_eq!(messages, ["e0", "w0", "w1", "i0"]);
+        assert_eq!(list.get(None, 2).map(|f| f.message.as_str()), Some("w1"));
+        assert_eq!(
+            list.get(Some(Severity::Warning), 1)
+                .map(|f| f.message.as_str()),
+            Some("w1")
+        );
+        assert!(list.get(None, 4).is_none());
+        for _ in 0..FindingList::LISTED + 5 {
+            list.push(Finding::info(Code::TensorOrder, "more"));
+        }
+        assert_eq!(list.len(Some(Severity::Info)), FindingList::LISTED);
+        assert_eq!(list.unlisted(Some(Severity::Info)), 6);
+        assert_eq!(list.unlisted(None), 6);
+        assert_eq!(list.len(None), 3 + FindingList::LISTED);
     }
 }

@@ -10,20 +10,50 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{List, ListState, Paragraph, Wrap};
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
-    let findings = app.visible_findings();
+    let findings = &app.findings;
     let filter = match app.severity {
         None => "all",
         Some(Severity::Error) => "errors",
         Some(Severity::Warning) => "warnings",
         Some(Severity::Info) => "info",
     };
-    let title = format!("findings · {} ({filter})", findings.len());
+    let listed = findings.len(app.severity);
+    let unlisted = findings.unlisted(app.severity);
+    let title = if unlisted == 0 {
+        format!("findings · {listed} ({filter})")
+    } else {
+        format!(
+            "findings · {} ({filter}, {listed} listed)",
+            listed + unlisted
+        )
+    };
     let focused = app.focus == Focus::Findings && app.popup.is_none();
-    let lines: Vec<Line> = findings.iter().map(|f| finding_line(app, f)).collect();
+    // Only the lines on screen are made: the list may hold tens of thousands.
+    let rows = usize::from(inner(area).height).max(1);
+    let selected = app.finding_selected.min(listed.saturating_sub(1));
+    let first = if focused {
+        selected.saturating_sub(rows - 1)
+    } else {
+        0
+    };
+    let mut lines: Vec<Line> = findings
+        .iter(app.severity)
+        .skip(first)
+        .take(rows)
+        .map(|f| finding_line(app, f))
+        .collect();
+    if lines.len() < rows && unlisted > 0 {
+        lines.push(Line::styled(
+            format!(
+                "… {unlisted} more not listed (the tree marks them; `stui check` and `stui stats` list all)"
+            ),
+            app.theme.dim,
+        ));
+    }
     let list = List::new(lines)
         .block(block(&title, focused, app))
         .highlight_style(app.theme.selected);
-    let mut state = ListState::default().with_selected(focused.then_some(app.finding_selected));
+    let mut state = ListState::default().with_selected(focused.then_some(selected - first));
     frame.render_stateful_widget(list, area, &mut state);
 }
 
@@ -64,11 +94,7 @@ pub fn render_unreadable(frame: &mut Frame, area: Rect, app: &App) {
         ),
         Line::from(""),
     ];
-    for finding in app
-        .findings
-        .iter()
-        .filter(|f| f.severity == Severity::Error)
-    {
+    for finding in app.findings.iter(Some(Severity::Error)) {
         lines.push(Line::from(format!("• {}", escape(&finding.message))));
     }
     frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: true }), inner(area));
