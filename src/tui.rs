@@ -29,7 +29,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant};
 
 /// How the explorer looks and what it records.
@@ -73,7 +73,7 @@ pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
     let mut terminal = ratatui::init();
     // Before the scan starts, so that its workers' panics are never printed over the screen.
     install_restoring_panic_hook();
-    let mut session = Session::open(model, options, &sender);
+    let mut session = Session::open(model, options, &sender, 0);
     let _ = execute!(std::io::stdout(), terminal::EnableMouseCapture);
     let outcome = event_loop(&mut terminal, &mut session, &sender, &events, log.as_mut());
     restore();
@@ -107,30 +107,39 @@ fn install_restoring_panic_hook() {
 struct Session {
     app: App,
     scan: Scan,
+    /// Which scan this is: 0 for the model opened first, one more for each model opened after.
+    scan_number: u64,
     color: bool,
 }
 
 impl Session {
-    fn open(model: Arc<Model>, options: &Options, sender: &Sender<Event>) -> Session {
+    fn open(
+        model: Arc<Model>,
+        options: &Options,
+        sender: &SyncSender<Event>,
+        scan_number: u64,
+    ) -> Session {
         let app = App::new(Arc::clone(&model), Theme::new(options.color));
         let everything = (0..model.tensors.len()).collect();
         let scan_options = ScanOptions {
             serve: true,
             ..ScanOptions::default()
         };
-        let scan = Scan::start(model, everything, scan_options, event::forward_scan(sender));
+        let events = event::forward_scan(sender, scan_number);
+        let scan = Scan::start(model, everything, scan_options, events);
         if let Some(Effect::Prioritize(tensor)) = app.wanted() {
             scan.prioritize(tensor, true);
         }
         Session {
             app,
             scan,
+            scan_number,
             color: options.color,
         }
     }
 
     /// Carries out what the app asks.
-    fn perform(&mut self, effect: Effect, sender: &Sender<Event>) {
+    fn perform(&mut self, effect: Effect, sender: &SyncSender<Event>) {
         match effect {
             Effect::Prioritize(tensor) => self.scan.prioritize(tensor, true),
             Effect::SetPaused(paused) => self.scan.set_paused(paused),
@@ -181,7 +190,7 @@ impl Session {
                         log: None,
                         diff: None,
                     };
-                    *self = Session::open(Arc::new(model), &options, sender);
+                    *self = Session::open(Arc::new(model), &options, sender, self.scan_number + 1);
                 }
                 Err(error) => {
                     self.app
@@ -195,7 +204,7 @@ impl Session {
 fn event_loop(
     terminal: &mut ratatui::DefaultTerminal,
     session: &mut Session,
-    sender: &Sender<Event>,
+    sender: &SyncSender<Event>,
     events: &std::sync::mpsc::Receiver<Event>,
     mut log: Option<&mut BufWriter<File>>,
 ) -> anyhow::Result<()> {
@@ -240,7 +249,11 @@ fn event_loop(
                     }
                     outcome
                 }
-                Event::Scan(result) => (app.on_scan(result), None),
+                Event::Scan(scan, result) if scan == session.scan_number => {
+                    (app.on_scan(result), None)
+                }
+                // From the scan of a model since replaced.
+                Event::Scan(..) => (false, None),
                 Event::Preview(tensor, granularity, result) => {
                     (app.on_preview(tensor, granularity, result), None)
                 }

@@ -4,14 +4,16 @@
 use crate::jobs::ScanEvent;
 use crate::quantize::{Error8, Granularity, Summary};
 use ratatui::crossterm::event as terminal;
-use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::Instant;
 
 #[derive(Debug)]
 pub enum Event {
     /// A key, mouse or resize event, with when it was read.
     Input(terminal::Event, Instant),
-    Scan(ScanEvent),
+    /// What a scan found, with the number of the scan (of the model opened so far, the first
+    /// being 0), so that a model opened in place of another ignores what the old scan still sends.
+    Scan(u64, ScanEvent),
     /// SIGTERM or SIGHUP (the SSH connection dropped): leave at once, terminal restored.
     Signal,
     /// A quantization preview of one tensor (`None`: it holds NaN or Inf).
@@ -25,8 +27,9 @@ pub enum Event {
 }
 
 /// Starts the input and signal threads and returns the channel they feed.
-pub fn start() -> (Sender<Event>, Receiver<Event>) {
-    let (sender, receiver) = channel();
+pub fn start() -> (SyncSender<Event>, Receiver<Event>) {
+    // Bounded: a scan that outpaces drawing waits rather than piling up results.
+    let (sender, receiver) = sync_channel(crate::jobs::EVENT_QUEUE);
     let input = sender.clone();
     // The threads end with the process; a send fails only once the loop has stopped listening.
     let _ = std::thread::Builder::new()
@@ -58,14 +61,14 @@ pub fn start() -> (Sender<Event>, Receiver<Event>) {
 }
 
 /// A sender for a scan's events, forwarded into the explorer's channel.
-pub fn forward_scan(sender: &Sender<Event>) -> SyncSender<ScanEvent> {
+pub fn forward_scan(sender: &SyncSender<Event>, scan: u64) -> SyncSender<ScanEvent> {
     let (scan_sender, scan_receiver) = sync_channel(crate::jobs::EVENT_QUEUE);
     let sender = sender.clone();
     let _ = std::thread::Builder::new()
         .name("stui-results".into())
         .spawn(move || {
             for event in scan_receiver {
-                if sender.send(Event::Scan(event)).is_err() {
+                if sender.send(Event::Scan(scan, event)).is_err() {
                     break;
                 }
             }
