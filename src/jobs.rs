@@ -117,8 +117,8 @@ pub struct ScanOptions {
     pub histograms: bool,
     /// Start paused (until [`Scan::set_paused`] resumes it).
     pub paused: bool,
-    /// After `Done`, keep serving [`Scan::prioritize`] requests (histograms for the explorer)
-    /// until cancelled; the scan then ends with `Cancelled`.
+    /// After `Done`, keep serving [`Scan::prioritize`] requests (statistics and histograms for
+    /// the explorer) until cancelled; the scan then ends with `Cancelled`.
     pub serve: bool,
     pub limits: Limits,
 }
@@ -176,7 +176,8 @@ impl Scan {
         self.control.paused.load(Ordering::Relaxed)
     }
 
-    /// Scans `tensor` next (again, if it was scanned already and `histogram` is asked for).
+    /// Scans `tensor` next (again, if it was scanned already and `histogram` is asked for: its
+    /// statistics are then sent again, its findings not).
     pub fn prioritize(&self, tensor: usize, histogram: bool) {
         let mut requests = self
             .control
@@ -451,30 +452,32 @@ impl Coordinator<'_> {
                 return self.fail(tensor, Code::ScanFailed, format!("internal error: {panic}"));
             }
         };
-        if !self.done[tensor] {
+        // A tensor asked for again (the explorer keeps few tensors' statistics) gets its
+        // statistics again, but its findings and its progress only once.
+        let first_time = !self.done[tensor];
+        let dtype = self.scanner.model.tensors[tensor].info.dtype.known();
+        if first_time {
             self.done[tensor] = true;
             self.scanner
                 .tracker
                 .tensors_done
                 .fetch_add(1, Ordering::Relaxed);
-            let dtype = self.scanner.model.tensors[tensor].info.dtype.known();
             if let Some(spread) =
                 Spread::of(&moments).filter(|_| dtype.is_some_and(Dtype::is_float))
             {
                 self.spreads.push((tensor, spread));
             }
-            if self
-                .events
-                .send(ScanEvent::Stats { tensor, moments })
-                .is_err()
-            {
-                return Ended::Stopped;
-            }
-            if let Some(dtype) = self.scanner.model.tensors[tensor].info.dtype.known() {
-                for finding in checks::tensor_findings(name, dtype, &moments, &self.options.limits)
-                {
-                    let _ = self.events.send(ScanEvent::Finding(finding));
-                }
+        }
+        if self
+            .events
+            .send(ScanEvent::Stats { tensor, moments })
+            .is_err()
+        {
+            return Ended::Stopped;
+        }
+        if first_time && let Some(dtype) = dtype {
+            for finding in checks::tensor_findings(name, dtype, &moments, &self.options.limits) {
+                let _ = self.events.send(ScanEvent::Finding(finding));
             }
         }
         if !histogram {

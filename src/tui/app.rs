@@ -71,13 +71,57 @@ impl QuantizeDialog {
     }
 }
 
-/// Where a tensor's statistics stand.
-#[derive(Clone, Debug, PartialEq)]
-pub enum TensorState {
+/// Where a tensor's scan stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanStatus {
     Pending,
     Scanning,
-    Done(Moments),
+    Done,
+    Failed,
+}
+
+/// What the scan found for one tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Moments(Moments),
+    /// Why the tensor could not be read.
     Failed(String),
+}
+
+/// The outcomes of the tensors scanned or shown last, at most [`Recent::KEPT`]: on a model of
+/// more tensors, one shown again is read again (the scan serves such requests first), so that the
+/// explorer's memory does not grow by a hundred bytes a tensor.
+#[derive(Debug, Default)]
+pub struct Recent {
+    outcomes: HashMap<usize, Outcome>,
+    /// Tensors in the order their outcomes came, oldest first.
+    order: std::collections::VecDeque<usize>,
+}
+
+impl Recent {
+    pub const KEPT: usize = 65_536;
+
+    pub fn get(&self, tensor: usize) -> Option<&Outcome> {
+        self.outcomes.get(&tensor)
+    }
+
+    /// Keeps `outcome`, letting go of the oldest one if full, but never that of `shown`.
+    fn insert(&mut self, tensor: usize, outcome: Outcome, shown: Option<usize>) {
+        if self.outcomes.insert(tensor, outcome).is_some() {
+            return;
+        }
+        self.order.push_back(tensor);
+        while self.outcomes.len() > Self::KEPT {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            if Some(oldest) == shown {
+                self.order.push_back(oldest);
+            } else {
+                self.outcomes.remove(&oldest);
+            }
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -201,7 +245,9 @@ pub struct App {
     pub theme: Theme,
     pub tree: LayerTree,
     pub outline: Outline,
-    pub tensors: Vec<TensorState>,
+    /// Each tensor's scan status.
+    pub status: Vec<ScanStatus>,
+    pub outcomes: Recent,
     pub histograms: HashMap<usize, Histogram>,
     pub findings: FindingList,
     /// The worst severity found on each tensor.
@@ -244,7 +290,7 @@ pub struct Identity {
 
 impl App {
     pub fn new(model: Arc<Model>, theme: Theme) -> App {
-        let tensors = vec![TensorState::Pending; model.tensors.len()];
+        let status = vec![ScanStatus::Pending; model.tensors.len()];
         let mut by_name: Vec<u32> = (0..model.tensors.len())
             .filter_map(|i| u32::try_from(i).ok())
             .collect();
@@ -259,7 +305,8 @@ impl App {
             outline: Outline::new(&tree),
             marks: vec![Marks::default(); tree.len()],
             tree,
-            tensors,
+            status,
+            outcomes: Recent::default(),
             histograms: HashMap::default(),
             findings: FindingList::default(),
             concern: vec![None; model.tensors.len()],
@@ -376,7 +423,7 @@ impl App {
     /// What the current selection needs: its statistics and histogram first.
     pub fn wanted(&self) -> Option<Effect> {
         self.selected_tensor()
-            .filter(|t| !self.histograms.contains_key(t))
+            .filter(|&t| !self.histograms.contains_key(&t) || self.outcomes.get(t).is_none())
             .map(Effect::Prioritize)
     }
 
@@ -748,13 +795,16 @@ impl App {
     pub fn on_scan(&mut self, event: ScanEvent) -> bool {
         match event {
             ScanEvent::Started { tensor } => {
-                if self.tensors[tensor] == TensorState::Pending {
-                    self.tensors[tensor] = TensorState::Scanning;
+                if self.status[tensor] == ScanStatus::Pending {
+                    self.status[tensor] = ScanStatus::Scanning;
                 }
                 self.selected_tensor() == Some(tensor)
             }
             ScanEvent::Stats { tensor, moments } => {
-                self.tensors[tensor] = TensorState::Done(moments);
+                self.status[tensor] = ScanStatus::Done;
+                let shown = self.selected_tensor();
+                self.outcomes
+                    .insert(tensor, Outcome::Moments(moments), shown);
                 true
             }
             ScanEvent::Histogram { tensor, histogram } => {
@@ -762,8 +812,15 @@ impl App {
                 self.selected_tensor() == Some(tensor)
             }
             ScanEvent::Failed { tensor, finding } => {
-                self.tensors[tensor] = TensorState::Failed(finding.message.clone());
-                self.add_finding(finding);
+                let again = self.status[tensor] == ScanStatus::Failed;
+                self.status[tensor] = ScanStatus::Failed;
+                let shown = self.selected_tensor();
+                self.outcomes
+                    .insert(tensor, Outcome::Failed(finding.message.clone()), shown);
+                // A tensor read again fails again: its finding is listed once.
+                if !again {
+                    self.add_finding(finding);
+                }
                 true
             }
             ScanEvent::Finding(finding) => {
@@ -975,5 +1032,49 @@ mod tests {
         assert_eq!(list.unlisted(Some(Severity::Info)), 6);
         assert_eq!(list.unlisted(None), 6);
         assert_eq!(list.len(None), 3 + FindingList::LISTED);
+    }
+
+    #[test]
+    fn recent_outcomes_let_go_of_the_oldest_but_never_the_one_shown() {
+        let mut recent = Recent::default();
+        let outcome = |i: usize| Outcome::Failed(i.to_string());
+        for tensor in 0..Recent::KEPT {
+            recent.insert(tensor, outcome(tensor), Some(0));
+        }
+        recent.insert(Recent::KEPT, outcome(Recent::KEPT), Some(0));
+        assert!(recent.get(0).is_some(), "the tensor shown stays");
+        assert!(recent.get(1).is_none(), "the oldest other one goes");
+        assert!(recent.get(Recent::KEPT).is_some());
+        recent.insert(5, outcome(50), Some(0));
+        assert_eq!(recent.get(5), Some(&outcome(50)), "replaced in place");
+        assert_eq!(recent.outcomes.len(), Recent::KEPT);
+    }
+
+    #[test]
+    fn a_tensor_read_again_shows_its_statistics_and_lists_its_failure_once() {
+        use crate::finding::Code;
+        let mut app = demo_app();
+        let tensor = app.tensor_named("model.norm.weight").unwrap();
+        let moments = Moments::of_f64(&[1.0, 2.0], f64::MIN_POSITIVE);
+        for _ in 0..2 {
+            app.on_scan(ScanEvent::Stats { tensor, moments });
+        }
+        assert_eq!(app.status[tensor], ScanStatus::Done);
+        assert_eq!(app.outcomes.get(tensor), Some(&Outcome::Moments(moments)));
+        let failure =
+            Finding::error(Code::DataUnreadable, "cut short").for_tensor("model.norm.weight");
+        for _ in 0..2 {
+            app.on_scan(ScanEvent::Failed {
+                tensor,
+                finding: failure.clone(),
+            });
+        }
+        let listed = app
+            .findings
+            .iter(None)
+            .filter(|f| f.code == Code::DataUnreadable)
+            .count();
+        assert_eq!(listed, 1);
+        assert_eq!(app.status[tensor], ScanStatus::Failed);
     }
 }

@@ -484,6 +484,45 @@ fn a_prioritized_tensor_is_scanned_first() {
 }
 
 #[test]
+fn a_tensor_asked_for_again_gets_its_statistics_again_and_its_findings_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = big_model(dir.path());
+    let zeros = model
+        .tensors
+        .iter()
+        .position(|t| t.name() == "d.bias")
+        .unwrap();
+    let (sender, receiver) = mpsc::sync_channel(1 << 16);
+    let scan = Scan::start(
+        Arc::clone(&model),
+        (0..model.tensors.len()).collect(),
+        ScanOptions {
+            serve: true,
+            ..ScanOptions::default()
+        },
+        sender,
+    );
+    let mut events = collect(&receiver);
+    scan.prioritize(zeros, true);
+    while let Ok(event) = receiver.recv_timeout(Duration::from_secs(60)) {
+        let histogram = matches!(event, ScanEvent::Histogram { tensor, .. } if tensor == zeros);
+        events.push(event);
+        if histogram {
+            break;
+        }
+    }
+    let stats = events
+        .iter()
+        .filter(|e| matches!(e, ScanEvent::Stats { tensor, .. } if *tensor == zeros))
+        .count();
+    let all_zero = events
+        .iter()
+        .filter(|e| matches!(e, ScanEvent::Finding(f) if f.code == Code::ValuesAllZero))
+        .count();
+    assert_eq!((stats, all_zero), (2, 1));
+}
+
+#[test]
 fn cancel_takes_effect_quickly_and_ends_with_cancelled() {
     let dir = tempfile::tempdir().unwrap();
     let model = big_model(dir.path());

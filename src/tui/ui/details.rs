@@ -4,7 +4,7 @@ use super::{block, inner};
 use crate::analysis::Moments;
 use crate::text::{Bytes, Count, Shape, escape, format_bytes};
 use crate::tree::ROOT;
-use crate::tui::app::{App, TensorState};
+use crate::tui::app::{App, Outcome, ScanStatus};
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -53,13 +53,14 @@ fn tensor_lines(app: &App, tensor: usize) -> Vec<Line<'static>> {
     if let Some(status) = app.diff.as_ref().and_then(|d| d.status[tensor].as_ref()) {
         lines.push(diff_line(app, status));
     }
-    match &app.tensors[tensor] {
-        TensorState::Pending => lines.push(Line::styled("statistics pending", theme.dim)),
-        TensorState::Scanning => lines.push(Line::styled("scanning…", theme.dim)),
-        TensorState::Failed(why) => {
+    match (app.outcomes.get(tensor), app.status[tensor]) {
+        (Some(Outcome::Moments(m)), _) => lines.extend(stats_lines(app, m)),
+        (Some(Outcome::Failed(why)), _) => {
             lines.push(Line::styled(format!("not scanned: {why}"), theme.error));
         }
-        TensorState::Done(m) => lines.extend(stats_lines(app, m)),
+        (None, ScanStatus::Scanning) => lines.push(Line::styled("scanning…", theme.dim)),
+        // Pending, or scanned and let go of on a large model: it is being read (again).
+        (None, _) => lines.push(Line::styled("statistics pending", theme.dim)),
     }
     lines
 }

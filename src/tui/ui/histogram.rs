@@ -14,12 +14,14 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         "count"
     };
     let histogram = app.selected_tensor().and_then(|t| app.histograms.get(&t));
-    let specials = app.selected_tensor().and_then(|t| match &app.tensors[t] {
-        crate::tui::app::TensorState::Done(m) => {
-            Some(format!(" · NaN {} · ±Inf {}", m.nan, m.pos_inf + m.neg_inf))
-        }
-        _ => None,
-    });
+    let specials = app
+        .selected_tensor()
+        .and_then(|t| match app.outcomes.get(t) {
+            Some(crate::tui::app::Outcome::Moments(m)) => {
+                Some(format!(" · NaN {} · ±Inf {}", m.nan, m.pos_inf + m.neg_inf))
+            }
+            _ => None,
+        });
     let title = format!("histogram · {scale}{}", specials.unwrap_or_default());
     frame.render_widget(block(&title, false, app), area);
     let inside = inner(area);
