@@ -141,17 +141,19 @@ struct Control {
 }
 
 impl Scan {
-    /// Starts scanning `tensors` (indices into `model.tensors`) and returns at once.
+    /// Starts scanning `tensors` (indices into `model.tensors`; a range takes no memory) and
+    /// returns at once.
     ///
     /// `events` is a bounded channel (of [`EVENT_QUEUE`] events, say): a reader that falls
     /// behind holds the workers back rather than letting a million results pile up in the
     /// channel. A reader that stops reading before `Done` or `Cancelled` must drop its receiver.
     pub fn start(
         model: Arc<Model>,
-        tensors: Vec<usize>,
+        tensors: impl IntoIterator<Item = usize, IntoIter: Send + 'static>,
         options: ScanOptions,
         events: SyncSender<ScanEvent>,
     ) -> Scan {
+        let tensors = tensors.into_iter();
         let control = Arc::new(Control::default());
         control.paused.store(options.paused, Ordering::Relaxed);
         let worker_control = Arc::clone(&control);
@@ -249,7 +251,7 @@ enum Stop {
 
 fn coordinate(
     model: &Model,
-    tensors: Vec<usize>,
+    tensors: impl Iterator<Item = usize>,
     options: &ScanOptions,
     control: &Control,
     events: &SyncSender<ScanEvent>,
@@ -259,30 +261,36 @@ fn coordinate(
         .iter()
         .map(|s| File::open(&s.path).ok())
         .collect();
-    let (scannable, skipped): (Vec<usize>, Vec<usize>) = tensors
-        .into_iter()
-        .partition(|&t| scannable(model, &model.tensors[t]));
-    for tensor in skipped {
-        let finding = Finding::info(
-            Code::DataUnreadable,
-            "not scanned: its entry is invalid (see the format findings)",
-        )
-        .for_tensor(model.tensors[tensor].name());
-        let _ = events.send(ScanEvent::Failed { tensor, finding });
+    // Tensor indices as `u32` (a header of 100 MB holds far fewer): the queue of a
+    // million-tensor model is counted against the memory bound.
+    let mut queue: VecDeque<u32> = VecDeque::with_capacity(tensors.size_hint().0);
+    let mut scannable_set = vec![false; model.tensors.len()];
+    for tensor in tensors {
+        if !scannable(model, &model.tensors[tensor]) {
+            let finding = Finding::info(
+                Code::DataUnreadable,
+                "not scanned: its entry is invalid (see the format findings)",
+            )
+            .for_tensor(model.tensors[tensor].name());
+            let _ = events.send(ScanEvent::Failed { tensor, finding });
+        } else if let Ok(index) = u32::try_from(tensor) {
+            scannable_set[tensor] = true;
+            queue.push_back(index);
+        }
     }
-    let mut queue: VecDeque<usize> = scannable.iter().copied().collect();
-    queue
-        .make_contiguous()
-        .sort_by_key(|&t| (model.tensors[t].shard, model.tensors[t].info.data_offsets));
+    queue.make_contiguous().sort_by_key(|&t| {
+        let info = &model.tensors[t as usize];
+        (info.shard, info.info.data_offsets)
+    });
     let passes = if options.histograms { 2 } else { 1 };
     let tracker = Tracker {
         bytes_done: AtomicU64::new(0),
-        bytes_total: scannable
+        bytes_total: queue
             .iter()
-            .map(|&t| model.tensors[t].info.byte_len())
+            .map(|&t| model.tensors[t as usize].info.byte_len())
             .sum::<u64>()
             * passes,
-        tensors_total: scannable.len(),
+        tensors_total: queue.len(),
         tensors_done: AtomicU64::new(0),
         started: Instant::now(),
         last_report: Mutex::new(Instant::now()),
@@ -307,13 +315,7 @@ fn coordinate(
         pool,
         options,
         events,
-        scannable: {
-            let mut set = vec![false; model.tensors.len()];
-            for &t in &scannable {
-                set[t] = true;
-            }
-            set
-        },
+        scannable: scannable_set,
         done: vec![false; model.tensors.len()],
         spreads: Vec::new(),
     };
@@ -349,7 +351,7 @@ struct Coordinator<'a> {
 
 impl Coordinator<'_> {
     /// Scans until the queue is empty (`Finished`), or the scan is cancelled or nobody listens.
-    fn run(&mut self, queue: &mut VecDeque<usize>) -> Ended {
+    fn run(&mut self, queue: &mut VecDeque<u32>) -> Ended {
         let control = self.scanner.control;
         loop {
             while control.paused.load(Ordering::Relaxed)
@@ -380,7 +382,7 @@ impl Coordinator<'_> {
 
     /// The next tensors to scan: a prioritized one alone, or small tensors in file order up to a
     /// few megabytes, or one large tensor. `None` when nothing is left; empty to look again.
-    fn next_batch(&self, queue: &mut VecDeque<usize>) -> Option<Vec<(usize, bool)>> {
+    fn next_batch(&self, queue: &mut VecDeque<u32>) -> Option<Vec<(usize, bool)>> {
         let control = self.scanner.control;
         let request = control
             .requests
@@ -398,6 +400,7 @@ impl Coordinator<'_> {
         let mut batch = Vec::new();
         let mut bytes = 0;
         while let Some(&tensor) = queue.front() {
+            let tensor = tensor as usize;
             if self.done[tensor] {
                 queue.pop_front();
                 continue;

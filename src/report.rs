@@ -235,7 +235,7 @@ impl Inspect<'_> {
                 files: files_json(model),
                 valid: model.is_valid(),
                 filter: self.filter,
-                tensor_count: totals.tensors,
+                tensor_count: u64::from(totals.tensors),
                 parameters: totals.parameters,
                 total_bytes: totals.bytes,
                 file_bytes: model.file_bytes(),
@@ -397,7 +397,10 @@ impl Row {
                 } else {
                     set_label(dtypes).len()
                 };
-                (dtype, digits(node.totals.tensors) + " tensors".len())
+                (
+                    dtype,
+                    digits(u64::from(node.totals.tensors)) + " tensors".len(),
+                )
             }
         });
     }

@@ -44,7 +44,8 @@ pub struct Node {
 /// What a node and everything below it hold.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {
-    pub tensors: u64,
+    /// 32 bits, to keep a node small: no model has 4 billion tensors.
+    pub tensors: u32,
     pub parameters: u64,
     pub bytes: u64,
     pub dtypes: DtypeSet,
@@ -107,7 +108,7 @@ impl Node {
 
 impl Totals {
     fn add(&mut self, other: &Totals) {
-        self.tensors += other.tensors;
+        self.tensors = self.tensors.saturating_add(other.tensors);
         self.parameters = self.parameters.saturating_add(other.parameters);
         self.bytes = self.bytes.saturating_add(other.bytes);
         self.dtypes.0 |= other.dtypes.0;
@@ -137,7 +138,9 @@ impl LayerTree {
         };
         // Typical names add one or two nodes each beyond the prefix they share.
         let expected_nodes = tensors.len() + tensors.len() / 2 + 1;
-        let mut nodes: Vec<Node> = Vec::with_capacity(expected_nodes);
+        // At least a node a tensor; more reserved a quarter at a time rather than doubled, as a
+        // tree of a million nodes is measured against a memory bound.
+        let mut nodes: Vec<Node> = Vec::with_capacity(tensors.len() + 2);
         nodes.push(new_node(NONE, 0));
         let mut tensor_nodes = vec![ROOT; tensors.len()];
         let mut index = ChildIndex::new(expected_nodes);
@@ -181,6 +184,9 @@ impl LayerTree {
                     } else {
                         created = true;
                         let id = to_u32(nodes.len());
+                        if nodes.len() == nodes.capacity() {
+                            nodes.reserve_exact(nodes.len() / 4);
+                        }
                         nodes.push(new_node(node, to_u32(segments.len())));
                         segments.push_str(segment);
                         index.insert(&nodes, &segments, id);
@@ -194,6 +200,9 @@ impl LayerTree {
             tensor_nodes[position] = node;
         }
         drop(index);
+        // Reserved for one and a half nodes a tensor, which a flat model does not use.
+        nodes.shrink_to_fit();
+        segments.shrink_to_fit();
         let children = pack_children(&mut nodes, &segments);
         // Children are created after their parents, so one backward pass sums every subtree.
         for id in (0..nodes.len()).rev() {
@@ -259,6 +268,23 @@ impl LayerTree {
     pub fn ancestors(&self, id: NodeId) -> impl Iterator<Item = NodeId> + '_ {
         std::iter::successors(self.node(id).parent(), |&p| self.node(p).parent())
             .filter(|&p| p != ROOT)
+    }
+
+    /// How many groups the node is below: 0 at the top level.
+    pub fn depth(&self, id: NodeId) -> usize {
+        self.ancestors(id).count()
+    }
+
+    /// The node named by the dotted path `name`, each part found among its parent's children
+    /// (which are in natural order) by bisection.
+    pub fn find(&self, name: &str) -> Option<NodeId> {
+        name.split('.').try_fold(ROOT, |node, part| {
+            let children = self.children(node);
+            children
+                .binary_search_by(|&child| natural_cmp(self.segment(child), part))
+                .ok()
+                .map(|at| children[at])
+        })
     }
 
     /// The dotted path from the root to the node.
@@ -666,6 +692,8 @@ mod tests {
             for (position, name) in names.iter().enumerate() {
                 let node = tree.node_of_tensor(position).unwrap();
                 proptest::prop_assert_eq!(&tree.path(node), name);
+                proptest::prop_assert_eq!(tree.find(name), Some(node));
+                proptest::prop_assert_eq!(tree.depth(node), name.matches('.').count());
             }
             let mut prefixes = std::collections::HashSet::new();
             for name in &names {
@@ -686,7 +714,7 @@ mod tests {
             }
             // A repeated name (one in two shards) is one node, holding one of them.
             let distinct: std::collections::HashSet<&String> = names.iter().collect();
-            proptest::prop_assert_eq!(tree.root().totals.tensors, distinct.len() as u64);
+            proptest::prop_assert_eq!(tree.root().totals.tensors as usize, distinct.len());
         }
     }
 }

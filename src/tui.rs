@@ -120,7 +120,7 @@ impl Session {
         scan_number: u64,
     ) -> Session {
         let app = App::new(Arc::clone(&model), Theme::new(options.color));
-        let everything = (0..model.tensors.len()).collect();
+        let everything = 0..model.tensors.len();
         let scan_options = ScanOptions {
             serve: true,
             ..ScanOptions::default()

@@ -99,7 +99,7 @@ pub struct Recent {
 }
 
 impl Recent {
-    pub const KEPT: usize = 65_536;
+    pub const KEPT: usize = 4_096;
 
     pub fn get(&self, tensor: usize) -> Option<&Outcome> {
         self.outcomes.get(&tensor)
@@ -151,12 +151,16 @@ pub enum ScanState {
     Cancelled,
 }
 
-/// How many tensors below a node have errors (NaN, Inf, unreadable, ...) and warnings, and,
-/// with `--diff`, how many changed or are only in this model.
+/// How many tensors below a node have errors (NaN, Inf, unreadable, ...) and warnings.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Marks {
     pub errors: u32,
     pub warnings: u32,
+}
+
+/// With `--diff`: how many tensors below a node changed or are only in this model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiffMarks {
     pub changed: u32,
     pub only_here: u32,
 }
@@ -233,6 +237,8 @@ impl FindingList {
 pub struct DiffView {
     /// Each tensor's status, by tensor index.
     pub status: Vec<Option<crate::diff::Status>>,
+    /// Marks of each node of the tree (kept apart from [`Marks`], which every model has).
+    pub marks: Vec<DiffMarks>,
     pub changed: usize,
     pub only_here: usize,
     pub only_there: usize,
@@ -254,9 +260,6 @@ pub struct App {
     concern: Vec<Option<Severity>>,
     /// Marks of each node of `tree`.
     pub marks: Vec<Marks>,
-    /// Tensor indices sorted by name, for finding a tensor by the name a finding gives (a
-    /// map of owned names would double the names' memory on a large model).
-    by_name: Vec<u32>,
     pub focus: Focus,
     pub popup: Option<Popup>,
     pub quantize: Option<QuantizeDialog>,
@@ -291,14 +294,6 @@ pub struct Identity {
 impl App {
     pub fn new(model: Arc<Model>, theme: Theme) -> App {
         let status = vec![ScanStatus::Pending; model.tensors.len()];
-        let mut by_name: Vec<u32> = (0..model.tensors.len())
-            .filter_map(|i| u32::try_from(i).ok())
-            .collect();
-        by_name.sort_by(|&a, &b| {
-            model.tensors[a as usize]
-                .name()
-                .cmp(model.tensors[b as usize].name())
-        });
         let tree = LayerTree::build(&model.tensors, |_| true);
         let mut app = App {
             theme,
@@ -310,7 +305,6 @@ impl App {
             histograms: HashMap::default(),
             findings: FindingList::default(),
             concern: vec![None; model.tensors.len()],
-            by_name,
             focus: Focus::Tree,
             popup: None,
             quantize: None,
@@ -335,14 +329,12 @@ impl App {
         app
     }
 
-    /// The tensor called `name` (the last of that name, should a sharded model repeat it).
+    /// The tensor called `name` (the last of that name, should a sharded model repeat it),
+    /// found through the tree: no index of names is kept beside it.
     fn tensor_named(&self, name: &str) -> Option<usize> {
-        let tensors = &self.model.tensors;
-        let after = self
-            .by_name
-            .partition_point(|&i| tensors[i as usize].name() <= name);
-        let last = *self.by_name.get(after.checked_sub(1)?)? as usize;
-        (tensors[last].name() == name).then_some(last)
+        self.tree
+            .find(name)
+            .and_then(|node| self.tree.node(node).tensor())
     }
 
     /// The keymap context the app is in.
@@ -868,6 +860,7 @@ impl App {
         use crate::diff::Status;
         let mut view = DiffView {
             status: vec![None; self.model.tensors.len()],
+            marks: vec![DiffMarks::default(); self.tree.len()],
             metadata: diff.metadata.len(),
             ..DiffView::default()
         };
@@ -890,7 +883,7 @@ impl App {
                     .chain(self.tree.ancestors(node))
                     .chain(std::iter::once(ROOT))
                 {
-                    let marks = &mut self.marks[id as usize];
+                    let marks = &mut view.marks[id as usize];
                     marks.changed += u32::from(changed);
                     marks.only_here += u32::from(removed);
                 }
@@ -986,7 +979,7 @@ mod tests {
             app.outline
                 .rows()
                 .iter()
-                .filter(|&&(n, _)| app.tree.node(n).tensor().is_some())
+                .filter(|&&n| app.tree.node(n).tensor().is_some())
                 .count()
         };
         assert_eq!(shown(&app), 4);

@@ -12,8 +12,8 @@ pub struct Outline {
     open: Vec<bool>,
     /// Nodes that pass the filter: a tensor below matches. All of them without a filter.
     shown: Vec<bool>,
-    /// The visible rows, top to bottom: node and depth.
-    rows: Vec<(NodeId, u16)>,
+    /// The visible rows' nodes, top to bottom (their depth is worked out for the rows drawn).
+    rows: Vec<NodeId>,
     selected: usize,
     offset: usize,
     /// Which groups were open before a filter opened the ones it shows.
@@ -36,7 +36,7 @@ impl Outline {
         outline
     }
 
-    pub fn rows(&self) -> &[(NodeId, u16)] {
+    pub fn rows(&self) -> &[NodeId] {
         &self.rows
     }
 
@@ -49,7 +49,7 @@ impl Outline {
     }
 
     pub fn selected_node(&self) -> Option<NodeId> {
-        self.rows.get(self.selected).map(|&(node, _)| node)
+        self.rows.get(self.selected).copied()
     }
 
     pub fn is_open(&self, node: NodeId) -> bool {
@@ -60,19 +60,18 @@ impl Outline {
     fn rebuild(&mut self, tree: &LayerTree) {
         let keep = self.selected_node();
         self.rows.clear();
-        let mut stack: Vec<(NodeId, u16)> =
-            tree.children(ROOT).iter().rev().map(|&c| (c, 0)).collect();
-        while let Some((node, depth)) = stack.pop() {
+        let mut stack: Vec<NodeId> = tree.children(ROOT).iter().rev().copied().collect();
+        while let Some(node) = stack.pop() {
             if !self.shown[node as usize] {
                 continue;
             }
-            self.rows.push((node, depth));
+            self.rows.push(node);
             if self.open[node as usize] {
-                stack.extend(tree.children(node).iter().rev().map(|&c| (c, depth + 1)));
+                stack.extend(tree.children(node).iter().rev());
             }
         }
         self.selected = keep
-            .and_then(|node| self.rows.iter().position(|&(n, _)| n == node))
+            .and_then(|node| self.rows.iter().position(|&n| n == node))
             .unwrap_or(0);
     }
 
@@ -116,7 +115,7 @@ impl Outline {
         if changed {
             self.rebuild(tree);
         }
-        match self.rows.iter().position(|&(n, _)| n == node) {
+        match self.rows.iter().position(|&n| n == node) {
             Some(row) => {
                 self.selected = row;
                 true
@@ -227,7 +226,7 @@ mod tests {
         outline
             .rows()
             .iter()
-            .map(|&(n, d)| format!("{}{}", "  ".repeat(d as usize), tree.segment(n)))
+            .map(|&n| format!("{}{}", "  ".repeat(tree.depth(n)), tree.segment(n)))
             .collect()
     }
 

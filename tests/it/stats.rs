@@ -495,7 +495,7 @@ fn a_tensor_asked_for_again_gets_its_statistics_again_and_its_findings_once() {
     let (sender, receiver) = mpsc::sync_channel(1 << 16);
     let scan = Scan::start(
         Arc::clone(&model),
-        (0..model.tensors.len()).collect(),
+        0..model.tensors.len(),
         ScanOptions {
             serve: true,
             ..ScanOptions::default()

@@ -253,9 +253,9 @@ fn a_diff_marks_changed_tensors_up_the_tree() {
     let progress = std::sync::atomic::AtomicU64::new(0);
     let diff = stui::diff::diff(&app.model, &other, &progress);
     assert!(app.on_diff(&diff));
-    let root = app.marks[stui::tree::ROOT as usize];
-    assert_eq!((root.changed, root.only_here), (1, 1));
     let view = app.diff.as_ref().unwrap();
+    let root = view.marks[stui::tree::ROOT as usize];
+    assert_eq!((root.changed, root.only_here), (1, 1));
     assert_eq!((view.changed, view.only_here, view.only_there), (1, 1, 0));
     app.update(Action::ExpandAll);
     let wanted = "model.layers.1.self_attn.q_proj.weight";
@@ -279,7 +279,7 @@ fn a_file_truncated_during_the_scan_shows_findings_and_marks_not_a_crash() {
     let model = Arc::new(Model::open(&path).unwrap());
     let mut app = App::new(Arc::clone(&model), Theme::new(false));
     let (sender, receiver) = std::sync::mpsc::sync_channel(1 << 16);
-    let everything = (0..model.tensors.len()).collect();
+    let everything = 0..model.tensors.len();
     let options = stui::jobs::ScanOptions {
         paused: true,
         ..stui::jobs::ScanOptions::default()

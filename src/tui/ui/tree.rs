@@ -28,8 +28,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &mut App) {
         .iter()
         .take(height)
         .enumerate()
-        .map(|(i, &(node, depth))| {
-            let mut line = row_line(app, node, depth, width);
+        .map(|(i, &node)| {
+            let mut line = row_line(app, node, app.tree.depth(node), width);
             if first + i == selected {
                 line = line.style(app.theme.selected);
             }
@@ -41,7 +41,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &mut App) {
 
 /// One row: guides, open/closed symbol, marks, name, then shape (or tensor count) and dtype, and
 /// the size right-aligned when the width allows.
-fn row_line(app: &App, id: NodeId, depth: u16, width: usize) -> Line<'static> {
+fn row_line(app: &App, id: NodeId, depth: usize, width: usize) -> Line<'static> {
     let theme = &app.theme;
     let tree = &app.tree;
     let node = tree.node(id);
@@ -51,21 +51,24 @@ fn row_line(app: &App, id: NodeId, depth: u16, width: usize) -> Line<'static> {
         (false, true) => "▾ ",
         (false, false) => "▸ ",
     };
-    let mut spans = vec![Span::raw(format!(
-        "{}{symbol}",
-        "  ".repeat(usize::from(depth))
-    ))];
+    let mut spans = vec![Span::raw(format!("{}{symbol}", "  ".repeat(depth)))];
     let marks = app.marks.get(id as usize).copied().unwrap_or_default();
     if marks.errors > 0 {
         spans.push(Span::styled(format!("✖{} ", marks.errors), theme.error));
     } else if marks.warnings > 0 {
         spans.push(Span::styled(format!("⚠{} ", marks.warnings), theme.warning));
     }
-    if marks.changed > 0 {
-        spans.push(Span::styled(format!("Δ{} ", marks.changed), theme.key));
+    let diff = app
+        .diff
+        .as_ref()
+        .and_then(|diff| diff.marks.get(id as usize))
+        .copied()
+        .unwrap_or_default();
+    if diff.changed > 0 {
+        spans.push(Span::styled(format!("Δ{} ", diff.changed), theme.key));
     }
-    if marks.only_here > 0 {
-        spans.push(Span::styled(format!("−{} ", marks.only_here), theme.dim));
+    if diff.only_here > 0 {
+        spans.push(Span::styled(format!("−{} ", diff.only_here), theme.dim));
     }
     let segment = escape(tree.segment(id)).into_owned();
     let needle = app.search.to_lowercase();
