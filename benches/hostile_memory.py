@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Memory and time of the headless commands on hostile input: hostile_memory.py STUI [DIR]
+"""Memory and time of stui on hostile input: hostile_memory.py STUI [DIR]
 
 Writes the hostile set (about 300 MB) into DIR (a temporary folder, removed after, by default),
 runs `STUI check`, `STUI inspect`, `STUI inspect --json`, `STUI stats` and `STUI stats --json`
-on each file (output discarded), and prints a table of peak resident memory (from
-wait4), wall time and exit code against the bound: twice the header bytes the file really holds
+on each file (output discarded), and the explorer in an 80x24 tmux pane until its scan is done
+(when tmux is installed), and prints a table of peak resident memory (from wait4), wall time
+(of the slowest headless command) and exit codes against the bound: twice the header bytes the file really holds
 plus 64 MiB. Exits 1 if any run goes over its bound, is killed by a signal, or exits with a code
 other than 0, 1 or 2; so CI can run it. Time per header MiB shows that time stays linear: the
 100,000- and 1,000,000-tensor headers should take about the same for the header commands (the
@@ -13,6 +14,8 @@ for the million tensors).
 """
 import json
 import os
+import shlex
+import shutil
 import struct
 import subprocess
 import sys
@@ -101,9 +104,44 @@ def measure(argv):
     return time.monotonic() - start, usage.ru_maxrss * 1024, status
 
 
+def explore(stui, path):
+    """Like `measure`, for the explorer: run in a detached tmux pane until its scan is done (or
+    it has left), then quit with `q`."""
+    with tempfile.TemporaryDirectory(prefix="stui-explore-") as folder:
+        result = os.path.join(folder, "result")
+        session = f"stui-hostile-{os.getpid()}"
+        wrapper = shlex.join([sys.executable, __file__, "--peak", result, stui, path])
+        start = time.monotonic()
+        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24",
+                        wrapper], check=True)
+        quit_sent = False
+        while not os.path.exists(result) and time.monotonic() - start < 120:
+            pane = subprocess.run(["tmux", "capture-pane", "-t", session, "-p"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            if not quit_sent and ("scan done" in pane.stdout or "cannot be read" in pane.stdout):
+                subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=False)
+                quit_sent = True
+            time.sleep(0.2)
+        subprocess.run(["tmux", "kill-session", "-t", session], stderr=subprocess.DEVNULL,
+                       check=False)
+        if not os.path.exists(result):
+            return time.monotonic() - start, 0, 9  # as if killed: it did not finish
+        with open(result) as written:
+            peak, status = (int(word) for word in written.read().split())
+        return time.monotonic() - start, peak, status
+
+
 def main(args):
     if args[:1] == ["--build"]:
         json.dump(build(args[1]), sys.stdout)
+        return 0
+    if args[:1] == ["--peak"]:
+        # Inside the tmux pane: run the explorer on this terminal and note its peak and status.
+        pid = os.posix_spawn(args[2], args[2:], os.environ)
+        _, status, usage = os.wait4(pid, 0)
+        with open(args[1] + ".part", "w") as out:
+            out.write(f"{usage.ru_maxrss * 1024} {status}")
+        os.rename(args[1] + ".part", args[1])
         return 0
     if not args:
         print(__doc__)
@@ -120,20 +158,26 @@ def main(args):
                            stdout=subprocess.PIPE)
     cases = json.loads(built.stdout)
     failed = False
-    names = " | ".join(f"`{' '.join(c)}` MiB" for c in COMMANDS)
+    # (column, run, whether its time counts: the explorer's includes waiting on tmux)
+    runs = [(f"`{' '.join(c)}` MiB", lambda path, c=c: measure([stui, *c, path]), True)
+            for c in COMMANDS]
+    if shutil.which("tmux"):
+        runs.append(("explorer MiB", lambda path: explore(stui, path), False))
+    names = " | ".join(name for name, _, _ in runs)
     print(f"| input | bound MiB | {names} | slowest s | s per header MiB | exit codes |")
-    print("| --- " * (len(COMMANDS) + 5) + "|")
+    print("| --- " * (len(runs) + 5) + "|")
     for label, path, header in cases:
         bound = 2 * header + 64 * MIB
         peaks, slowest, codes = [], 0.0, []
-        for command in COMMANDS:
-            seconds, peak, status = measure([stui, *command, path])
+        for _, run, timed in runs:
+            seconds, peak, status = run(path)
             code = os.waitstatus_to_exitcode(status)
             ok = peak <= bound and code in (0, 1, 2)
             failed |= not ok
             mark = "" if ok else " **over**" if code in (0, 1, 2) else f" **signal {-code}**"
             peaks.append(f"{peak / MIB:.1f}{mark}")
-            slowest = max(slowest, seconds)
+            if timed:
+                slowest = max(slowest, seconds)
             codes.append(str(code))
         per_mib = f"{slowest / (header / MIB):.3f}" if header >= MIB else "-"
         print(f"| {label} | {bound / MIB:.1f} | {' | '.join(peaks)} | {slowest:.2f} | {per_mib} | "
