@@ -192,6 +192,25 @@ fn findings_enter_jumps_to_the_tensor() {
 }
 
 #[test]
+fn a_flood_of_findings_is_listed_up_to_a_bound_and_says_what_it_leaves_out() {
+    use stui::finding::{Code, Finding};
+    use stui::tui::app::FindingList;
+    let mut app = demo(false);
+    let flood = FindingList::LISTED + 25;
+    for i in 0..flood {
+        let finding = Finding::info(Code::TensorOrder, format!("finding {i}"));
+        app.on_scan(ScanEvent::Finding(finding));
+    }
+    let text = screen(&mut app, 80, 24);
+    assert!(text.contains("10025 (all, 10000 listed)"), "{text}");
+    app.update(Action::FocusNext);
+    app.update(Action::Last);
+    let text = screen(&mut app, 80, 24);
+    assert!(text.contains("finding 9999"), "{text}");
+    assert!(text.contains("25 more not listed"), "{text}");
+}
+
+#[test]
 fn the_quantize_dialog_previews_saves_and_reports() {
     use stui::quantize::Granularity;
     use stui::tui::app::{Effect, Stage};

@@ -31,8 +31,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     // Only the lines on screen are made: the list may hold tens of thousands.
     let rows = usize::from(inner(area).height).max(1);
     let selected = app.finding_selected.min(listed.saturating_sub(1));
+    // With the last finding selected, room is kept below it for the line on those left out.
+    let below = usize::from(unlisted > 0 && selected + 1 == listed);
     let first = if focused {
-        selected.saturating_sub(rows - 1)
+        selected.saturating_sub(rows.saturating_sub(1 + below))
     } else {
         0
     };
