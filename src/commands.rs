@@ -164,14 +164,12 @@ fn check<W: Write>(args: &CheckArgs, out: &mut W) -> Result<Outcome, Failure> {
 fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
     let model = Arc::new(open(&args.path)?);
     let needle = args.filter.as_deref().map(str::to_lowercase);
-    // The tree only orders and filters: gone before the results come in.
-    let chosen: Vec<usize> = LayerTree::build(&model.tensors, |tensor| {
+    // In the tree's order, without building it.
+    let chosen = crate::tree::display_order(&model.tensors, |tensor| {
         needle
             .as_deref()
             .is_none_or(|needle| crate::text::contains_ignore_case(tensor.name(), needle))
-    })
-    .tensors_below(crate::tree::ROOT)
-    .collect();
+    });
     let options = ScanOptions {
         threads: args.threads.map(usize::from),
         histograms: args.json,

@@ -874,7 +874,7 @@ pub struct StatsWriter {
 }
 
 /// Bytes of output a spool keeps in memory before it moves to a temporary file.
-const SPOOL_IN_MEMORY: usize = 8 << 20;
+const SPOOL_IN_MEMORY: usize = 1 << 20;
 
 /// Rendered rows or findings, counted.
 #[derive(Debug)]
