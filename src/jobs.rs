@@ -555,9 +555,9 @@ impl Coordinator<'_> {
             .spreads
             .iter()
             .map(|&(t, spread)| (model.tensors[t].name(), spread));
-        for finding in checks::layer_outliers(spreads, &self.options.limits) {
+        checks::layer_outliers(spreads, &self.options.limits, |finding| {
             let _ = self.events.send(ScanEvent::Finding(finding));
-        }
+        });
         let _ = self
             .events
             .send(ScanEvent::Done(self.scanner.tracker.progress()));

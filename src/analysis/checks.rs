@@ -116,12 +116,14 @@ pub fn layer_pattern(name: &str) -> Option<String> {
     numbered.then(|| pattern.join("."))
 }
 
-/// Tensors whose std or absmax is far from the median of the same tensor in the other layers.
+/// Tensors whose std or absmax is far from the median of the same tensor in the other layers,
+/// each handed to `emit` as it is found (a hostile model can have a million).
 /// `tensors` holds each float tensor's name and statistics.
 pub fn layer_outliers<'a>(
     tensors: impl IntoIterator<Item = (&'a str, Spread)>,
     limits: &Limits,
-) -> Vec<Finding> {
+    mut emit: impl FnMut(Finding),
+) {
     let mut groups: BTreeMap<String, Vec<(&str, f64, f64)>> = BTreeMap::new();
     for (name, spread) in tensors {
         if let Some(pattern) = layer_pattern(name) {
@@ -131,7 +133,6 @@ pub fn layer_outliers<'a>(
                 .push((name, spread.std, spread.absmax));
         }
     }
-    let mut findings = Vec::new();
     for (pattern, members) in groups {
         if members.len() < 3 {
             continue;
@@ -148,7 +149,7 @@ pub fn layer_outliers<'a>(
             {
                 let ratio = if median > 0.0 { value / median } else { 1.0 };
                 if ratio > limits.outlier_ratio || ratio < 1.0 / limits.outlier_ratio {
-                    findings.push(
+                    emit(
                         Finding::warning(
                             Code::LayerOutlier,
                             format!(
@@ -163,7 +164,6 @@ pub fn layer_outliers<'a>(
             }
         }
     }
-    findings
 }
 
 #[cfg(test)]
@@ -218,7 +218,8 @@ mod tests {
                 (n.as_str(), Spread::of(moments).unwrap())
             })
             .collect();
-        let findings = layer_outliers(tensors, &Limits::default());
+        let mut findings = Vec::new();
+        layer_outliers(tensors, &Limits::default(), |f| findings.push(f));
         assert_eq!(findings.len(), 1);
         assert_eq!(findings[0].tensor.as_deref(), Some("layers.3.w"));
     }
