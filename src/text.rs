@@ -158,11 +158,7 @@ impl fmt::Display for Shape<'_> {
 pub fn natural_cmp(a: &str, b: &str) -> Ordering {
     let (a_bytes, b_bytes) = (a.as_bytes(), b.as_bytes());
     // Names share long prefixes; skip the common part, backing up into a digit run it ends in.
-    let mut start = a_bytes
-        .iter()
-        .zip(b_bytes)
-        .take_while(|(x, y)| x == y)
-        .count();
+    let mut start = common_prefix_len(a_bytes, b_bytes);
     while start > 0 && a_bytes[start - 1].is_ascii_digit() {
         start -= 1;
     }
@@ -194,6 +190,23 @@ pub fn natural_cmp(a: &str, b: &str) -> Ordering {
             }
         }
     }
+}
+
+/// How many leading bytes `a` and `b` share.
+pub fn common_prefix_len(a: &[u8], b: &[u8]) -> usize {
+    const WORD: usize = 16;
+    let shared = a
+        .chunks_exact(WORD)
+        .zip(b.chunks_exact(WORD))
+        .take_while(|(x, y)| x == y)
+        .count()
+        * WORD;
+    shared
+        + a[shared..]
+            .iter()
+            .zip(&b[shared..])
+            .take_while(|(x, y)| x == y)
+            .count()
 }
 
 fn split_digits(bytes: &[u8]) -> (&[u8], &[u8]) {

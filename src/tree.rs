@@ -2,7 +2,7 @@
 //! Plain data: the TUI and the text reports each draw it their own way.
 
 use crate::format::{Dtype, Tensor};
-use crate::text::natural_cmp;
+use crate::text::{common_prefix_len, natural_cmp};
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
 use std::ops::Range;
@@ -485,23 +485,6 @@ impl ChildIndex {
         self.table = Some(table);
         self.last_child = Vec::new();
     }
-}
-
-/// How many leading bytes `a` and `b` share.
-fn common_prefix_len(a: &[u8], b: &[u8]) -> usize {
-    const WORD: usize = 16;
-    let shared = a
-        .chunks_exact(WORD)
-        .zip(b.chunks_exact(WORD))
-        .take_while(|(x, y)| x == y)
-        .count()
-        * WORD;
-    shared
-        + a[shared..]
-            .iter()
-            .zip(&b[shared..])
-            .take_while(|(x, y)| x == y)
-            .count()
 }
 
 /// Every node's children, packed run after run in node order and each run in natural order
