@@ -317,7 +317,7 @@ fn coordinate(
         events,
         scannable: scannable_set,
         done: vec![false; model.tensors.len()],
-        spreads: Vec::new(),
+        spreads: vec![Spread::NONE; model.tensors.len()],
     };
     let ended = coordinator.run(&mut queue);
     if ended == Ended::Finished {
@@ -345,8 +345,10 @@ struct Coordinator<'a> {
     events: &'a SyncSender<ScanEvent>,
     scannable: Vec<bool>,
     done: Vec<bool>,
-    /// The spread of each float tensor scanned, for the checks that compare layers at the end.
-    spreads: Vec<(usize, Spread)>,
+    /// The spread of each float tensor scanned, by tensor, for the checks that compare layers at
+    /// the end; [`Spread::NONE`] for the others. Made once at its full size (16 bytes a tensor, no
+    /// `Option` tag) rather than grown by doubling, as a model can have a million tensors.
+    spreads: Vec<Spread>,
 }
 
 impl Coordinator<'_> {
@@ -468,7 +470,7 @@ impl Coordinator<'_> {
             if let Some(spread) =
                 Spread::of(&moments).filter(|_| dtype.is_some_and(Dtype::is_float))
             {
-                self.spreads.push((tensor, spread));
+                self.spreads[tensor] = spread;
             }
         }
         if self
@@ -551,13 +553,19 @@ impl Coordinator<'_> {
     /// The findings that need every tensor, then `Done`.
     fn finish(&self) {
         let model = self.scanner.model;
-        let spreads = self
-            .spreads
-            .iter()
-            .map(|&(t, spread)| (model.tensors[t].name(), spread));
-        checks::layer_outliers(spreads, &self.options.limits, |finding| {
-            let _ = self.events.send(ScanEvent::Finding(finding));
-        });
+        let spreads = &self.spreads;
+        let scanned = (0..spreads.len())
+            .filter(|&t| !spreads[t].is_none())
+            .filter_map(|t| u32::try_from(t).ok());
+        checks::layer_outliers(
+            scanned,
+            |tensor| model.tensors[tensor as usize].name(),
+            |tensor| spreads[tensor as usize],
+            &self.options.limits,
+            |finding| {
+                let _ = self.events.send(ScanEvent::Finding(finding));
+            },
+        );
         let _ = self
             .events
             .send(ScanEvent::Done(self.scanner.tracker.progress()));

@@ -4,7 +4,7 @@
 use super::Moments;
 use crate::finding::{Code, Finding};
 use crate::format::Dtype;
-use std::collections::BTreeMap;
+use std::cmp::Ordering;
 
 /// Limits for the numeric findings.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -81,72 +81,107 @@ pub fn tensor_findings(name: &str, dtype: Dtype, m: &Moments, limits: &Limits) -
     findings
 }
 
-/// The name with each numeric part replaced by `*`: the same tensor in every layer
-/// (`model.layers.*.mlp.down_proj.weight`).
 /// What [`layer_outliers`] compares of a tensor: the spread and the largest magnitude of its
-/// finite values. Kept instead of the whole [`Moments`] until every tensor is scanned.
+/// finite values. Kept instead of the whole [`Moments`] until every tensor is scanned, in single
+/// precision: the comparison is by a factor of ten, the findings show five digits, and a model
+/// can have a million tensors.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Spread {
-    pub std: f64,
-    pub absmax: f64,
+    pub std: f32,
+    pub absmax: f32,
 }
 
 impl Spread {
+    /// Stands for no spread where a list holds one per tensor; [`Spread::of`] never gives it.
+    pub const NONE: Spread = Spread {
+        std: f32::NAN,
+        absmax: f32::NAN,
+    };
+
+    pub fn is_none(&self) -> bool {
+        self.std.is_nan()
+    }
+
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "single precision on purpose; past its range is infinity"
+    )]
     pub fn of(moments: &Moments) -> Option<Spread> {
         Some(Spread {
-            std: moments.std()?,
-            absmax: moments.absmax()?,
+            std: moments.std().filter(|std| !std.is_nan())? as f32,
+            absmax: moments.absmax()? as f32,
         })
     }
 }
 
+/// The name with each numeric part replaced by `*`: the same tensor in every layer
+/// (`model.layers.*.mlp.down_proj.weight`); `None` for a name without a numeric part.
 pub fn layer_pattern(name: &str) -> Option<String> {
-    let mut numbered = false;
-    let pattern: Vec<&str> = name
-        .split('.')
-        .map(|part| {
-            if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
-                numbered = true;
-                "*"
-            } else {
-                part
-            }
-        })
-        .collect();
-    numbered.then(|| pattern.join("."))
+    has_numeric_part(name).then(|| {
+        let parts: Vec<&str> = pattern_parts(name).collect();
+        parts.join(".")
+    })
+}
+
+fn is_numeric(part: &str) -> bool {
+    !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit())
+}
+
+fn has_numeric_part(name: &str) -> bool {
+    name.split('.').any(is_numeric)
+}
+
+fn pattern_parts(name: &str) -> impl Iterator<Item = &str> {
+    name.split('.')
+        .map(|part| if is_numeric(part) { "*" } else { part })
+}
+
+/// Orders names as their [`layer_pattern`]s order, without making the patterns.
+fn pattern_cmp(a: &str, b: &str) -> Ordering {
+    let bytes = |name| {
+        pattern_parts(name)
+            .enumerate()
+            .flat_map(|(i, part)| (if i == 0 { "" } else { "." }).bytes().chain(part.bytes()))
+    };
+    bytes(a).cmp(bytes(b))
 }
 
 /// Tensors whose std or absmax is far from the median of the same tensor in the other layers,
-/// each handed to `emit` as it is found (a hostile model can have a million).
-/// `tensors` holds each float tensor's name and statistics.
+/// each handed to `emit` as it is found: group after group in pattern order, a group's tensors in
+/// the order of their ids. `name_of` and `spread_of` give each tensor's name and statistics; no
+/// more than an id is held per tensor, as a hostile model can have a million.
 pub fn layer_outliers<'a>(
-    tensors: impl IntoIterator<Item = (&'a str, Spread)>,
+    tensors: impl IntoIterator<Item = u32>,
+    name_of: impl Fn(u32) -> &'a str,
+    spread_of: impl Fn(u32) -> Spread,
     limits: &Limits,
     mut emit: impl FnMut(Finding),
 ) {
-    let mut groups: BTreeMap<String, Vec<(&str, f64, f64)>> = BTreeMap::new();
-    for (name, spread) in tensors {
-        if let Some(pattern) = layer_pattern(name) {
-            groups
-                .entry(pattern)
-                .or_default()
-                .push((name, spread.std, spread.absmax));
-        }
-    }
-    for (pattern, members) in groups {
+    let mut layered: Vec<u32> = tensors
+        .into_iter()
+        .filter(|&tensor| has_numeric_part(name_of(tensor)))
+        .collect();
+    layered.sort_unstable_by(|&a, &b| pattern_cmp(name_of(a), name_of(b)).then(a.cmp(&b)));
+    let mut values: Vec<f32> = Vec::new();
+    let same_group = |&a: &u32, &b: &u32| pattern_cmp(name_of(a), name_of(b)) == Ordering::Equal;
+    for members in layered.chunk_by(same_group) {
         if members.len() < 3 {
             continue;
         }
-        let median = |pick: fn(&(&str, f64, f64)) -> f64| {
-            let mut values: Vec<f64> = members.iter().map(pick).collect();
-            values.sort_by(f64::total_cmp);
-            values[values.len() / 2]
+        let mut median = |pick: fn(&Spread) -> f32| {
+            values.clear();
+            values.extend(members.iter().map(|&tensor| pick(&spread_of(tensor))));
+            let middle = values.len() / 2;
+            f64::from(*values.select_nth_unstable_by(middle, f32::total_cmp).1)
         };
-        let (median_std, median_absmax) = (median(|m| m.1), median(|m| m.2));
-        for &(name, std, absmax) in &members {
-            for (what, value, median) in
-                [("std", std, median_std), ("absmax", absmax, median_absmax)]
-            {
+        let (median_std, median_absmax) = (median(|s| s.std), median(|s| s.absmax));
+        let pattern = layer_pattern(name_of(members[0])).unwrap_or_default();
+        for &tensor in members {
+            let spread = spread_of(tensor);
+            for (what, value, median) in [
+                ("std", f64::from(spread.std), median_std),
+                ("absmax", f64::from(spread.absmax), median_absmax),
+            ] {
                 let ratio = if median > 0.0 { value / median } else { 1.0 };
                 if ratio > limits.outlier_ratio || ratio < 1.0 / limits.outlier_ratio {
                     emit(
@@ -157,7 +192,7 @@ pub fn layer_outliers<'a>(
                                 members.len()
                             ),
                         )
-                        .for_tensor(name),
+                        .for_tensor(name_of(tensor)),
                     );
                     break;
                 }
@@ -210,16 +245,14 @@ mod tests {
         let normal = stats(&[-0.02, 0.0, 0.02]);
         let wild = stats(&[-2.0, 0.0, 2.0]);
         let names: Vec<String> = (0..5).map(|i| format!("layers.{i}.w")).collect();
-        let tensors: Vec<(&str, Spread)> = names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| {
-                let moments = if i == 3 { &wild } else { &normal };
-                (n.as_str(), Spread::of(moments).unwrap())
-            })
-            .collect();
         let mut findings = Vec::new();
-        layer_outliers(tensors, &Limits::default(), |f| findings.push(f));
+        layer_outliers(
+            0..5,
+            |i| names[i as usize].as_str(),
+            |i| Spread::of(if i == 3 { &wild } else { &normal }).unwrap(),
+            &Limits::default(),
+            |f| findings.push(f),
+        );
         assert_eq!(findings.len(), 1);
         assert_eq!(findings[0].tensor.as_deref(), Some("layers.3.w"));
     }
