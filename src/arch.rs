@@ -5,7 +5,6 @@ use crate::finding::{Code, Finding};
 use crate::format::{Model, TensorInfo};
 use crate::text::escape;
 use serde_json::Value;
-use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -46,7 +45,9 @@ struct Names<'a> {
     top_level: [Option<&'a TensorInfo>; TOP_LEVEL.len()],
     /// Sorted by suffix; a repeated suffix keeps its first tensor.
     layer_zero: Vec<(&'a str, &'a TensorInfo)>,
-    layers: BTreeSet<u64>,
+    /// Every layer number, once each once `new` returns (a list: 8 bytes a layer where a
+    /// hostile header can number a million).
+    layers: Vec<u64>,
 }
 
 impl<'a> Names<'a> {
@@ -54,14 +55,16 @@ impl<'a> Names<'a> {
         let mut names = Names {
             top_level: [None; TOP_LEVEL.len()],
             layer_zero: Vec::new(),
-            layers: BTreeSet::new(),
+            layers: Vec::new(),
         };
         for tensor in tensors {
             if let Some((_, rest)) = split_layers(&tensor.name)
                 && let Some((layer, suffix)) = rest.split_once('.')
                 && let Ok(layer) = layer.parse::<u64>()
             {
-                names.layers.insert(layer);
+                if names.layers.last() != Some(&layer) {
+                    names.layers.push(layer);
+                }
                 if layer == 0 {
                     names.layer_zero.push((suffix, tensor));
                 }
@@ -69,6 +72,9 @@ impl<'a> Names<'a> {
                 names.top_level[slot] = Some(tensor);
             }
         }
+        names.layers.sort_unstable();
+        names.layers.dedup();
+        names.layers.shrink_to_fit();
         names.layer_zero.sort_by_key(|&(suffix, _)| suffix);
         names.layer_zero.dedup_by_key(|&mut (suffix, _)| suffix);
         names

@@ -4,7 +4,7 @@
 use super::TensorInfo;
 use crate::finding::{Code, Finding};
 use crate::text::{Shape, escape, natural_cmp};
-use foldhash::{HashMap, HashSet};
+use foldhash::HashMap;
 use std::collections::BTreeMap;
 use std::fmt::Display;
 
@@ -45,12 +45,19 @@ pub fn layer_findings<'a>(tensors: impl IntoIterator<Item = &'a TensorInfo>) -> 
                 .push((layer, tensor));
         }
     }
-    let mut layers: HashMap<&str, HashSet<u64>> = HashMap::default();
+    // Each prefix's layers, sorted, once each: lists rather than hash sets, as a hostile header
+    // can number a million layers.
+    let mut layers: HashMap<&str, Vec<u64>> = HashMap::default();
     for (&(prefix, _), present) in &stacks {
         layers
             .entry(prefix)
             .or_default()
             .extend(present.iter().map(|&(layer, _)| layer));
+    }
+    for numbers in layers.values_mut() {
+        numbers.sort_unstable();
+        numbers.dedup();
+        numbers.shrink_to_fit();
     }
     let mut stacks: Vec<_> = stacks.into_iter().collect();
     stacks.sort_unstable_by(|((p1, s1), _), ((p2, s2), _)| {
@@ -66,13 +73,15 @@ pub fn layer_findings<'a>(tensors: impl IntoIterator<Item = &'a TensorInfo>) -> 
         }
         present.sort_unstable_by_key(|&(layer, _)| layer);
         present.dedup_by_key(|&mut (layer, _)| layer);
-        let mut missing: Vec<u64> = all
-            .iter()
-            .copied()
-            .filter(|layer| present.binary_search_by_key(layer, |&(l, _)| l).is_err())
-            .collect();
-        if !missing.is_empty() && tolerated(missing.len(), all.len()) {
-            missing.sort_unstable();
+        // Listed only when few are missing, which keeps the work linear: a stack missing from
+        // few layers holds most of them.
+        let missing_count = all.len() - present.len();
+        if missing_count > 0 && tolerated(missing_count, all.len()) {
+            let missing: Vec<u64> = all
+                .iter()
+                .copied()
+                .filter(|layer| present.binary_search_by_key(layer, |&(l, _)| l).is_err())
+                .collect();
             gaps.entry((prefix, missing)).or_default().push(suffix);
         }
         if present.len() >= 3 {
