@@ -226,7 +226,7 @@ pub struct Inspect<'a> {
 impl Inspect<'_> {
     pub fn write_json<W: Write>(&self, out: &mut W) -> io::Result<()> {
         let model = self.model;
-        let totals = &self.tree.root().totals;
+        let totals = self.tree.totals(ROOT, &model.tensors);
         write_json(
             out,
             &InspectJson {
@@ -259,7 +259,7 @@ impl Inspect<'_> {
 
     fn write_summary<W: Write>(&self, out: &mut W) -> io::Result<()> {
         let model = self.model;
-        let totals = &self.tree.root().totals;
+        let totals = self.tree.totals(ROOT, &model.tensors);
         let verdict = if model.is_valid() {
             "valid"
         } else {
@@ -391,16 +391,14 @@ impl Row {
                 (display_width(&escape(info.dtype.name())), shape)
             }
             _ => {
-                let dtypes = node.totals.dtypes;
+                let totals = tree.totals(id, &model.tensors);
+                let dtypes = totals.dtypes;
                 let dtype = if dtypes.len() == 1 {
                     4
                 } else {
                     set_label(dtypes).len()
                 };
-                (
-                    dtype,
-                    digits(u64::from(node.totals.tensors)) + " tensors".len(),
-                )
+                (dtype, digits(u64::from(totals.tensors)) + " tensors".len())
             }
         });
     }
@@ -421,7 +419,7 @@ impl Row {
                 let _ = write!(self.bytes, "{}", Bytes(info.byte_len()));
             }
             _ => {
-                let totals = &node.totals;
+                let totals = tree.totals(id, &model.tensors);
                 self.dtype.push_str(&set_label(totals.dtypes));
                 let _ = write!(self.shape, "{} tensors", totals.tensors);
                 let _ = write!(self.parameters, "{}", Count(totals.parameters));
@@ -462,12 +460,21 @@ fn for_each_row(
         }
         return;
     }
-    // Rows to show, depth first: (node, depth, is it the last child, the run it stands for).
+    // Depth first: at each depth, the children being listed and the next to list. Rows are made
+    // as they are shown, so a group of a million children costs no more than one of ten.
     // `guides` holds, per depth, whether a guide line continues below.
-    let mut stack: Vec<(NodeId, usize, bool, Option<Run>)> = Vec::new();
+    let mut stack: Vec<(&[NodeId], usize)> = vec![(tree.children(ROOT), 0)];
     let mut guides: Vec<bool> = Vec::new();
-    push_children(&mut stack, tree, prints, ROOT, 0);
-    while let Some((id, depth, last, run)) = stack.pop() {
+    while let Some(top) = stack.last_mut() {
+        let (children, next) = *top;
+        if next == children.len() {
+            stack.pop();
+            continue;
+        }
+        let (id, run, end) = sibling_row(tree, prints, children, next);
+        top.1 = end;
+        let depth = stack.len() - 1;
+        let last = end == children.len();
         let (shown, label) = match run {
             Some(run) => (id, format!("{}-{} ×{}", run.first, run.last, run.count)),
             None => collapse_chain(tree, id),
@@ -485,7 +492,7 @@ fn for_each_row(
         fill(&mut row, shown);
         emit(&row);
         guides.push(!last);
-        push_children(&mut stack, tree, prints, shown, depth + 1);
+        stack.push((tree.children(shown), 0));
     }
 }
 
@@ -497,17 +504,14 @@ struct Run {
     count: u64,
 }
 
-/// Pushes the children of `id` for display (in reverse, so they pop in order), folding runs of
-/// consecutively numbered, identically shaped siblings when `prints` is given.
-fn push_children(
-    stack: &mut Vec<(NodeId, usize, bool, Option<Run>)>,
+/// The row that starts at `children[i]`: the child alone or, when `prints` is given, the run of
+/// consecutively numbered, identically shaped siblings it begins; and the index after the row.
+fn sibling_row(
     tree: &LayerTree,
     prints: Option<&[u64]>,
-    id: NodeId,
-    depth: usize,
-) {
-    let children = tree.children(id);
-    let mut rows: Vec<(NodeId, Option<Run>)> = Vec::with_capacity(children.len());
+    children: &[NodeId],
+    i: usize,
+) -> (NodeId, Option<Run>, usize) {
     let number = |child: NodeId| {
         let segment = tree.segment(child);
         let canonical = segment == "0" || !segment.starts_with('0');
@@ -516,41 +520,26 @@ fn push_children(
             .ok()
             .filter(|_| canonical && segment.bytes().all(|b| b.is_ascii_digit()))
     };
-    let mut i = 0;
-    while i < children.len() {
-        let first = children[i];
+    let first = children[i];
+    if let (Some(prints), Some(start)) = (prints, number(first)) {
         let mut end = i + 1;
-        if let (Some(prints), Some(start)) = (prints, number(first)) {
-            while end < children.len()
-                && prints[children[end] as usize] == prints[first as usize]
-                && number(children[end]) == start.checked_add((end - i) as u64)
-            {
-                end += 1;
-            }
-            let count = (end - i) as u64;
-            if count > 1 {
-                rows.push((
-                    first,
-                    Some(Run {
-                        first: start,
-                        last: start + count - 1,
-                        count,
-                    }),
-                ));
-                i = end;
-                continue;
-            }
+        while end < children.len()
+            && prints[children[end] as usize] == prints[first as usize]
+            && number(children[end]) == start.checked_add((end - i) as u64)
+        {
+            end += 1;
         }
-        rows.push((first, None));
-        i = end;
+        let count = (end - i) as u64;
+        if count > 1 {
+            let run = Run {
+                first: start,
+                last: start + count - 1,
+                count,
+            };
+            return (first, Some(run), end);
+        }
     }
-    let total = rows.len();
-    stack.extend(
-        rows.into_iter()
-            .enumerate()
-            .rev()
-            .map(|(k, (child, run))| (child, depth, k + 1 == total, run)),
-    );
+    (first, None, i + 1)
 }
 
 /// Follows a chain of single-child groups (`mlp` → `down_proj` → `weight`), returning the last node

@@ -258,8 +258,8 @@ pub struct App {
     pub findings: FindingList,
     /// The worst severity found on each tensor.
     concern: Vec<Option<Severity>>,
-    /// Marks of each node of `tree`.
-    pub marks: Vec<Marks>,
+    /// Marks of each group of `tree` (see [`App::marks`]).
+    group_marks: Vec<Marks>,
     pub focus: Focus,
     pub popup: Option<Popup>,
     pub quantize: Option<QuantizeDialog>,
@@ -298,7 +298,7 @@ impl App {
         let mut app = App {
             theme,
             outline: Outline::new(&tree),
-            marks: vec![Marks::default(); tree.len()],
+            group_marks: vec![Marks::default(); tree.group_count()],
             tree,
             status,
             outcomes: Recent::default(),
@@ -894,7 +894,20 @@ impl App {
         true
     }
 
-    /// Moves a tensor's mark from `before` to `after` on its node and every ancestor.
+    /// How many tensors at and below a node have errors and warnings. Counted on groups as
+    /// findings come; a leaf's are its tensor's worst finding.
+    pub fn marks(&self, id: NodeId) -> Marks {
+        if let Some(marks) = self.group_marks.get(id as usize) {
+            return *marks;
+        }
+        let concern = self.tree.node(id).tensor().and_then(|t| self.concern[t]);
+        Marks {
+            errors: u32::from(concern == Some(Severity::Error)),
+            warnings: u32::from(concern == Some(Severity::Warning)),
+        }
+    }
+
+    /// Moves a tensor's mark from `before` to `after` on every group it is in.
     fn mark_path(&mut self, tensor: usize, before: Option<Severity>, after: Severity) {
         let Some(node) = self.tree.node_of_tensor(tensor) else {
             return;
@@ -903,7 +916,9 @@ impl App {
             .chain(self.tree.ancestors(node))
             .chain(std::iter::once(ROOT))
         {
-            let marks = &mut self.marks[id as usize];
+            let Some(marks) = self.group_marks.get_mut(id as usize) else {
+                continue;
+            };
             if before == Some(Severity::Warning) {
                 marks.warnings -= 1;
             }
@@ -951,8 +966,21 @@ mod tests {
             .copied()
             .find(|&c| app.tree.segment(c) == "model")
             .unwrap();
-        assert_eq!(app.marks[layers as usize].errors, 1);
-        assert_eq!(app.marks[ROOT as usize].errors, 1);
+        assert_eq!(app.marks(layers).errors, 1);
+        assert_eq!(app.marks(ROOT).errors, 1);
+        let tensor = app
+            .tensor_named("model.layers.2.mlp.down_proj.weight")
+            .unwrap();
+        let leaf = app.tree.node_of_tensor(tensor).unwrap();
+        assert_eq!(
+            app.marks(leaf),
+            Marks {
+                errors: 1,
+                warnings: 0
+            }
+        );
+        let unmarked = app.tree.node_of_tensor(tensor + 1).unwrap();
+        assert_eq!(app.marks(unmarked), Marks::default());
     }
 
     #[test]

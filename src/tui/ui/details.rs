@@ -133,7 +133,7 @@ fn stats_lines(app: &App, m: &Moments) -> Vec<Line<'static>> {
 
 fn group_lines(app: &App, node: crate::tree::NodeId) -> Vec<Line<'static>> {
     let theme = &app.theme;
-    let totals = &app.tree.node(node).totals;
+    let totals = app.tree.totals(node, &app.model.tensors);
     let path = if node == ROOT {
         "(whole model)".to_owned()
     } else {
@@ -151,7 +151,7 @@ fn group_lines(app: &App, node: crate::tree::NodeId) -> Vec<Line<'static>> {
             )
         })
         .collect();
-    let marks = app.marks.get(node as usize).copied().unwrap_or_default();
+    let marks = app.marks(node);
     let mut lines = vec![
         Line::styled(path, theme.title),
         Line::from(format!(

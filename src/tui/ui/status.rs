@@ -16,7 +16,7 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App) {
     } else {
         ("NOT VALID", theme.error)
     };
-    let totals = &app.tree.root().totals;
+    let totals = app.tree.totals(crate::tree::ROOT, &model.tensors);
     let line = Line::from(vec![
         Span::styled(" stui ", theme.title),
         Span::raw(escape_path(&model.path)),

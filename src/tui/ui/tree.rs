@@ -46,13 +46,14 @@ fn row_line(app: &App, id: NodeId, depth: usize, width: usize) -> Line<'static> 
     let tree = &app.tree;
     let node = tree.node(id);
     let leaf = tree.children(id).is_empty();
+    let totals = tree.totals(id, &app.model.tensors);
     let symbol = match (leaf, app.outline.is_open(id)) {
         (true, _) => "  ",
         (false, true) => "▾ ",
         (false, false) => "▸ ",
     };
     let mut spans = vec![Span::raw(format!("{}{symbol}", "  ".repeat(depth)))];
-    let marks = app.marks.get(id as usize).copied().unwrap_or_default();
+    let marks = app.marks(id);
     if marks.errors > 0 {
         spans.push(Span::styled(format!("✖{} ", marks.errors), theme.error));
     } else if marks.warnings > 0 {
@@ -85,10 +86,10 @@ fn row_line(app: &App, id: NodeId, depth: usize, width: usize) -> Line<'static> 
             let info = &app.model.tensors[tensor].info;
             format!("  {} {}", escape(info.dtype.name()), Shape(&info.shape))
         }
-        _ => format!("  {}", node.totals.tensors),
+        _ => format!("  {}", totals.tensors),
     };
     spans.push(Span::styled(detail, theme.dim));
-    let size = crate::text::Bytes(node.totals.bytes).to_string();
+    let size = crate::text::Bytes(totals.bytes).to_string();
     let used: usize = spans
         .iter()
         .map(|s| crate::text::display_width(&s.content))
