@@ -3,6 +3,7 @@ use std::process::ExitCode;
 use stui::cli::{Cli, ColorMode};
 
 fn main() -> ExitCode {
+    return_large_frees_to_the_system();
     let cli = Cli::parse();
     if cli.command.is_none()
         && let Some(path) = &cli.path
@@ -34,3 +35,19 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// glibc serves blocks under its mmap threshold from heaps that keep what is freed, and raises
+/// the threshold (up to 32 MiB) each time a mapped block is freed; after the first large lists of
+/// a big model are freed, the next ones stay resident when freed too. Fixing the threshold hands
+/// every freed block over 1 MiB back to the system, which keeps the memory bound of SECURITY.md.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[expect(unsafe_code, reason = "a call into the C library")]
+fn return_large_frees_to_the_system() {
+    // SAFETY: mallopt only sets an allocator parameter, and no other thread is running yet.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn return_large_frees_to_the_system() {}
