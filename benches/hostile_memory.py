@@ -37,9 +37,12 @@ def entry(dtype, shape, begin, end):
     return {"dtype": dtype, "shape": shape, "data_offsets": [begin, end]}
 
 
-def many_tensors(count):
+def many_tensors(count, name="t.{}", dtype="U8", size=1):
+    """`count` tensors of one element named by `name`, in the order of their numbers."""
     parts = ",".join(
-        f'"t.{i}":{{"dtype":"U8","shape":[1],"data_offsets":[{i},{i + 1}]}}' for i in range(count)
+        f'"{name.format(i)}":{{"dtype":"{dtype}","shape":[1],'
+        f'"data_offsets":[{i * size},{(i + 1) * size}]}}'
+        for i in range(count)
     )
     return ("{" + parts + "}").encode()
 
@@ -64,6 +67,10 @@ def build(folder):
     add("rank-100,000 shape", "rank.safetensors", rank, b"\0")
     add("100,000 tensors", "100k.safetensors", many_tensors(100_000), b"\0" * 100_000)
     add("1,000,000 tensors", "1m.safetensors", many_tensors(1_000_000), b"\0" * 1_000_000)
+    # Two tree nodes a tensor, a numbered layer each, and a float to scan: names in numeric order,
+    # which is not the order of their bytes (`10` before `9`).
+    nested = many_tensors(1_000_000, name="model.layers.{}.w", dtype="F32", size=4)
+    add("1,000,000 nested F32 names", "1m-nested.safetensors", nested, b"\0" * 4_000_000)
     big = json.dumps({"__metadata__": {"big": "v" * 99_000_000}, "a": entry("U8", [1], 0, 1)})
     add("99 MB metadata value", "big-value.safetensors", big.encode(), b"\0")
     name = json.dumps({"n" * MIB: entry("U8", [1], 0, 1)}).encode()
