@@ -428,9 +428,9 @@ fn measure(
     let same_dtype = dtypes.0 == dtypes.1;
     let outcomes: Vec<Option<Sums>> = (0..chunks)
         .into_par_iter()
-        .map_init(Decoded::default, |decoded, chunk| {
+        .map(|chunk| {
             with_chunk(&readers, dtypes, (chunk, count), progress, |x, y| {
-                (!same_dtype || x != y).then(|| decoded.sums(dtypes, x, y))
+                (!same_dtype || x != y).then(|| Decoded::sums_here(dtypes, x, y))
             })
         })
         .collect::<Result<_, String>>()?;
@@ -446,9 +446,9 @@ fn measure(
     let reread = AtomicU64::new(0);
     let unchanged = equal
         .into_par_iter()
-        .map_init(Decoded::default, |decoded, chunk| {
+        .map(|chunk| {
             with_chunk(&readers, dtypes, (chunk, count), &reread, |x, y| {
-                decoded.sums(dtypes, x, y)
+                Decoded::sums_here(dtypes, x, y)
             })
         })
         .collect::<Result<Vec<Sums>, String>>()?;
@@ -486,6 +486,16 @@ struct Decoded {
 }
 
 impl Decoded {
+    /// [`Decoded::sums`] with this thread's buffers, kept from chunk to chunk and from tensor to
+    /// tensor: fresh ones would cost a page fault every 4 KiB, as freed blocks of over 1 MiB go
+    /// back to the system (see `main`).
+    fn sums_here(dtypes: (Dtype, Dtype), x: &[u8], y: &[u8]) -> Sums {
+        thread_local! {
+            static BUFFERS: std::cell::RefCell<Decoded> = std::cell::RefCell::default();
+        }
+        BUFFERS.with_borrow_mut(|decoded| decoded.sums(dtypes, x, y))
+    }
+
     /// The sums over a chunk of both tensors' bytes.
     fn sums(&mut self, (dtype_a, dtype_b): (Dtype, Dtype), x: &[u8], y: &[u8]) -> Sums {
         if let (Dtype::F32, Dtype::F32, Ok(xs), Ok(ys)) = (

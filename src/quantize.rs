@@ -566,20 +566,22 @@ fn within_half_a_scale<E: Element>(
         source,
         control,
         |first_row, rows: &[E]| {
-            let mut int8 = vec![0u8; rows.len()];
+            let mut int8 = INT8_BUFFERS.take(rows.len());
             read_exact_at(
                 weight_file,
                 &mut int8,
                 weight_start + (first_row * columns) as u64,
             )?;
-            Ok(rows
+            let within = rows
                 .chunks(columns)
                 .zip(int8.chunks(columns))
                 .enumerate()
                 .all(|(offset, (row, row_int8))| {
                     let s = scale_of_row(scales, first_row + offset);
                     row_within_half_a_scale(row, row_int8, s)
-                }))
+                });
+            INT8_BUFFERS.give(int8);
+            Ok(within)
         },
         |within| {
             ok &= within;
@@ -624,6 +626,9 @@ trait Element: bytemuck::Pod + Send + Sync + Into<f64> {
     /// Decodes `bytes` of `dtype` into `out`.
     fn decode(dtype: Dtype, bytes: &[u8], out: &mut Vec<Self>);
 
+    /// Buffers for decoding into.
+    fn buffers() -> &'static Recycled<Self>;
+
     /// [`quantize_row`], in `f32` when `narrow` says the source's values and its scale have at
     /// most 11 significant bits (see [`quantize_narrow_row`]).
     fn quantize(row: &[Self], scale: f64, out: &mut [u8], narrow: bool) -> ErrorSums;
@@ -631,6 +636,10 @@ trait Element: bytemuck::Pod + Send + Sync + Into<f64> {
 
 impl Element for f32 {
     const IN_PLACE: Dtype = Dtype::F32;
+    fn buffers() -> &'static Recycled<f32> {
+        static BUFFERS: Recycled<f32> = Recycled::new();
+        &BUFFERS
+    }
     fn decode(dtype: Dtype, bytes: &[u8], out: &mut Vec<f32>) {
         struct Narrow<'a>(&'a mut Vec<f32>);
         impl values::Sink for Narrow<'_> {
@@ -669,6 +678,10 @@ impl Element for f32 {
 
 impl Element for f64 {
     const IN_PLACE: Dtype = Dtype::F64;
+    fn buffers() -> &'static Recycled<f64> {
+        static BUFFERS: Recycled<f64> = Recycled::new();
+        &BUFFERS
+    }
     fn decode(dtype: Dtype, bytes: &[u8], out: &mut Vec<f64>) {
         struct Wide<'a>(&'a mut Vec<f64>);
         impl values::Sink for Wide<'_> {
@@ -752,7 +765,7 @@ fn map_rows<E: Element, T: Send>(
                 control.check()?;
                 let results: Vec<io::Result<(T, u64)>> = group
                     .par_iter()
-                    .map_init(Vec::new, |decoded, &(row, count)| {
+                    .map(|&(row, count)| {
                         let len = usize::try_from(count * row_bytes).map_err(io::Error::other)?;
                         let first = usize::try_from(row).map_err(io::Error::other)?;
                         let value = with_mapped(file, start + row * row_bytes, len, |bytes| {
@@ -760,11 +773,13 @@ fn map_rows<E: Element, T: Send>(
                                 .then(|| bytemuck::try_cast_slice::<u8, E>(bytes).ok())
                                 .flatten();
                             if let Some(values) = in_place {
-                                compute(first, values)
-                            } else {
-                                E::decode(dtype, bytes, decoded);
-                                compute(first, decoded)
+                                return compute(first, values);
                             }
+                            let mut decoded = E::buffers().reuse();
+                            E::decode(dtype, bytes, &mut decoded);
+                            let value = compute(first, &decoded);
+                            E::buffers().give(decoded);
+                            value
                         })??;
                         Ok((value, len as u64))
                     })
@@ -784,6 +799,52 @@ fn map_rows<E: Element, T: Send>(
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         produced.and(consumed)
     })
+}
+
+/// Buffers handed from chunk to chunk and from tensor to tensor: a fresh one would cost a page
+/// fault every 4 KiB, as freed blocks of over 1 MiB go back to the system (see `main`). Holds
+/// as many as are in use at once, at most [`Recycled::KEPT`].
+struct Recycled<T>(std::sync::Mutex<Vec<Vec<T>>>);
+
+/// Buffers of the int8 values written and read back.
+static INT8_BUFFERS: Recycled<u8> = Recycled::new();
+
+impl<T> Recycled<T> {
+    /// Twice the chunks in flight on a machine of eight cores.
+    const KEPT: usize = 32;
+
+    const fn new() -> Self {
+        Recycled(std::sync::Mutex::new(Vec::new()))
+    }
+
+    /// An empty buffer, with the room of one given back before if any.
+    fn reuse(&self) -> Vec<T> {
+        let mut buffer = self
+            .0
+            .lock()
+            .ok()
+            .and_then(|mut list| list.pop())
+            .unwrap_or_default();
+        buffer.clear();
+        buffer
+    }
+
+    fn give(&self, buffer: Vec<T>) {
+        if let Ok(mut list) = self.0.lock()
+            && list.len() < Self::KEPT
+        {
+            list.push(buffer);
+        }
+    }
+}
+
+impl<T: Copy + Default> Recycled<T> {
+    /// A buffer of `len` values, each the default.
+    fn take(&self, len: usize) -> Vec<T> {
+        let mut buffer = self.reuse();
+        buffer.resize(len, T::default());
+        buffer
+    }
 }
 
 /// Each row's largest magnitude, or `None` if the tensor holds NaN or Inf.
@@ -1041,7 +1102,7 @@ fn write_weight_as<E: Element>(
         tensor,
         control,
         |first_row, values: &[E]| {
-            let mut bytes = vec![0u8; values.len()];
+            let mut bytes = INT8_BUFFERS.take(values.len());
             let mut chunk_sums = ErrorSums::default();
             for (offset, (row, out)) in values
                 .chunks(columns)
@@ -1055,7 +1116,9 @@ fn write_weight_as<E: Element>(
         },
         |(bytes, chunk_sums)| {
             sums.merge(&chunk_sums);
-            out.write_all(&bytes)
+            out.write_all(&bytes)?;
+            INT8_BUFFERS.give(bytes);
+            Ok(())
         },
     )?;
     Ok(sums.finish())
