@@ -1,7 +1,7 @@
 //! The model's architecture, recognised from tensor names and shapes, and compared with the
 //! `config.json` beside it.
 
-use crate::finding::{Code, Finding};
+use crate::finding::{Code, Finding, Findings};
 use crate::format::{Model, TensorInfo};
 use crate::text::escape;
 use serde_json::Value;
@@ -351,7 +351,7 @@ pub fn review(model: &Model, explicit: Option<&Path>) -> (Option<Architecture>, 
 
 /// The findings on a model's layers ([`crate::format::layers::layer_findings`]) and those of
 /// [`review`], worked out side by side; returns the architecture recognised too.
-pub fn review_model(model: &Model, config: Option<&Path>) -> (Option<Architecture>, Vec<Finding>) {
+pub fn review_model(model: &Model, config: Option<&Path>) -> (Option<Architecture>, Findings) {
     let (mut findings, (architecture, config_findings)) = rayon::join(
         || crate::format::layers::layer_findings(model.tensors.iter().map(|t| &t.info)),
         || review(model, config),
@@ -364,7 +364,7 @@ pub fn review_model(model: &Model, config: Option<&Path>) -> (Option<Architectur
 pub fn open_reviewed(path: &Path, config: Option<&Path>) -> crate::error::Result<Model> {
     let mut model = Model::open(path)?;
     let (_, findings) = review_model(&model, config);
-    model.findings.extend(findings);
+    model.findings.append(findings);
     Ok(model)
 }
 

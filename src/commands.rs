@@ -111,7 +111,7 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
             )
         },
     );
-    model.findings.extend(findings);
+    model.findings.append(findings);
     let report = Inspect {
         model: &model,
         tree: &tree,

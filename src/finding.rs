@@ -1,7 +1,8 @@
 //! Findings: every problem or notable fact stui reports about a model, with a stable code.
 
 use serde::Serialize;
-use std::fmt;
+use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -176,6 +177,143 @@ impl Finding {
     }
 }
 
+/// Findings as a file or model keeps them: at most [`Findings::KEPT`] of each code, then, in
+/// their place, one finding of that code saying how many more there are. A hostile header can
+/// give every one of a million entries a finding, which would take hundreds of megabytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Findings {
+    list: Vec<Finding>,
+    /// Per code: how many are in `list` (not counting the summary), and the summary's place
+    /// and count once some are left out.
+    codes: BTreeMap<Code, Kept>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Kept {
+    listed: usize,
+    left_out: Option<(usize, u64)>,
+}
+
+impl Findings {
+    pub const KEPT: usize = 1_000;
+
+    pub fn new() -> Findings {
+        Findings::default()
+    }
+
+    pub fn push(&mut self, finding: Finding) {
+        let kept = self.codes.entry(finding.code).or_default();
+        if kept.listed < Self::KEPT {
+            kept.listed += 1;
+            self.list.push(finding);
+        } else {
+            Self::leave_out(&mut self.list, kept, &finding, 1);
+        }
+    }
+
+    /// Adds `finding` before all the others.
+    pub fn push_first(&mut self, finding: Finding) {
+        let rest = std::mem::take(self);
+        self.push(finding);
+        self.append(rest);
+    }
+
+    /// Moves every finding of `other` here, its counts of findings left out included.
+    pub fn append(&mut self, other: Findings) {
+        let summaries: BTreeMap<usize, u64> = other
+            .codes
+            .values()
+            .filter_map(|kept| kept.left_out)
+            .collect();
+        for (at, finding) in other.list.into_iter().enumerate() {
+            match summaries.get(&at) {
+                Some(&count) => {
+                    let kept = self.codes.entry(finding.code).or_default();
+                    Self::leave_out(&mut self.list, kept, &finding, count);
+                }
+                None => self.push(finding),
+            }
+        }
+    }
+
+    /// Counts `count` findings like `finding` as left out, in the summary of their code (made
+    /// where the first is left out).
+    fn leave_out(list: &mut Vec<Finding>, kept: &mut Kept, finding: &Finding, count: u64) {
+        let (at, total) = kept.left_out.get_or_insert_with(|| {
+            list.push(Finding::new(finding.severity, finding.code, String::new()));
+            (list.len() - 1, 0)
+        });
+        *total += count;
+        let summary = &mut list[*at];
+        summary.message.clear();
+        let _ = write!(
+            summary.message,
+            "{total} more `{}` findings are not listed (at most {} of each kind are kept)",
+            finding.code,
+            Self::KEPT
+        );
+    }
+
+    /// Says of every finding that it is about the file `label`.
+    pub fn in_file(&mut self, label: &str) {
+        for finding in &mut self.list {
+            finding.file = Some(label.to_owned());
+        }
+    }
+
+    pub fn into_vec(self) -> Vec<Finding> {
+        self.list
+    }
+}
+
+impl std::ops::Deref for Findings {
+    type Target = [Finding];
+
+    fn deref(&self) -> &[Finding] {
+        &self.list
+    }
+}
+
+impl Extend<Finding> for Findings {
+    fn extend<I: IntoIterator<Item = Finding>>(&mut self, findings: I) {
+        for finding in findings {
+            self.push(finding);
+        }
+    }
+}
+
+impl FromIterator<Finding> for Findings {
+    fn from_iter<I: IntoIterator<Item = Finding>>(findings: I) -> Findings {
+        let mut list = Findings::new();
+        list.extend(findings);
+        list
+    }
+}
+
+impl IntoIterator for Findings {
+    type Item = Finding;
+    type IntoIter = std::vec::IntoIter<Finding>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.list.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Findings {
+    type Item = &'a Finding;
+    type IntoIter = std::slice::Iter<'a, Finding>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.list.iter()
+    }
+}
+
+impl Serialize for Findings {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.list.serialize(serializer)
+    }
+}
+
 /// Counts of findings by severity.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Tally {
@@ -206,6 +344,37 @@ impl Tally {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn keeps_a_thousand_of_each_code_and_counts_the_rest() {
+        let bad = |i: usize| Finding::error(Code::DtypeUnknown, format!("bad {i}"));
+        let mut findings: Findings = (0..2_500).map(bad).collect();
+        findings.push(Finding::warning(Code::LayerIncomplete, "one"));
+        assert_eq!(findings.len(), Findings::KEPT + 2);
+        let summary = &findings[Findings::KEPT];
+        assert_eq!(summary.code, Code::DtypeUnknown);
+        assert_eq!(summary.severity, Severity::Error);
+        assert!(
+            summary
+                .message
+                .starts_with("1500 more `dtype-unknown` findings")
+        );
+        assert_eq!(findings[Findings::KEPT + 1].code, Code::LayerIncomplete);
+
+        let mut model: Findings = (0..10).map(bad).collect();
+        model.append(findings);
+        assert_eq!(model.len(), Findings::KEPT + 2);
+        let summary = model.iter().find(|f| f.message.contains("more")).unwrap();
+        assert!(
+            summary
+                .message
+                .starts_with("1510 more `dtype-unknown` findings")
+        );
+
+        model.push_first(Finding::info(Code::HeaderPadding, "first"));
+        assert_eq!(model[0].code, Code::HeaderPadding);
+        assert_eq!(model.len(), Findings::KEPT + 3);
+    }
 
     #[test]
     fn codes_are_unique_kebab_case() {

@@ -200,10 +200,35 @@ impl fmt::Display for Dtype {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum TensorDtype {
     Known(Dtype),
-    Unknown(Box<str>),
+    /// Shared by the entries that give the same name (see [`TensorDtype::unknown`]).
+    Unknown(std::sync::Arc<str>),
 }
 
 impl TensorDtype {
+    /// The dtype named `name`. A name the format does not define is kept once for all the
+    /// entries of a header that give it (up to a few hundred names): a hostile header can give
+    /// a million entries one.
+    pub fn named(name: &str) -> TensorDtype {
+        const SHARED: usize = 256;
+        thread_local! {
+            static NAMES: std::cell::RefCell<std::collections::HashMap<Box<str>, std::sync::Arc<str>>> =
+                std::cell::RefCell::default();
+        }
+        if let Some(dtype) = Dtype::from_name(name) {
+            return TensorDtype::Known(dtype);
+        }
+        NAMES.with_borrow_mut(|names| {
+            if let Some(shared) = names.get(name) {
+                return TensorDtype::Unknown(shared.clone());
+            }
+            let shared: std::sync::Arc<str> = name.into();
+            if names.len() < SHARED {
+                names.insert(name.into(), shared.clone());
+            }
+            TensorDtype::Unknown(shared)
+        })
+    }
+
     pub fn known(&self) -> Option<Dtype> {
         match self {
             TensorDtype::Known(dtype) => Some(*dtype),

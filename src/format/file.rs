@@ -5,7 +5,7 @@ use super::layout::{self, data_order};
 use super::lint;
 use super::sniff::{self, SNIFF_LEN};
 use super::{LENGTH_PREFIX, MAX_HEADER_LEN, Rejection, Tensor};
-use crate::finding::{Code, Finding, Severity};
+use crate::finding::{Code, Finding, Findings, Severity};
 use crate::text::format_bytes;
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -23,7 +23,7 @@ pub struct SafetensorsFile {
     pub metadata: Option<BTreeMap<String, String>>,
     /// Every tensor whose entry could be read, in header order.
     pub tensors: Vec<Tensor>,
-    pub findings: Vec<Finding>,
+    pub findings: Findings,
     /// Why the reference rejects the file; `None` when it accepts it.
     pub rejection: Option<Rejection>,
 }
@@ -97,7 +97,7 @@ fn read(path: &Path, source: &impl Source, file_len: u64) -> io::Result<Safetens
         header_len: None,
         metadata: None,
         tensors: Vec::new(),
-        findings: Vec::new(),
+        findings: Findings::new(),
         rejection: None,
     };
     if file_len < LENGTH_PREFIX {
@@ -217,7 +217,7 @@ impl SafetensorsFile {
             findings,
             all_entries_read,
         } = parsed;
-        self.findings.extend(findings);
+        self.findings.append(findings);
         if complete {
             self.findings.extend(lint::header_padding(text));
         }
@@ -235,7 +235,7 @@ impl SafetensorsFile {
         }
         let data_len = self.file_len - LENGTH_PREFIX - header_len;
         self.findings
-            .extend(layout::lenient_check(&self.tensors, &order, data_len));
+            .append(layout::lenient_check(&self.tensors, &order, data_len));
         if !header_len.is_multiple_of(8) && !self.tensors.is_empty() {
             self.findings.push(Finding::info(
                 Code::HeaderLengthUnaligned,
@@ -246,7 +246,7 @@ impl SafetensorsFile {
             ));
         }
         self.findings
-            .extend(lint::red_flags(&self.tensors, self.metadata.as_ref()));
+            .append(lint::red_flags(&self.tensors, self.metadata.as_ref()));
     }
 }
 

@@ -8,9 +8,9 @@
 
 pub mod fast;
 
-use super::dtype::{Dtype, TensorDtype};
+use super::dtype::TensorDtype;
 use super::{Shape, Tensor, TensorInfo};
-use crate::finding::{Code, Finding, Severity};
+use crate::finding::{Code, Finding, Findings, Severity};
 use hashbrown::{HashTable, hash_table};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
@@ -30,7 +30,7 @@ pub struct ParsedHeader {
     /// at the place of the first.
     pub tensors: Vec<Tensor>,
     /// Problems found. Any error here means the reference rejects the header as a whole.
-    pub findings: Vec<Finding>,
+    pub findings: Findings,
     /// False when some entry could not be read (a syntax error, or an entry without its fields),
     /// so where the tensors lie cannot be judged from the ones that were.
     pub all_entries_read: bool,
@@ -56,13 +56,10 @@ pub fn parse(text: &str, complete: bool) -> ParsedHeader {
     // place, without a copy.
     parsed.tensors.shrink_to_fit();
     if text.starts_with([' ', '\t', '\n', '\r']) {
-        parsed.findings.insert(
-            0,
-            Finding::info(
-                Code::HeaderLeadingWhitespace,
-                "the header starts with whitespace before '{' (accepted by the reference, unusual)",
-            ),
-        );
+        parsed.findings.push_first(Finding::info(
+            Code::HeaderLeadingWhitespace,
+            "the header starts with whitespace before '{' (accepted by the reference, unusual)",
+        ));
     }
     parsed
 }
@@ -328,9 +325,10 @@ struct DtypeSpec {
 
 impl DtypeSpec {
     fn new(name: &str, enum_form: bool) -> Self {
-        let dtype = Dtype::from_name(name)
-            .map_or_else(|| TensorDtype::Unknown(name.into()), TensorDtype::Known);
-        DtypeSpec { dtype, enum_form }
+        DtypeSpec {
+            dtype: TensorDtype::named(name),
+            enum_form,
+        }
     }
 }
 
@@ -682,7 +680,7 @@ impl HeaderSeed<'_> {
 }
 
 /// Turns a read entry into a tensor, or reports why it cannot be one.
-fn check_entry(name: &str, entry: Entry, findings: &mut Vec<Finding>) -> Option<TensorInfo> {
+fn check_entry(name: &str, entry: Entry, findings: &mut Findings) -> Option<TensorInfo> {
     let mut problem =
         |code, message: String| findings.push(Finding::error(code, message).for_tensor(name));
     for field in &entry.duplicate_fields {
@@ -816,6 +814,7 @@ impl<T> Field<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::Dtype;
 
     fn parse_all(text: &str) -> ParsedHeader {
         parse(text, true)
@@ -952,7 +951,7 @@ mod tests {
         let lenient = parse_leniently(header, true);
         assert_eq!(fast.tensors, lenient.tensors);
         assert_eq!(fast.metadata, lenient.metadata);
-        assert_eq!(lenient.findings, []);
+        assert!(lenient.findings.is_empty());
         assert_eq!(
             parse(header, true).findings.len(),
             1,

@@ -1,6 +1,6 @@
 //! The index of a sharded model (`model.safetensors.index.json`, the Hugging Face layout).
 
-use crate::finding::{Code, Finding};
+use crate::finding::{Code, Finding, Findings};
 use crate::text::escape;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -18,7 +18,7 @@ pub struct ShardIndex {
     pub weight_map: BTreeMap<String, String>,
     /// Shard file names in the order they first appear, each checked to stay inside the folder.
     pub shards: Vec<String>,
-    pub findings: Vec<Finding>,
+    pub findings: Findings,
 }
 
 #[derive(Deserialize)]
@@ -41,13 +41,13 @@ impl ShardIndex {
             Ok(json) => json,
             Err(error) => {
                 return ShardIndex {
-                    findings: vec![Finding::error(
+                    findings: Findings::from_iter([Finding::error(
                         Code::IndexInvalid,
                         format!(
                             "the index is not a sharded-model index (an object with a weight_map of \
                              tensor names to shard files): {error}"
                         ),
-                    )],
+                    )]),
                     ..ShardIndex::default()
                 };
             }

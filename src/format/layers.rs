@@ -2,7 +2,7 @@
 //! a few layers, or one layer's tensor shaped or typed unlike its siblings.
 
 use super::TensorInfo;
-use crate::finding::{Code, Finding};
+use crate::finding::{Code, Finding, Findings};
 use crate::text::{Shape, escape, natural_cmp};
 use foldhash::HashMap;
 use std::collections::BTreeMap;
@@ -35,7 +35,7 @@ fn tolerated(odd: usize, layers: usize) -> bool {
 
 /// Findings for tensors missing from some layers, and for a layer's tensor whose shape or dtype
 /// differs from the same tensor in the other layers.
-pub fn layer_findings<'a>(tensors: impl IntoIterator<Item = &'a TensorInfo>) -> Vec<Finding> {
+pub fn layer_findings<'a>(tensors: impl IntoIterator<Item = &'a TensorInfo>) -> Findings {
     let mut stacks: HashMap<(&str, &str), Vec<(u64, &TensorInfo)>> = HashMap::default();
     for tensor in tensors {
         if let Some((prefix, layer, suffix)) = split_at_layer(&tensor.name) {
@@ -65,7 +65,7 @@ pub fn layer_findings<'a>(tensors: impl IntoIterator<Item = &'a TensorInfo>) -> 
     });
     // (prefix, missing layers) -> suffixes missing from exactly those layers
     let mut gaps: BTreeMap<(&str, Vec<u64>), Vec<&str>> = BTreeMap::new();
-    let mut findings = Vec::new();
+    let mut findings = Findings::new();
     for ((prefix, suffix), mut present) in stacks {
         let all = &layers[prefix];
         if all.len() < 3 {

@@ -2,7 +2,7 @@
 //! walk that names every hole, overlap and size problem instead of stopping at the first.
 
 use super::{LENGTH_PREFIX, Rejection, Tensor, TensorInfo};
-use crate::finding::{Code, Finding};
+use crate::finding::{Code, Finding, Findings};
 use crate::text::{Shape, escape, format_bytes};
 
 /// Tensor indices in data order: by `(begin, end)`, ties broken by name so results are stable.
@@ -61,8 +61,8 @@ pub fn strict_check(
 
 /// Every layout problem, each a finding. `data_len` is how many bytes the file really holds after
 /// the header.
-pub fn lenient_check(tensors: &[Tensor], order: &[usize], data_len: u64) -> Vec<Finding> {
-    let mut findings = Vec::new();
+pub fn lenient_check(tensors: &[Tensor], order: &[usize], data_len: u64) -> Findings {
+    let mut findings = Findings::new();
     let mut cursor = 0u64;
     let mut previous: Option<&TensorInfo> = None;
     let mut past_end = 0usize;

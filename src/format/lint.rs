@@ -2,7 +2,7 @@
 //! each a finding with its own code.
 
 use super::{Dtype, Tensor, TensorInfo};
-use crate::finding::{Code, Finding};
+use crate::finding::{Code, Finding, Findings};
 use crate::text::escape;
 use std::collections::BTreeMap;
 
@@ -26,8 +26,8 @@ const KNOWN_KEYS: [&str; 9] = [
 ];
 
 /// The red flags of one file's parsed header.
-pub fn red_flags(tensors: &[Tensor], metadata: Option<&BTreeMap<String, String>>) -> Vec<Finding> {
-    let mut findings: Vec<Finding> = tensors.iter().flat_map(|t| tensor_flags(&t.info)).collect();
+pub fn red_flags(tensors: &[Tensor], metadata: Option<&BTreeMap<String, String>>) -> Findings {
+    let mut findings: Findings = tensors.iter().flat_map(|t| tensor_flags(&t.info)).collect();
     if tensors
         .windows(2)
         .any(|pair| pair[0].info.data_offsets[0] > pair[1].info.data_offsets[0])

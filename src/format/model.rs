@@ -4,7 +4,7 @@
 use super::index::{INDEX_FILE_NAME, ShardIndex};
 use super::{Rejection, SafetensorsFile, Tensor, TensorInfo};
 use crate::error::{Error, Result};
-use crate::finding::{Code, Finding};
+use crate::finding::{Code, Finding, Findings};
 use crate::text::{escape, natural_cmp};
 use compact_str::CompactString;
 use foldhash::HashMap;
@@ -48,7 +48,7 @@ pub struct Model {
     pub tensors: Vec<Tensor>,
     /// `__metadata__`, merged over the shards (the first shard's value wins).
     pub metadata: BTreeMap<String, String>,
-    pub findings: Vec<Finding>,
+    pub findings: Findings,
 }
 
 impl Model {
@@ -194,7 +194,7 @@ struct Builder {
     shards: Vec<Shard>,
     tensors: Vec<Tensor>,
     metadata: BTreeMap<String, String>,
-    findings: Vec<Finding>,
+    findings: Findings,
     /// Tensor name to index in `tensors`.
     by_name: HashMap<CompactString, usize>,
 }
@@ -207,7 +207,7 @@ impl Builder {
             shards: Vec::new(),
             tensors: Vec::new(),
             metadata: BTreeMap::new(),
-            findings: Vec::new(),
+            findings: Findings::new(),
             by_name: HashMap::default(),
         }
     }
@@ -243,11 +243,11 @@ impl Builder {
     fn add_file(&mut self, label: String, file: SafetensorsFile) {
         let shard_index = self.shards.len();
         let several = self.source != Source::File;
-        self.findings.extend(
-            file.findings
-                .into_iter()
-                .map(|f| if several { f.in_file(&label) } else { f }),
-        );
+        let mut findings = file.findings;
+        if several {
+            findings.in_file(&label);
+        }
+        self.findings.append(findings);
         if let Some(metadata) = &file.metadata {
             for (key, value) in metadata {
                 match self.metadata.get(key) {

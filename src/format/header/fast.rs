@@ -48,7 +48,7 @@ pub fn parse(text: &str) -> Option<ParsedHeader> {
     Some(ParsedHeader {
         metadata: part.metadata,
         tensors: part.tensors,
-        findings: Vec::new(),
+        findings: crate::finding::Findings::new(),
         all_entries_read: true,
     })
 }
