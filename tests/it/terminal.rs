@@ -24,28 +24,37 @@ impl Tmux {
         }
         let number = SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let session = format!("stui-test-{}-{number}", std::process::id());
-        let status = Command::new("tmux")
-            .args([
-                "new-session",
-                "-d",
-                "-s",
-                &session,
-                "-x",
-                &width.to_string(),
-                "-y",
-                &height.to_string(),
-            ])
-            .args([
-                "env",
-                "PS1=$ ",
-                "TERM=xterm-256color",
-                "bash",
-                "--norc",
-                "--noprofile",
-            ])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        let start = || {
+            Command::new("tmux")
+                .args([
+                    "new-session",
+                    "-d",
+                    "-s",
+                    &session,
+                    "-x",
+                    &width.to_string(),
+                    "-y",
+                    &height.to_string(),
+                ])
+                .args([
+                    "env",
+                    "PS1=$ ",
+                    "TERM=xterm-256color",
+                    "bash",
+                    "--norc",
+                    "--noprofile",
+                ])
+                .status()
+                .unwrap()
+                .success()
+        };
+        // Tests start sessions side by side; one may find the tmux server of another starting
+        // up or shutting down, and fail. It succeeds when tried again.
+        let started = (0..5).any(|attempt| {
+            std::thread::sleep(Duration::from_millis(200 * attempt));
+            start()
+        });
+        assert!(started, "tmux new-session failed five times");
         Some(Tmux { session })
     }
 
