@@ -71,6 +71,9 @@ def build(folder):
     # which is not the order of their bytes (`10` before `9`).
     nested = many_tensors(1_000_000, name="model.layers.{}.w", dtype="F32", size=4)
     add("1,000,000 nested F32 names", "1m-nested.safetensors", nested, b"\0" * 4_000_000)
+    # A finding for every entry: dtypes the format does not define.
+    unknown = many_tensors(1_000_000, dtype="X8")
+    add("1,000,000 unknown dtypes", "1m-unknown.safetensors", unknown, b"\0" * 1_000_000)
     big = json.dumps({"__metadata__": {"big": "v" * 99_000_000}, "a": entry("U8", [1], 0, 1)})
     add("99 MB metadata value", "big-value.safetensors", big.encode(), b"\0")
     name = json.dumps({"n" * MIB: entry("U8", [1], 0, 1)}).encode()
