@@ -9,6 +9,7 @@ use crate::analysis::simd;
 use crate::analysis::values::{self, Sink};
 use crate::format::mapped::with_mapped;
 use crate::format::{Dtype, Model, Tensor};
+use crate::recycle::Recycled;
 use crate::text::natural_cmp;
 use multiversion::multiversion;
 use rayon::prelude::*;
@@ -486,14 +487,13 @@ struct Decoded {
 }
 
 impl Decoded {
-    /// [`Decoded::sums`] with this thread's buffers, kept from chunk to chunk and from tensor to
-    /// tensor: fresh ones would cost a page fault every 4 KiB, as freed blocks of over 1 MiB go
-    /// back to the system (see `main`).
+    /// [`Decoded::sums`] with buffers handed on from chunk to chunk and tensor to tensor.
     fn sums_here(dtypes: (Dtype, Dtype), x: &[u8], y: &[u8]) -> Sums {
-        thread_local! {
-            static BUFFERS: std::cell::RefCell<Decoded> = std::cell::RefCell::default();
-        }
-        BUFFERS.with_borrow_mut(|decoded| decoded.sums(dtypes, x, y))
+        static BUFFERS: Recycled<Decoded> = Recycled::new();
+        let mut decoded = BUFFERS.take();
+        let sums = decoded.sums(dtypes, x, y);
+        BUFFERS.give(decoded);
+        sums
     }
 
     /// The sums over a chunk of both tensors' bytes.

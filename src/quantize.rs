@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::format::mapped::with_mapped;
 use crate::format::writer::{FileLayout, TensorSpec, write_atomically};
 use crate::format::{Dtype, Model, Shape, Tensor, read_exact_at};
+use crate::recycle::Recycled;
 use crate::text::escape;
 use multiversion::multiversion;
 use serde::Serialize;
@@ -566,7 +567,7 @@ fn within_half_a_scale<E: Element>(
         source,
         control,
         |first_row, rows: &[E]| {
-            let mut int8 = INT8_BUFFERS.take(rows.len());
+            let mut int8 = INT8_BUFFERS.take_filled(rows.len());
             read_exact_at(
                 weight_file,
                 &mut int8,
@@ -627,7 +628,7 @@ trait Element: bytemuck::Pod + Send + Sync + Into<f64> {
     fn decode(dtype: Dtype, bytes: &[u8], out: &mut Vec<Self>);
 
     /// Buffers for decoding into.
-    fn buffers() -> &'static Recycled<Self>;
+    fn buffers() -> &'static Recycled<Vec<Self>>;
 
     /// [`quantize_row`], in `f32` when `narrow` says the source's values and its scale have at
     /// most 11 significant bits (see [`quantize_narrow_row`]).
@@ -636,8 +637,8 @@ trait Element: bytemuck::Pod + Send + Sync + Into<f64> {
 
 impl Element for f32 {
     const IN_PLACE: Dtype = Dtype::F32;
-    fn buffers() -> &'static Recycled<f32> {
-        static BUFFERS: Recycled<f32> = Recycled::new();
+    fn buffers() -> &'static Recycled<Vec<f32>> {
+        static BUFFERS: Recycled<Vec<f32>> = Recycled::new();
         &BUFFERS
     }
     fn decode(dtype: Dtype, bytes: &[u8], out: &mut Vec<f32>) {
@@ -678,8 +679,8 @@ impl Element for f32 {
 
 impl Element for f64 {
     const IN_PLACE: Dtype = Dtype::F64;
-    fn buffers() -> &'static Recycled<f64> {
-        static BUFFERS: Recycled<f64> = Recycled::new();
+    fn buffers() -> &'static Recycled<Vec<f64>> {
+        static BUFFERS: Recycled<Vec<f64>> = Recycled::new();
         &BUFFERS
     }
     fn decode(dtype: Dtype, bytes: &[u8], out: &mut Vec<f64>) {
@@ -775,7 +776,7 @@ fn map_rows<E: Element, T: Send>(
                             if let Some(values) = in_place {
                                 return compute(first, values);
                             }
-                            let mut decoded = E::buffers().reuse();
+                            let mut decoded = E::buffers().take();
                             E::decode(dtype, bytes, &mut decoded);
                             let value = compute(first, &decoded);
                             E::buffers().give(decoded);
@@ -801,51 +802,8 @@ fn map_rows<E: Element, T: Send>(
     })
 }
 
-/// Buffers handed from chunk to chunk and from tensor to tensor: a fresh one would cost a page
-/// fault every 4 KiB, as freed blocks of over 1 MiB go back to the system (see `main`). Holds
-/// as many as are in use at once, at most [`Recycled::KEPT`].
-struct Recycled<T>(std::sync::Mutex<Vec<Vec<T>>>);
-
 /// Buffers of the int8 values written and read back.
-static INT8_BUFFERS: Recycled<u8> = Recycled::new();
-
-impl<T> Recycled<T> {
-    /// Twice the chunks in flight on a machine of eight cores.
-    const KEPT: usize = 32;
-
-    const fn new() -> Self {
-        Recycled(std::sync::Mutex::new(Vec::new()))
-    }
-
-    /// An empty buffer, with the room of one given back before if any.
-    fn reuse(&self) -> Vec<T> {
-        let mut buffer = self
-            .0
-            .lock()
-            .ok()
-            .and_then(|mut list| list.pop())
-            .unwrap_or_default();
-        buffer.clear();
-        buffer
-    }
-
-    fn give(&self, buffer: Vec<T>) {
-        if let Ok(mut list) = self.0.lock()
-            && list.len() < Self::KEPT
-        {
-            list.push(buffer);
-        }
-    }
-}
-
-impl<T: Copy + Default> Recycled<T> {
-    /// A buffer of `len` values, each the default.
-    fn take(&self, len: usize) -> Vec<T> {
-        let mut buffer = self.reuse();
-        buffer.resize(len, T::default());
-        buffer
-    }
-}
+static INT8_BUFFERS: Recycled<Vec<u8>> = Recycled::new();
 
 /// Each row's largest magnitude, or `None` if the tensor holds NaN or Inf.
 fn row_absmax(
@@ -1102,7 +1060,7 @@ fn write_weight_as<E: Element>(
         tensor,
         control,
         |first_row, values: &[E]| {
-            let mut bytes = INT8_BUFFERS.take(values.len());
+            let mut bytes = INT8_BUFFERS.take_filled(values.len());
             let mut chunk_sums = ErrorSums::default();
             for (offset, (row, out)) in values
                 .chunks(columns)
