@@ -175,13 +175,7 @@ impl LayerTree {
 
     /// What the node and everything below it hold; `tensors` is the list the tree was built from.
     pub fn totals(&self, id: NodeId, tensors: &[Tensor]) -> Totals {
-        match self.group_totals.get(id as usize) {
-            Some(totals) => *totals,
-            None => self
-                .node(id)
-                .tensor()
-                .map_or_else(Totals::default, |tensor| Totals::of(&tensors[tensor])),
-        }
+        node_totals(&self.group_totals, &self.nodes, id as usize, tensors)
     }
 
     /// How many nodes are groups: those with children, and the root. They have the ids below
@@ -534,12 +528,7 @@ impl Links {
         }
         // Parents come before their children, so one backward pass sums every subtree.
         for id in (1..nodes.len()).rev() {
-            let totals = match group_totals.get(id) {
-                Some(totals) => *totals,
-                None => nodes[id]
-                    .tensor()
-                    .map_or_else(Totals::default, |tensor| Totals::of(&tensors[tensor])),
-            };
+            let totals = node_totals(&group_totals, &nodes, id, tensors);
             group_totals[nodes[id].parent as usize].add(&totals);
         }
         LayerTree {
@@ -549,6 +538,16 @@ impl Links {
             segments,
             tensor_nodes,
         }
+    }
+}
+
+/// A node's totals: a group's as summed in `group_totals`, a leaf's its tensor's.
+fn node_totals(group_totals: &[Totals], nodes: &[Node], id: usize, tensors: &[Tensor]) -> Totals {
+    match group_totals.get(id) {
+        Some(totals) => *totals,
+        None => nodes[id]
+            .tensor()
+            .map_or_else(Totals::default, |tensor| Totals::of(&tensors[tensor])),
     }
 }
 
