@@ -153,6 +153,11 @@ impl fmt::Display for Shape<'_> {
     }
 }
 
+/// Whether a part of a dotted name is a number (`12` in `model.layers.12.mlp`): digits only.
+pub fn is_numeric_part(part: &str) -> bool {
+    !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// Orders names as people read them: runs of digits compare as numbers, so `layers.2` comes
 /// before `layers.10`. Equal numbers with different leading zeros fall back to byte order.
 pub fn natural_cmp(a: &str, b: &str) -> Ordering {

@@ -4,6 +4,7 @@
 use super::Moments;
 use crate::finding::{Code, Finding};
 use crate::format::Dtype;
+use crate::text::is_numeric_part;
 use std::cmp::Ordering;
 
 /// Limits for the numeric findings.
@@ -123,17 +124,13 @@ pub fn layer_pattern(name: &str) -> Option<String> {
     })
 }
 
-fn is_numeric(part: &str) -> bool {
-    !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit())
-}
-
 fn has_numeric_part(name: &str) -> bool {
-    name.split('.').any(is_numeric)
+    name.split('.').any(is_numeric_part)
 }
 
 fn pattern_parts(name: &str) -> impl Iterator<Item = &str> {
     name.split('.')
-        .map(|part| if is_numeric(part) { "*" } else { part })
+        .map(|part| if is_numeric_part(part) { "*" } else { part })
 }
 
 /// Orders names as their [`layer_pattern`]s order, without making the patterns.

@@ -3,7 +3,7 @@
 
 use super::TensorInfo;
 use crate::finding::{Code, Finding, Findings};
-use crate::text::{Shape, escape, natural_cmp};
+use crate::text::{Shape, escape, is_numeric_part, natural_cmp};
 use foldhash::HashMap;
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -18,7 +18,7 @@ fn split_at_layer(name: &str) -> Option<(&str, u64, &str)> {
     let mut start = 0;
     for part in name.split('.') {
         let end = start + part.len();
-        if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+        if is_numeric_part(part) {
             let layer = part.parse().ok()?;
             let prefix = name[..start].strip_suffix('.')?;
             let suffix = name.get(end + 1..).filter(|s| !s.is_empty())?;
