@@ -3,6 +3,7 @@
 use super::header::{self, ParsedHeader};
 use super::layout::{self, data_order};
 use super::lint;
+use super::mapped::Pages;
 use super::sniff::{self, SNIFF_LEN};
 use super::{LENGTH_PREFIX, MAX_HEADER_LEN, Rejection, Tensor};
 use crate::finding::{Code, Finding, Findings, Severity};
@@ -63,20 +64,39 @@ impl SafetensorsFile {
 /// Where a file's bytes come from: disk or memory.
 trait Source {
     /// Runs `work` on exactly `len` bytes from `offset`; `UnexpectedEof` if the source ends first.
-    fn with_bytes<T>(&self, offset: u64, len: u64, work: impl FnOnce(&[u8]) -> T) -> io::Result<T>;
+    fn with_pages<T>(
+        &self,
+        offset: u64,
+        len: u64,
+        work: impl FnOnce(Pages<'_>) -> T,
+    ) -> io::Result<T>;
+
+    fn with_bytes<T>(&self, offset: u64, len: u64, work: impl FnOnce(&[u8]) -> T) -> io::Result<T> {
+        self.with_pages(offset, len, |pages| work(pages.bytes()))
+    }
 }
 
 impl Source for File {
     /// Through a map (or, for a few KiB, a copy): a header of megabytes is parsed where it
     /// lies in the page cache rather than copied into fresh memory first.
-    fn with_bytes<T>(&self, offset: u64, len: u64, work: impl FnOnce(&[u8]) -> T) -> io::Result<T> {
+    fn with_pages<T>(
+        &self,
+        offset: u64,
+        len: u64,
+        work: impl FnOnce(Pages<'_>) -> T,
+    ) -> io::Result<T> {
         let len = usize::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
-        super::mapped::with_mapped(self, offset, len, work)
+        super::mapped::with_mapped_pages(self, offset, len, work)
     }
 }
 
 impl Source for &[u8] {
-    fn with_bytes<T>(&self, offset: u64, len: u64, work: impl FnOnce(&[u8]) -> T) -> io::Result<T> {
+    fn with_pages<T>(
+        &self,
+        offset: u64,
+        len: u64,
+        work: impl FnOnce(Pages<'_>) -> T,
+    ) -> io::Result<T> {
         let range = usize::try_from(offset)
             .ok()
             .zip(
@@ -86,7 +106,7 @@ impl Source for &[u8] {
             )
             .and_then(|(start, end)| self.get(start..end))
             .ok_or(io::ErrorKind::UnexpectedEof)?;
-        Ok(work(range))
+        Ok(work(Pages::of(range)))
     }
 }
 
@@ -141,7 +161,8 @@ fn read(path: &Path, source: &impl Source, file_len: u64) -> io::Result<Safetens
     let available = file_len - LENGTH_PREFIX;
     let truncated = header_len > available;
     let whole_header_read =
-        source.with_bytes(LENGTH_PREFIX, header_len.min(available), |header_bytes| {
+        source.with_pages(LENGTH_PREFIX, header_len.min(available), |pages| {
+            let header_bytes = pages.bytes();
             let sniff = || {
                 let mut start = prefix.to_vec();
                 start.extend_from_slice(&header_bytes[..header_bytes.len().min(SNIFF_LEN)]);
@@ -162,7 +183,7 @@ fn read(path: &Path, source: &impl Source, file_len: u64) -> io::Result<Safetens
                     ),
                 );
             }
-            file.read_header(header_bytes, !truncated, sniff)
+            file.read_header(pages, !truncated, sniff)
         })?;
     if whole_header_read {
         file.check_layout(header_len);
@@ -186,10 +207,11 @@ impl SafetensorsFile {
     /// Parses the header bytes read; returns whether every tensor entry could be read.
     fn read_header(
         &mut self,
-        bytes: &[u8],
+        pages: Pages<'_>,
         complete: bool,
         sniff: impl FnOnce() -> Option<Finding>,
     ) -> bool {
+        let bytes = pages.bytes();
         let (text, complete) = match std::str::from_utf8(bytes) {
             Ok(text) => (text, complete),
             Err(error) => {
@@ -204,7 +226,9 @@ impl SafetensorsFile {
                 (std::str::from_utf8(valid).unwrap_or_default(), false)
             }
         };
-        let parsed = header::parse(text, complete);
+        // Checking the text mapped all of it in; the parser maps it in again as it goes.
+        pages.release(0..text.len());
+        let parsed = header::parse_pages(text, pages, complete);
         if parsed.first_error().is_some() && self.rejection.is_none() {
             self.rejection = Some(Rejection::InvalidHeaderDeserialization);
             if parsed.tensors.is_empty() && parsed.metadata.is_none() {
@@ -263,6 +287,36 @@ mod tests {
 
     fn open(bytes: &[u8]) -> SafetensorsFile {
         SafetensorsFile::from_bytes(Path::new("test.safetensors"), bytes)
+    }
+
+    /// A header past the size whose pages are handed back as it is parsed: read from disk, it
+    /// gives what it gives read from memory, in each parser and on each error path.
+    #[test]
+    fn a_large_header_on_disk_reads_as_in_memory() {
+        use std::io::Write;
+        let filler = "x".repeat(super::super::mapped::RELEASABLE + 1);
+        let entries = r#""a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}"#;
+        let canonical = format!(r#"{{"__metadata__":{{"fill":"{filler}"}},{entries}}}"#);
+        let spaced = canonical.replace(':', ": ");
+        let nul_padded = format!("{canonical}\0\0\0");
+        let cut_short = canonical[..canonical.len() - 2].to_owned();
+        for header in [canonical, spaced, nul_padded, cut_short] {
+            let bytes = file_with_header(&header, &[1, 2]);
+            let mut on_disk = tempfile::NamedTempFile::new().unwrap();
+            on_disk.write_all(&bytes).unwrap();
+            let read = SafetensorsFile::open(on_disk.path()).unwrap();
+            let held = SafetensorsFile::from_bytes(on_disk.path(), &bytes);
+            assert_eq!(read.tensors, held.tensors);
+            assert_eq!(read.metadata, held.metadata);
+            assert_eq!(read.rejection, held.rejection);
+            let messages = |file: &SafetensorsFile| {
+                file.findings
+                    .iter()
+                    .map(|f| f.message.clone())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(messages(&read), messages(&held));
+        }
     }
 
     #[test]

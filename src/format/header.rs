@@ -9,6 +9,7 @@
 pub mod fast;
 
 use super::dtype::TensorDtype;
+use super::mapped::{Pages, Passing};
 use super::{Shape, Tensor, TensorInfo};
 use crate::finding::{Code, Finding, Findings, Severity};
 use hashbrown::{HashTable, hash_table};
@@ -17,6 +18,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::hash::BuildHasher;
+use std::io;
 use std::marker::PhantomData;
 
 const METADATA_KEY: &str = "__metadata__";
@@ -47,10 +49,15 @@ impl ParsedHeader {
 /// start of the header (the file was cut short, or the rest is not UTF-8): running out of text is
 /// then not reported, as the cut has been already.
 pub fn parse(text: &str, complete: bool) -> ParsedHeader {
+    parse_pages(text, Pages::of(text.as_bytes()), complete)
+}
+
+/// [`parse`] for text that starts `pages`, whose pages are handed back as the parser passes them.
+pub fn parse_pages(text: &str, pages: Pages<'_>, complete: bool) -> ParsedHeader {
     let mut parsed = complete
-        .then(|| fast::parse(text))
+        .then(|| fast::parse_passing(text, &mut Passing::new(pages)))
         .flatten()
-        .unwrap_or_else(|| parse_leniently(text, complete));
+        .unwrap_or_else(|| parse_leniently_pages(text, pages, complete));
     // The list was reserved from the header's length and grown by doubling: give back what a
     // header of short entries left unused (40% of a million-tensor list). Large lists shrink in
     // place, without a copy.
@@ -67,27 +74,90 @@ pub fn parse(text: &str, complete: bool) -> ParsedHeader {
 /// Parses any header text, reporting every problem in it, without the canonical fast path: the
 /// authority the fast path is checked against.
 pub fn parse_leniently(text: &str, complete: bool) -> ParsedHeader {
+    parse_leniently_pages(text, Pages::of(text.as_bytes()), complete)
+}
+
+fn parse_leniently_pages(text: &str, pages: Pages<'_>, complete: bool) -> ParsedHeader {
     let mut parsed = ParsedHeader {
         all_entries_read: true,
         ..ParsedHeader::default()
     };
-    let mut deserializer = serde_json::Deserializer::from_str(text);
-    let outcome = HeaderSeed {
-        out: &mut parsed,
-        names: NameIndex::for_header(text.len()),
-    }
-    .deserialize(&mut deserializer)
-    .and_then(|()| deserializer.end());
+    let names = NameIndex::for_header(text.len());
+    let outcome = if pages.releasable() {
+        read_entries(PassingReader::deserializer(text, pages), &mut parsed, names)
+    } else {
+        read_entries(serde_json::Deserializer::from_str(text), &mut parsed, names)
+    };
     if let Err(error) = outcome {
         parsed.all_entries_read = false;
         if complete || !error.is_eof() {
-            parsed.findings.push(describe_json_error(text, &error));
+            parsed
+                .findings
+                .push(describe_json_error(text, pages, &error));
         }
     }
     parsed
 }
 
-fn describe_json_error(text: &str, error: &serde_json::Error) -> Finding {
+fn read_entries<'de, R: serde_json::de::Read<'de>>(
+    mut deserializer: serde_json::Deserializer<R>,
+    out: &mut ParsedHeader,
+    names: NameIndex,
+) -> serde_json::Result<()> {
+    HeaderSeed { out, names }
+        .deserialize(&mut deserializer)
+        .and_then(|()| deserializer.end())
+}
+
+/// Whether `text` is one JSON value.
+fn is_json(text: &str, pages: Pages<'_>) -> bool {
+    fn read<'de, R: serde_json::de::Read<'de>>(
+        mut deserializer: serde_json::Deserializer<R>,
+    ) -> bool {
+        <de::IgnoredAny as de::Deserialize>::deserialize(&mut deserializer)
+            .and_then(|_| deserializer.end())
+            .is_ok()
+    }
+    if pages.releasable() {
+        read(PassingReader::deserializer(text, pages))
+    } else {
+        read(serde_json::Deserializer::from_str(text))
+    }
+}
+
+/// Header text read through [`io::Read`], handing back its pages as `serde_json` passes them.
+/// Slower than reading the text in place (every string is copied), so only for large maps.
+struct PassingReader<'a> {
+    rest: &'a [u8],
+    read: usize,
+    passing: Passing<'a>,
+}
+
+impl<'a> PassingReader<'a> {
+    /// A deserializer of `text`, which starts `pages`. Buffered, as `serde_json` reads a byte at
+    /// a time.
+    fn deserializer(
+        text: &'a str,
+        pages: Pages<'a>,
+    ) -> serde_json::Deserializer<serde_json::de::IoRead<io::BufReader<PassingReader<'a>>>> {
+        serde_json::Deserializer::from_reader(io::BufReader::new(PassingReader {
+            rest: text.as_bytes(),
+            read: 0,
+            passing: Passing::new(pages),
+        }))
+    }
+}
+
+impl io::Read for PassingReader<'_> {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        let count = self.rest.read(buffer)?;
+        self.read += count;
+        self.passing.reached(self.read);
+        Ok(count)
+    }
+}
+
+fn describe_json_error(text: &str, pages: Pages<'_>, error: &serde_json::Error) -> Finding {
     if error.is_data() {
         return Finding::error(
             Code::HeaderNotObject,
@@ -95,9 +165,7 @@ fn describe_json_error(text: &str, error: &serde_json::Error) -> Finding {
         );
     }
     let nul_padding = text.trim_end_matches('\0');
-    if nul_padding.len() < text.len()
-        && serde_json::from_str::<serde::de::IgnoredAny>(nul_padding).is_ok()
-    {
+    if nul_padding.len() < text.len() && is_json(nul_padding, pages) {
         let count = text.len() - nul_padding.len();
         return Finding::error(
             Code::HeaderNulPadding,

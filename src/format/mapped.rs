@@ -15,6 +15,7 @@
 
 use std::fs::File;
 use std::io;
+use std::ops::Range;
 
 /// Runs `work` on `len` bytes of `file` from `offset`. A file that ends first gives
 /// `UnexpectedEof`, also when it shrinks while `work` runs (the missing pages then read as
@@ -25,6 +26,17 @@ pub fn with_mapped<T>(
     len: usize,
     work: impl FnOnce(&[u8]) -> T,
 ) -> io::Result<T> {
+    with_mapped_pages(file, offset, len, |pages| work(pages.bytes()))
+}
+
+/// Like [`with_mapped`], for `work` that reads the bytes once from start to end and can hand
+/// back the pages it has passed (see [`Pages`]).
+pub fn with_mapped_pages<T>(
+    file: &File,
+    offset: u64,
+    len: usize,
+    work: impl FnOnce(Pages<'_>) -> T,
+) -> io::Result<T> {
     let end = offset
         .checked_add(len as u64)
         .ok_or(io::ErrorKind::InvalidInput)?;
@@ -34,7 +46,7 @@ pub fn with_mapped<T>(
         let mut buffer = [0u64; SMALL / 8];
         let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut buffer)[..len];
         super::read_exact_at(file, bytes, offset)?;
-        return Ok(work(bytes));
+        return Ok(work(Pages::of(bytes)));
     }
     // A map of pages past the end would read them as zeros (through the handler) first.
     if file.metadata()?.len() < end {
@@ -47,7 +59,84 @@ pub fn with_mapped<T>(
     };
     let mut buffer = vec![0u8; len];
     super::read_exact_at(file, &mut buffer, offset)?;
-    Ok(work(&buffer))
+    Ok(work(Pages::of(&buffer)))
+}
+
+/// Bytes of a file, and for a large map the means to hand its pages back.
+///
+/// Pages of a map count in the process's memory while they are mapped in, so a parser that
+/// walks 100 MB of header would hold all of it next to what it builds from it. Handing back
+/// the pages it has passed frees that memory; reading them again reads the file again. Only
+/// maps of more than [`RELEASABLE`] bytes, which are not populated up front, hand pages back;
+/// for other bytes [`Pages::release`] does nothing.
+#[derive(Clone, Copy, Debug)]
+pub struct Pages<'a> {
+    bytes: &'a [u8],
+    #[cfg(unix)]
+    map: Option<&'a memmap2::Mmap>,
+}
+
+/// Maps of more than this many bytes are faulted in as they are read, and their pages can be
+/// handed back.
+pub const RELEASABLE: usize = 16 << 20;
+
+impl<'a> Pages<'a> {
+    /// Bytes held in memory: nothing to hand back.
+    pub fn of(bytes: &'a [u8]) -> Pages<'a> {
+        Pages {
+            bytes,
+            #[cfg(unix)]
+            map: None,
+        }
+    }
+
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// Whether [`Pages::release`] frees memory.
+    pub fn releasable(&self) -> bool {
+        #[cfg(unix)]
+        return self.map.is_some();
+        #[cfg(not(unix))]
+        false
+    }
+
+    /// Hands back the pages holding `range` (and the rest of the pages its ends fall in).
+    pub fn release(&self, range: Range<usize>) {
+        #[cfg(unix)]
+        if let Some(map) = self.map {
+            guarded::release(map, range);
+        }
+        #[cfg(not(unix))]
+        let _ = range;
+    }
+}
+
+/// A reader's place in [`Pages`] it reads once from start to end, handing back what it has passed
+/// a step at a time.
+#[derive(Debug)]
+pub struct Passing<'a> {
+    pages: Pages<'a>,
+    released: usize,
+}
+
+impl<'a> Passing<'a> {
+    /// Bytes passed before their pages are handed back: a system call per step.
+    const STEP: usize = 4 << 20;
+
+    pub fn new(pages: Pages<'a>) -> Passing<'a> {
+        Passing { pages, released: 0 }
+    }
+
+    /// The reader is done with every byte before `at`.
+    pub fn reached(&mut self, at: usize) {
+        // The page `at` is in goes too, and is mapped in again when read on: once a step.
+        if at >= self.released + Self::STEP && self.pages.releasable() {
+            self.pages.release(self.released..at);
+            self.released = at;
+        }
+    }
 }
 
 /// Reads up to this many bytes are copied into a buffer on the stack instead of mapped.
@@ -96,7 +185,7 @@ mod guarded {
     /// Maps `len` bytes from `offset` and runs `work` on them; `work` handed back unused when
     /// the file cannot be mapped, the registry is full or the handler could not be installed
     /// (the caller then reads another way).
-    pub fn with_map<T, F: FnOnce(&[u8]) -> T>(
+    pub fn with_map<T, F: FnOnce(super::Pages<'_>) -> T>(
         file: &File,
         offset: u64,
         len: usize,
@@ -109,12 +198,14 @@ mod guarded {
         // SAFETY: the map is read-only and private; if the file changes under it, the bytes
         // `work` sees may change or (past a new end) become zeros through the handler, which
         // is what `faulted` reports. They are plain bytes, valid in any state.
+        let releasable = len > super::RELEASABLE;
         let map = unsafe {
-            memmap2::MmapOptions::new()
-                .offset(offset)
-                .len(len)
-                .populate()
-                .map(file)
+            let mut options = memmap2::MmapOptions::new();
+            options.offset(offset).len(len);
+            if !releasable {
+                options.populate();
+            }
+            options.map(file)
         };
         // A file system that cannot map files (some network and FUSE ones) is read another way.
         let Ok(map) = map else {
@@ -124,7 +215,11 @@ mod guarded {
         let Some(mut slot) = Taken::any() else {
             return Err(work);
         };
-        let value = slot.watch(&map, work);
+        let pages = super::Pages {
+            bytes: &map,
+            map: releasable.then_some(&map),
+        };
+        let value = slot.watch(pages, work);
         Ok(if slot.faulted() {
             Err(io::Error::from(io::ErrorKind::UnexpectedEof))
         } else {
@@ -147,13 +242,19 @@ mod guarded {
                 .map(Taken)
         }
 
-        /// Runs `work` on `bytes` with their range registered for the handler.
-        fn watch<T>(&mut self, bytes: &[u8], work: impl FnOnce(&[u8]) -> T) -> T {
-            let start = bytes.as_ptr() as usize;
+        /// Runs `work` on `pages` with their range registered for the handler.
+        fn watch<T>(
+            &mut self,
+            pages: super::Pages<'_>,
+            work: impl FnOnce(super::Pages<'_>) -> T,
+        ) -> T {
+            let start = pages.bytes.as_ptr() as usize;
             self.0.faulted.store(false, Ordering::Relaxed);
-            self.0.end.store(start + bytes.len(), Ordering::Relaxed);
+            self.0
+                .end
+                .store(start + pages.bytes.len(), Ordering::Relaxed);
             self.0.start.store(start, Ordering::Release);
-            let value = work(bytes);
+            let value = work(pages);
             self.0.start.store(0, Ordering::Release);
             value
         }
@@ -168,6 +269,20 @@ mod guarded {
             self.0.start.store(0, Ordering::Release);
             self.0.taken.store(false, Ordering::Release);
         }
+    }
+
+    /// Drops the pages of `range` from `map`: the next read of them maps them in again from the
+    /// page cache (or, past a new end of the file, faults as any read there does).
+    pub fn release(map: &memmap2::Mmap, range: std::ops::Range<usize>) {
+        let Some(len) = range.end.checked_sub(range.start).filter(|&len| len > 0) else {
+            return;
+        };
+        // SAFETY: the map is a read-only map of a file, never written through, so dropping its
+        // pages loses nothing: they read the same bytes from the file when touched again.
+        // Failing only keeps the pages, so the error is of no consequence.
+        let _ = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, len)
+        };
     }
 
     fn install() {
@@ -280,6 +395,24 @@ mod tests {
             let start = usize::try_from(offset).unwrap();
             assert_eq!(got, bytes[start..start + len]);
         }
+    }
+
+    #[test]
+    fn pages_handed_back_read_the_same_again() {
+        let len = RELEASABLE + 4096 * 3 + 5;
+        let bytes: Vec<u8> = (0..len).map(|i| u8::try_from(i % 253).unwrap()).collect();
+        let (_keep, file) = file_of(&bytes);
+        with_mapped_pages(&file, 3, len - 3, |pages| {
+            assert!(pages.releasable());
+            let mut passing = Passing::new(pages);
+            for at in (0..pages.bytes().len()).step_by(1 << 20) {
+                passing.reached(at);
+            }
+            pages.release(0..pages.bytes().len());
+            assert_eq!(pages.bytes(), &bytes[3..]);
+        })
+        .unwrap();
+        with_mapped_pages(&file, 0, RELEASABLE, |pages| assert!(!pages.releasable())).unwrap();
     }
 
     #[test]

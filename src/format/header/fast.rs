@@ -7,6 +7,7 @@
 //! the full lenient parser, which stays the authority on every verdict. Tests check the two agree.
 
 use super::super::dtype::{Dtype, TensorDtype};
+use super::super::mapped::{Pages, Passing};
 use super::super::{Shape, Tensor, TensorInfo};
 use super::{ENTRY_BYTES, METADATA_KEY, NameIndex, ParsedHeader};
 use std::collections::BTreeMap;
@@ -19,6 +20,11 @@ const SPLIT: std::ops::Range<usize> = (1 << 20)..(16 << 20);
 
 /// Parses a canonical header, or `None` if the text is not entirely in the canonical form.
 pub fn parse(text: &str) -> Option<ParsedHeader> {
+    parse_passing(text, &mut Passing::new(Pages::of(text.as_bytes())))
+}
+
+/// [`parse`], handing back the pages of the text it has passed.
+pub(super) fn parse_passing(text: &str, passing: &mut Passing<'_>) -> Option<ParsedHeader> {
     let mut scanner = Scanner::at(text, 0);
     scanner.skip_whitespace();
     scanner.expect(b'{')?;
@@ -32,9 +38,10 @@ pub fn parse(text: &str) -> Option<ParsedHeader> {
     } else {
         let first = scanner.at;
         let halves = split_point(text, first).and_then(|comma| {
+            // Too small to hand pages back.
             let (head, tail) = rayon::join(
-                || Part::read(text, first, Some(comma), text.len()),
-                || Part::read(text, comma + 1, None, text.len() - comma),
+                || Part::read(text, first, Some(comma), text.len(), &mut |_| ()),
+                || Part::read(text, comma + 1, None, text.len() - comma, &mut |_| ()),
             );
             head?.join(tail?)
         });
@@ -42,7 +49,7 @@ pub fn parse(text: &str) -> Option<ParsedHeader> {
         // both halves: read the whole in one pass, which decides.
         match halves {
             Some(part) => part,
-            None => Part::read(text, first, None, text.len())?,
+            None => Part::read(text, first, None, text.len(), &mut |at| passing.reached(at))?,
         }
     };
     Some(ParsedHeader {
@@ -84,8 +91,15 @@ impl Part {
 
     /// Reads `key: value` pairs from `from` (the start of a key): up to the `,` at `until` if
     /// given, which must fall between two pairs; else to the object's closing `}` and the end of
-    /// the text. `room` is the bytes of header this part is expected to hold.
-    fn read(text: &str, from: usize, until: Option<usize>, room: usize) -> Option<Part> {
+    /// the text. `room` is the bytes of header this part is expected to hold. `passed` is told
+    /// where each pair ends.
+    fn read(
+        text: &str,
+        from: usize,
+        until: Option<usize>,
+        room: usize,
+        passed: &mut dyn FnMut(usize),
+    ) -> Option<Part> {
         let mut scanner = Scanner::at(text, from);
         let mut part = Part::new(room);
         loop {
@@ -114,6 +128,7 @@ impl Part {
                 );
             }
             scanner.skip_whitespace();
+            passed(scanner.at);
             if let Some(comma) = until {
                 if scanner.at == comma {
                     return Some(part);
@@ -351,7 +366,7 @@ mod tests {
         let tricky = header_of(40_000, |i| format!("w{i}}},"));
         let inside_a_name =
             tricky.len() / 2 + tricky[tricky.len() / 2..].find("},\":").unwrap() + 1;
-        assert!(Part::read(&tricky, 1, Some(inside_a_name), tricky.len()).is_none());
+        assert!(Part::read(&tricky, 1, Some(inside_a_name), tricky.len(), &mut |_| ()).is_none());
         let parsed = parse(&tricky).unwrap();
         assert_eq!(parsed, super::super::parse_leniently(&tricky, true));
         // The same name at the start and at the end: the fast path gives up, as on any repeat.
