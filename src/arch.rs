@@ -87,7 +87,7 @@ impl<'a> Names<'a> {
     }
 
     fn dim(&self, name: &str, axis: usize) -> Option<u64> {
-        self.top_level(name)?.shape.get(axis).copied()
+        self.top_level(name)?.shape.get(axis)
     }
 
     fn layer(&self, suffix: &str) -> Option<&'a TensorInfo> {
@@ -99,7 +99,7 @@ impl<'a> Names<'a> {
     }
 
     fn layer_dim(&self, suffix: &str, axis: usize) -> Option<u64> {
-        self.layer(suffix)?.shape.get(axis).copied()
+        self.layer(suffix)?.shape.get(axis)
     }
 
     fn has_layer(&self, suffix: &str) -> bool {

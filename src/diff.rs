@@ -8,7 +8,7 @@
 use crate::analysis::simd;
 use crate::analysis::values::{self, Sink};
 use crate::format::mapped::with_mapped;
-use crate::format::{Dtype, Model, Tensor};
+use crate::format::{Dtype, Model, Shape, Tensor};
 use crate::recycle::Recycled;
 use crate::text::natural_cmp;
 use multiversion::multiversion;
@@ -62,7 +62,7 @@ pub enum Status {
         #[serde(skip_serializing_if = "Option::is_none")]
         dtype: Option<(String, String)>,
         #[serde(skip_serializing_if = "Option::is_none")]
-        shape: Option<(Vec<u64>, Vec<u64>)>,
+        shape: Option<(Shape, Shape)>,
         /// Null when the element counts differ or a dtype cannot be read as numbers.
         change: Option<Change>,
     },
@@ -156,7 +156,7 @@ fn compare(a: &Model, ta: &Tensor, b: &Model, tb: &Tensor, progress: &AtomicU64)
         )
     });
     let shape =
-        (ta.info.shape != tb.info.shape).then(|| (ta.info.shape.to_vec(), tb.info.shape.to_vec()));
+        (ta.info.shape != tb.info.shape).then(|| (ta.info.shape.clone(), tb.info.shape.clone()));
     let numbers = ta.info.dtype.known().zip(tb.info.dtype.known());
     let count = ta.info.element_count();
     let change = match numbers {

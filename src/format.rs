@@ -10,15 +10,16 @@ pub mod layout;
 pub mod lint;
 pub mod mapped;
 pub mod model;
+pub mod shape;
 pub mod sniff;
 pub mod writer;
 
 pub use dtype::{Dtype, TensorDtype};
 pub use file::SafetensorsFile;
 pub use model::Model;
+pub use shape::Shape;
 
 use compact_str::CompactString;
-use smallvec::SmallVec;
 use std::fmt;
 use std::fs::File;
 use std::io;
@@ -28,10 +29,6 @@ pub const MAX_HEADER_LEN: u64 = 100_000_000;
 
 /// Bytes of the little-endian header length that starts every file.
 pub const LENGTH_PREFIX: u64 = 8;
-
-/// A tensor's dimensions. Held inline up to rank 4, like most names (up to 24 bytes): a header
-/// of a million small entries then costs no allocation per entry (see SECURITY.md, memory bound).
-pub type Shape = SmallVec<[u64; 4]>;
 
 /// One tensor entry of a header.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,9 +66,7 @@ impl TensorInfo {
     /// The number of elements, `None` if the product overflows 64 bits. Multiplied left to right,
     /// as the reference does, so a zero dimension only rescues the dimensions after it.
     pub fn element_count(&self) -> Option<u64> {
-        self.shape
-            .iter()
-            .try_fold(1u64, |count, &dim| count.checked_mul(dim))
+        self.shape.iter().try_fold(1u64, u64::checked_mul)
     }
 
     /// Bytes the entry claims in the data section.

@@ -90,7 +90,7 @@ pub fn structural_id(model: &Model) -> String {
         line.push('\0');
         line.extend(info.dtype.name().chars().map(|c| c.to_ascii_lowercase()));
         line.push('\0');
-        for (i, &dim) in info.shape.iter().enumerate() {
+        for (i, dim) in info.shape.iter().enumerate() {
             if i > 0 {
                 line.push(',');
             }

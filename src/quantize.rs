@@ -595,8 +595,8 @@ fn within_half_a_scale<E: Element>(
 /// A scale tensor (`[out, 1]` or `[1]`) seen as a matrix, so that its rows can be read.
 fn as_matrix(tensor: &Tensor) -> Tensor {
     let mut matrix = tensor.clone();
-    if matrix.info.shape.len() == 1 {
-        matrix.info.shape = Shape::from_slice(&[matrix.info.shape[0], 1]);
+    if let (1, Some(rows)) = (matrix.info.shape.len(), matrix.info.shape.get(0)) {
+        matrix.info.shape = Shape::from([rows, 1]);
     }
     matrix
 }
@@ -704,7 +704,7 @@ impl Element for f64 {
 
 /// Elements in a row of a `[out, in]` weight (at least one, so that rows can be cut).
 fn row_length(tensor: &Tensor) -> io::Result<usize> {
-    Ok(usize::try_from(tensor.info.shape[1])
+    Ok(usize::try_from(tensor.info.shape.get(1).unwrap_or(1))
         .map_err(io::Error::other)?
         .max(1))
 }
@@ -742,7 +742,10 @@ fn map_rows<E: Element, T: Send>(
         .dtype
         .known()
         .ok_or_else(|| io::Error::other("unknown dtype"))?;
-    let (rows, columns) = (info.shape[0], info.shape[1]);
+    let [rows, columns] = info
+        .shape
+        .matrix()
+        .ok_or_else(|| io::Error::other("not a matrix"))?;
     let row_bytes = dtype.byte_len(columns).unwrap_or(0).max(1);
     let rows_per_chunk = (CHUNK / row_bytes).max(1);
     let (start, _) = model.file_range(tensor);
@@ -945,11 +948,11 @@ impl ShardContext<'_> {
                 specs.push(TensorSpec::new(
                     tensor.name(),
                     Dtype::I8,
-                    &tensor.info.shape,
+                    &tensor.info.shape.to_vec(),
                 ));
                 sources.push(Source::Weight(index));
                 let scale_shape: &[u64] = match options.granularity {
-                    Granularity::PerChannel => &[tensor.info.shape[0], 1],
+                    Granularity::PerChannel => &[tensor.info.shape.get(0).unwrap_or(1), 1],
                     Granularity::PerTensor => &[1],
                 };
                 specs.push(TensorSpec::new(

@@ -150,7 +150,7 @@ fn dtypes_json(mix: &DtypeMix) -> Vec<DtypeJson> {
 struct TensorJson<'a> {
     name: &'a str,
     dtype: &'a str,
-    shape: &'a [u64],
+    shape: &'a crate::format::Shape,
     data_offsets: [u64; 2],
     file: &'a str,
     parameters: Option<u64>,
@@ -386,7 +386,7 @@ impl Row {
         self.measured = Some(match node.tensor() {
             Some(index) if tree.children(id).is_empty() => {
                 let info = &model.tensors[index].info;
-                let dims: usize = info.shape.iter().map(|&d| digits(d)).sum();
+                let dims: usize = info.shape.iter().map(digits).sum();
                 let shape = 2 + dims + 2 * info.shape.len().saturating_sub(1);
                 (display_width(&escape(info.dtype.name())), shape)
             }

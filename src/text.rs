@@ -138,7 +138,7 @@ impl fmt::Display for Count {
 
 /// Shows a shape as `[2, 3]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Shape<'a>(pub &'a [u64]);
+pub struct Shape<'a>(pub &'a crate::format::Shape);
 
 impl fmt::Display for Shape<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

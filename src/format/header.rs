@@ -14,6 +14,7 @@ use super::{Shape, Tensor, TensorInfo};
 use crate::finding::{Code, Finding, Findings, Severity};
 use hashbrown::{HashTable, hash_table};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -326,8 +327,9 @@ struct Counts(Shape);
 
 impl<'de> FromJson<'de> for Counts {
     fn from_seq<A: SeqAccess<'de>>(seq: A) -> Result<Lenient<Self>, A::Error> {
-        let mut values = Shape::new();
-        Ok(read_counts(seq, |value| values.push(value))?.map(|()| Counts(values)))
+        let mut values = SmallVec::<[u64; 4]>::new();
+        Ok(read_counts(seq, |value| values.push(value))?
+            .map(|()| Counts(Shape::from_slice(&values))))
     }
 }
 
@@ -903,7 +905,7 @@ mod tests {
         let tensor = &parsed.tensors[0];
         assert_eq!(tensor.name(), "a");
         assert_eq!(tensor.info.dtype, TensorDtype::Known(Dtype::F32));
-        assert_eq!(tensor.info.shape.as_slice(), [2, 2]);
+        assert_eq!(tensor.info.shape.to_vec(), [2, 2]);
         assert_eq!(tensor.info.data_offsets, [0, 16]);
     }
 

@@ -10,6 +10,7 @@ use super::super::dtype::{Dtype, TensorDtype};
 use super::super::mapped::{Pages, Passing};
 use super::super::{Shape, Tensor, TensorInfo};
 use super::{ENTRY_BYTES, METADATA_KEY, NameIndex, ParsedHeader};
+use smallvec::SmallVec;
 use std::collections::BTreeMap;
 
 /// Headers of this many bytes are read in two halves side by side. Joining the halves copies the
@@ -243,9 +244,9 @@ impl<'a> Scanner<'a> {
         (digits > 0 && !leading_zero && !continues).then_some(value)
     }
 
-    fn integers(&mut self) -> Option<Shape> {
+    fn integers(&mut self) -> Option<SmallVec<[u64; 4]>> {
         self.expect(b'[')?;
-        let mut values = Shape::new();
+        let mut values = SmallVec::new();
         self.skip_whitespace();
         if self.eat(b']') {
             return Some(values);
@@ -276,7 +277,9 @@ impl<'a> Scanner<'a> {
             self.skip_whitespace();
             let fresh = match key {
                 "dtype" => dtype.replace(Dtype::from_name(self.string()?)?).is_none(),
-                "shape" => shape.replace(self.integers()?).is_none(),
+                "shape" => shape
+                    .replace(Shape::from_slice(&self.integers()?))
+                    .is_none(),
                 "data_offsets" => match self.integers()?[..] {
                     [begin, end] => offsets.replace([begin, end]).is_none(),
                     _ => return None,
