@@ -7,7 +7,7 @@ use crate::finding::{Finding, Severity, Tally};
 use crate::format::model::{Model, Source};
 use crate::text::{
     Bytes, Count, Shape, display_width, escape, escape_path, format_bytes, format_count,
-    natural_cmp,
+    is_numeric_part, natural_cmp,
 };
 use crate::tree::{DtypeMix, DtypeSet, LayerTree, NodeId, ROOT};
 use serde::Serialize;
@@ -475,9 +475,13 @@ fn for_each_row(
         top.1 = end;
         let depth = stack.len() - 1;
         let last = end == children.len();
-        let (shown, label) = match run {
-            Some(run) => (id, format!("{}-{} ×{}", run.first, run.last, run.count)),
-            None => collapse_chain(tree, id),
+        let segment = tree.segment(id);
+        let label = match (run, segment.split_once('.')) {
+            (Some(run), None) => format!("{}-{} ×{}", run.first, run.last, run.count),
+            (Some(run), Some((_, rest))) => {
+                format!("{}-{}.{rest} ×{}", run.first, run.last, run.count)
+            }
+            (None, _) => segment.to_owned(),
         };
         row.clear();
         guides.truncate(depth);
@@ -489,10 +493,10 @@ fn for_each_row(
         }
         row.indent = 3 * depth;
         row.label.push_str(&escape(&label));
-        fill(&mut row, shown);
+        fill(&mut row, id);
         emit(&row);
         guides.push(!last);
-        stack.push((tree.children(shown), 0));
+        stack.push((tree.children(id), 0));
     }
 }
 
@@ -505,27 +509,31 @@ struct Run {
 }
 
 /// The row that starts at `children[i]`: the child alone or, when `prints` is given, the run of
-/// consecutively numbered, identically shaped siblings it begins; and the index after the row.
+/// consecutively numbered, identically shaped siblings it begins (`3`, `4`, …, or `3.weight`,
+/// `4.weight`, … when each holds one tensor); and the index after the row.
 fn sibling_row(
     tree: &LayerTree,
     prints: Option<&[u64]>,
     children: &[NodeId],
     i: usize,
 ) -> (NodeId, Option<Run>, usize) {
+    // The number a segment starts with, and the parts after it.
     let number = |child: NodeId| {
         let segment = tree.segment(child);
-        let canonical = segment == "0" || !segment.starts_with('0');
-        segment
+        let (first, rest) = segment.split_once('.').unwrap_or((segment, ""));
+        let canonical = first == "0" || !first.starts_with('0');
+        first
             .parse::<u64>()
             .ok()
-            .filter(|_| canonical && segment.bytes().all(|b| b.is_ascii_digit()))
+            .filter(|_| canonical && is_numeric_part(first))
+            .map(|number| (number, rest))
     };
     let first = children[i];
-    if let (Some(prints), Some(start)) = (prints, number(first)) {
+    if let (Some(prints), Some((start, rest))) = (prints, number(first)) {
         let mut end = i + 1;
         while end < children.len()
             && prints[children[end] as usize] == prints[first as usize]
-            && number(children[end]) == start.checked_add((end - i) as u64)
+            && number(children[end]) == start.checked_add((end - i) as u64).map(|next| (next, rest))
         {
             end += 1;
         }
@@ -540,18 +548,6 @@ fn sibling_row(
         }
     }
     (first, None, i + 1)
-}
-
-/// Follows a chain of single-child groups (`mlp` → `down_proj` → `weight`), returning the last node
-/// and the joined label.
-fn collapse_chain(tree: &LayerTree, mut id: NodeId) -> (NodeId, String) {
-    let mut label = tree.segment(id).to_owned();
-    while let ([only], None) = (tree.children(id), tree.node(id).tensor()) {
-        id = *only;
-        label.push('.');
-        label.push_str(tree.segment(id));
-    }
-    (id, label)
 }
 
 /// `BF16`, `BF16+F32`, or `3 dtypes`.

@@ -140,29 +140,28 @@ fn tensor_share(tensor: &Tensor) -> DtypeShare {
 impl LayerTree {
     /// Builds the tree of every tensor for which `include` holds.
     ///
-    /// Names are placed in header order while each node's children come in ascending order, as
-    /// they do from a header sorted by name (the writers' order): then a name only ever extends
-    /// the last child it passes, and no lookup is needed. At the first name out of that order the
-    /// names are sorted part by part and placed again, which puts every name in that order; no
-    /// table of nodes is kept either way, as a tree of millions of nodes is measured against a
-    /// memory bound.
+    /// Names are placed in header order while it is sorted part by part (the writers' order), so
+    /// that a name shares with the one before it all the nodes it shares with any placed before.
+    /// At the first name out of that order the names are sorted and placed again. No table of
+    /// nodes is kept either way, as a tree of millions of nodes is measured against a memory
+    /// bound.
     pub fn build(tensors: &[Tensor], include: impl Fn(&Tensor) -> bool) -> LayerTree {
         let included = || (0..tensors.len()).filter(|&i| include(&tensors[i]));
-        let mut links = Links::place(tensors, included(), Order::AsGiven);
-        if links.out_of_order {
-            drop(links);
+        let mut placing = Placing::place(tensors, included(), Order::AsGiven);
+        if placing.out_of_order {
+            drop(placing);
             let mut order: Vec<u32> = included().map(to_u32).collect();
             order.sort_unstable_by(|&a, &b| {
                 let name = |i: u32| tensors[i as usize].name().as_bytes();
                 parts_cmp(name(a), name(b)).then(a.cmp(&b))
             });
-            links = Links::place(
+            placing = Placing::place(
                 tensors,
                 order.into_iter().map(|i| i as usize),
                 Order::Sorted,
             );
         }
-        links.into_tree(tensors)
+        placing.into_tree(tensors)
     }
 
     pub fn node(&self, id: NodeId) -> &Node {
@@ -221,16 +220,26 @@ impl LayerTree {
         self.ancestors(id).count()
     }
 
-    /// The node named by the dotted path `name`, each part found among its parent's children
-    /// (which are in natural order) by bisection.
+    /// The node named by the dotted path `name`. At each node, the child whose first part is the
+    /// name's next part is found by bisection (siblings differ in their first part, and are in
+    /// natural order), and its parts must then all come next in the name.
     pub fn find(&self, name: &str) -> Option<NodeId> {
-        name.split('.').try_fold(ROOT, |node, part| {
+        let mut node = ROOT;
+        let mut rest = name;
+        loop {
             let children = self.children(node);
-            children
-                .binary_search_by(|&child| natural_cmp(self.segment(child), part))
-                .ok()
-                .map(|at| children[at])
-        })
+            let at = children
+                .binary_search_by(|&child| {
+                    natural_cmp(first_part(self.segment(child)), first_part(rest))
+                })
+                .ok()?;
+            node = children[at];
+            let segment = self.segment(node);
+            match rest.strip_prefix(segment)? {
+                "" => return Some(node),
+                below => rest = below.strip_prefix('.')?,
+            }
+        }
     }
 
     /// The dotted path from the root to the node.
@@ -358,7 +367,7 @@ fn parts_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     }
 }
 
-/// How the names given to [`Links::place`] come.
+/// How the names given to [`Placing::place`] come.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Order {
     /// In any order: placing stops at the first name out of order.
@@ -367,158 +376,169 @@ enum Order {
     Sorted,
 }
 
-/// The nodes of a tree being built, in the order they were made (each after its parent), and
-/// each node's last child: all that placing names in order needs.
-struct Links {
-    /// Each node's parent, tensor and where its part starts in `segments` (no children yet).
-    nodes: Vec<Node>,
-    segments: String,
-    last_child: Vec<NodeId>,
+/// A node as placed, before the tree is numbered and packed.
+#[derive(Clone, Copy, Debug)]
+struct Placed {
+    parent: NodeId,
+    tensor: u32,
+    /// A tensor whose name starts with the node's path.
+    named_by: u32,
+    /// Where the parts below the node start in that name: one past the dot after its path (0
+    /// for the root, 1 for a node whose path is one empty part).
+    below: u32,
+}
+
+/// The nodes of a tree being built, in the order they were made, and the path of the last name
+/// placed: all that placing names in order needs.
+struct Placing {
+    nodes: Vec<Placed>,
     tensor_nodes: Vec<NodeId>,
-    order: Order,
     /// Set when a name came out of order; the names after it were not placed.
     out_of_order: bool,
 }
 
-impl Links {
-    /// Places the tensors in the order given, stopping at the first name that passes a node
-    /// whose children it does not come after (see [`LayerTree::build`]).
-    fn place(tensors: &[Tensor], names: impl Iterator<Item = usize>, order: Order) -> Links {
-        let mut links = Links {
-            nodes: Vec::with_capacity(tensors.len() + 2),
-            segments: String::with_capacity(tensors.len() * 8),
-            last_child: vec![NONE],
+impl Placing {
+    /// Places the tensors in the order given, stopping at the first name out of order unless
+    /// they are known to be sorted.
+    ///
+    /// Each name shares its first whole parts with the name before it, and the nodes of those:
+    /// the nodes on the previous path deeper than that are done with. Where the two names part
+    /// inside one node's parts (which spans several while nothing else branches there), that node
+    /// is split in two, and the name hangs its remaining parts, as one node, from the upper half.
+    fn place(tensors: &[Tensor], names: impl Iterator<Item = usize>, order: Order) -> Placing {
+        let mut placing = Placing {
+            nodes: Vec::with_capacity(tensors.len() + 1),
             tensor_nodes: vec![ROOT; tensors.len()],
-            order,
             out_of_order: false,
         };
-        links.nodes.push(Node {
+        let nodes = &mut placing.nodes;
+        nodes.push(Placed {
             parent: NONE,
             tensor: NONE,
-            segment: 0,
-            children: 0,
+            named_by: NONE,
+            below: 0,
         });
-        // The path of the previous name: each part's node and where the part ends in the name.
-        let mut previous: Vec<(NodeId, usize)> = Vec::new();
-        let mut previous_name = "";
+        let mut path: Vec<NodeId> = vec![ROOT];
+        let mut previous_name: Option<&str> = None;
         for position in names {
-            // Reuse the nodes of the whole parts this name shares with the previous one.
             let name = tensors[position].name();
-            let common = common_prefix_len(previous_name.as_bytes(), name.as_bytes());
-            let ends_part = |text: &str| text.len() == common || text.as_bytes()[common] == b'.';
-            let whole = ends_part(previous_name) && ends_part(name);
-            let shared = previous
-                .iter()
-                .take_while(|&&(_, end)| end < common || (whole && end == common))
-                .count();
-            previous.truncate(shared);
-            previous_name = name;
-            let mut node = previous.last().map_or(ROOT, |&(id, _)| id);
-            if previous.last().is_none_or(|&(_, end)| end < name.len()) {
-                let base = previous.last().map_or(0, |&(_, end)| end + 1);
-                let dots =
-                    memchr::memchr_iter(b'.', &name.as_bytes()[base..]).map(move |dot| base + dot);
-                let mut start = base;
-                for end in dots.chain(std::iter::once(name.len())) {
-                    let Some(child) = links.child(node, &name[start..end]) else {
-                        links.out_of_order = true;
-                        return links;
-                    };
-                    node = child;
-                    previous.push((node, end));
-                    start = end + 1;
+            let shared = match previous_name {
+                Some(previous) => {
+                    if order == Order::AsGiven
+                        && parts_cmp(name.as_bytes(), previous.as_bytes()).is_lt()
+                    {
+                        placing.out_of_order = true;
+                        return placing;
+                    }
+                    to_u32(shared_parts_end(previous, name))
                 }
+                None => 0,
+            };
+            previous_name = Some(name);
+            let mut split = None;
+            while let [.., _, last] = path[..]
+                && nodes[last as usize].below > shared
+            {
+                split = path.pop();
             }
-            links.nodes[node as usize].tensor = to_u32(position);
-            links.tensor_nodes[position] = node;
+            let top = path.last().copied().unwrap_or(ROOT);
+            if nodes[top as usize].below < shared
+                && let Some(lower) = split
+            {
+                let upper = push_node(
+                    nodes,
+                    Placed {
+                        parent: top,
+                        tensor: NONE,
+                        named_by: to_u32(position),
+                        below: shared,
+                    },
+                );
+                nodes[lower as usize].parent = upper;
+                path.push(upper);
+            }
+            let top = path.last().copied().unwrap_or(ROOT);
+            let node = if top != ROOT && nodes[top as usize].below as usize == name.len() + 1 {
+                // The same name again (in two shards): one node, holding the last.
+                top
+            } else {
+                let leaf = push_node(
+                    nodes,
+                    Placed {
+                        parent: top,
+                        tensor: NONE,
+                        named_by: to_u32(position),
+                        below: to_u32(name.len() + 1),
+                    },
+                );
+                path.push(leaf);
+                leaf
+            };
+            nodes[node as usize].tensor = to_u32(position);
+            placing.tensor_nodes[position] = node;
         }
-        links
+        placing
     }
 
-    /// The child of `parent` named `segment`, made if the segment comes after the last child's;
-    /// `None` if it comes before, out of order (which sorted names never are).
-    fn child(&mut self, parent: NodeId, segment: &str) -> Option<NodeId> {
-        let last = self.last_child[parent as usize];
-        if last != NONE {
-            let last_segment = segment_text(&self.nodes, &self.segments, last);
-            match parts_cmp(segment.as_bytes(), last_segment.as_bytes()) {
-                std::cmp::Ordering::Equal => return Some(last),
-                std::cmp::Ordering::Less if self.order == Order::AsGiven => return None,
-                std::cmp::Ordering::Less | std::cmp::Ordering::Greater => {}
-            }
-        }
-        let id = to_u32(self.nodes.len());
-        // Grown a quarter at a time rather than doubled: a million-tensor header can make
-        // millions of nodes, which are counted against the memory bound.
-        if self.nodes.len() == self.nodes.capacity() {
-            self.nodes.reserve_exact(self.nodes.len() / 4);
-        }
-        self.nodes.push(Node {
-            parent,
-            tensor: NONE,
-            segment: to_u32(self.segments.len()),
-            children: 0,
-        });
-        self.segments.push_str(segment);
-        self.last_child[parent as usize] = id;
-        self.last_child.push(NONE);
-        Some(id)
+    /// The node's part of its name.
+    fn segment<'t>(&self, tensors: &'t [Tensor], id: usize) -> &'t str {
+        let node = self.nodes[id];
+        let start = self.nodes[node.parent as usize].below as usize;
+        &tensors[node.named_by as usize].name()[start..node.below as usize - 1]
     }
 
-    /// Numbers the groups first and the leaves after them (each in the order made, so a
-    /// parent still comes before its children), packs the children and sums the totals. The
-    /// nodes are renumbered in place, as a tree of millions of nodes is counted against the
-    /// memory bound.
+    /// Numbers the groups before the leaves, each parent before its children (depth first, as a
+    /// split can make a parent after its child), then lays out the name parts and children in
+    /// that order and sums the totals. The nodes are renumbered in place, as a tree of millions
+    /// of nodes is counted against the memory bound.
     fn into_tree(self, tensors: &[Tensor]) -> LayerTree {
-        let Links {
-            mut nodes,
-            segments: made_segments,
-            last_child,
+        let (made_ids, group_count) = self.depth_first();
+        // Each node's part, copied in the new order; where it starts noted in place of the made
+        // id, which is no longer needed.
+        let mut new_ids = made_ids.clone();
+        invert(&mut new_ids);
+        let mut segment_starts = made_ids;
+        let mut segments = String::new();
+        for made in &mut segment_starts {
+            let start = to_u32(segments.len());
+            if *made != ROOT {
+                segments.push_str(self.segment(tensors, *made as usize));
+            }
+            *made = start;
+        }
+        segments.shrink_to_fit();
+        let Placing {
+            nodes: mut placed,
             mut tensor_nodes,
             ..
         } = self;
-        let is_group = |id: usize| id == ROOT as usize || last_child[id] != NONE;
-        let groups = (0..nodes.len()).filter(|&id| is_group(id));
-        let in_new_order: Vec<u32> = groups
-            .chain((0..nodes.len()).filter(|&id| !is_group(id)))
-            .map(to_u32)
-            .collect();
-        let group_count = in_new_order
-            .iter()
-            .take_while(|&&id| is_group(id as usize))
-            .count();
-        drop(last_child);
-        // Each node's part copied in the new order; its new start noted in the node's
-        // `children`, unused until the children are packed.
-        let mut segments = String::with_capacity(made_segments.len());
-        for &old in &in_new_order {
-            let start = to_u32(segments.len());
-            segments.push_str(segment_text(&nodes, &made_segments, old));
-            nodes[old as usize].children = start;
-        }
-        drop(made_segments);
-        let mut new_ids = in_new_order;
-        invert(&mut new_ids);
         for node in &mut tensor_nodes {
             *node = new_ids[*node as usize];
         }
-        for node in &mut nodes {
-            node.parent = node
-                .parent()
-                .map_or(NONE, |parent| new_ids[parent as usize]);
-            node.segment = std::mem::take(&mut node.children);
+        for node in &mut placed {
+            node.parent = node.parent().map_or(NONE, |p| new_ids[p as usize]);
         }
         // Each node moved to its new id, cycle by cycle.
-        for id in 0..nodes.len() {
+        for id in 0..placed.len() {
             while new_ids[id] as usize != id {
                 let to = new_ids[id] as usize;
-                nodes.swap(id, to);
+                placed.swap(id, to);
                 new_ids.swap(id, to);
             }
         }
         drop(new_ids);
-        // Grown a quarter at a time while the names were placed.
-        nodes.shrink_to_fit();
+        // The same size as a placed node: converted where it lies.
+        let mut nodes: Vec<Node> = placed
+            .into_iter()
+            .enumerate()
+            .map(|(id, node)| Node {
+                parent: node.parent,
+                tensor: node.tensor,
+                segment: segment_starts[id],
+                children: 0,
+            })
+            .collect();
+        drop(segment_starts);
         let children = pack_children(&mut nodes, &segments);
         let mut group_totals = vec![Totals::default(); group_count];
         for (totals, node) in group_totals.iter_mut().zip(&nodes) {
@@ -539,6 +559,91 @@ impl Links {
             tensor_nodes,
         }
     }
+
+    /// The made ids in their new order: depth first from the root, the groups (nodes with
+    /// children, and the root) numbered from 0 and the leaves after them; and how many groups
+    /// there are.
+    fn depth_first(&self) -> (Vec<u32>, usize) {
+        let count = self.nodes.len();
+        // Each node's children, run after run (counted, then placed from the back).
+        let mut starts = vec![0u32; count];
+        for node in &self.nodes[1..] {
+            starts[node.parent as usize] += 1;
+        }
+        let mut total = 0;
+        for start in &mut starts {
+            total += *start;
+            *start = total;
+        }
+        let mut runs = vec![ROOT; count - 1];
+        for id in (1..count).rev() {
+            let start = &mut starts[self.nodes[id].parent as usize];
+            *start -= 1;
+            runs[*start as usize] = to_u32(id);
+        }
+        let run = |id: usize| {
+            let end = starts.get(id + 1).map_or(runs.len(), |&end| end as usize);
+            &runs[starts[id] as usize..end]
+        };
+        let group_count = (0..count)
+            .filter(|&id| id == 0 || !run(id).is_empty())
+            .count();
+        let mut made_ids = vec![0u32; count];
+        let (mut next_group, mut next_leaf) = (0, group_count);
+        let mut stack: Vec<&[NodeId]> = vec![&[ROOT]];
+        while let Some(top) = stack.last_mut() {
+            let Some((&id, rest)) = top.split_first() else {
+                stack.pop();
+                continue;
+            };
+            *top = rest;
+            let below = run(id as usize);
+            let next = if id == ROOT || !below.is_empty() {
+                &mut next_group
+            } else {
+                &mut next_leaf
+            };
+            made_ids[*next] = id;
+            *next += 1;
+            stack.push(below);
+        }
+        (made_ids, group_count)
+    }
+}
+
+impl Placed {
+    fn parent(self) -> Option<NodeId> {
+        (self.parent != NONE).then_some(self.parent)
+    }
+}
+
+/// Adds a node; the list grows a quarter at a time rather than doubling, as a header of a
+/// million tensors makes millions of nodes, counted against the memory bound.
+fn push_node(nodes: &mut Vec<Placed>, node: Placed) -> NodeId {
+    if nodes.len() == nodes.capacity() {
+        nodes.reserve_exact(nodes.len() / 4 + 1);
+    }
+    nodes.push(node);
+    to_u32(nodes.len() - 1)
+}
+
+/// A dotted name's or segment's first part.
+fn first_part(text: &str) -> &str {
+    text.split('.').next().unwrap_or_default()
+}
+
+/// Where the whole parts two names share end, as [`Placed::below`] counts: one past the dot after
+/// them, or 0 if the names differ in their first part.
+fn shared_parts_end(a: &str, b: &str) -> usize {
+    let common = common_prefix_len(a.as_bytes(), b.as_bytes());
+    let ends_part = |name: &str| name.len() == common || name.as_bytes()[common] == b'.';
+    if ends_part(a) && ends_part(b) {
+        return common + 1;
+    }
+    a.as_bytes()[..common]
+        .iter()
+        .rposition(|&byte| byte == b'.')
+        .map_or(0, |dot| dot + 1)
 }
 
 /// A node's totals: a group's as summed in `group_totals`, a leaf's its tensor's.
@@ -575,7 +680,7 @@ fn invert(order: &mut [u32]) {
     }
 }
 
-/// Every node's children, packed run after run in node order and each run in natural order
+/// Every node's children, packed run after run in node order and each run in display order
 /// (counted, placed, then sorted), with the start of each node's run recorded in it.
 fn pack_children(nodes: &mut [Node], segments: &str) -> Vec<NodeId> {
     let mut starts = vec![0u32; nodes.len() + 1];
@@ -600,7 +705,7 @@ fn pack_children(nodes: &mut [Node], segments: &str) -> Vec<NodeId> {
     }
     for pair in starts.windows(2) {
         children[pair[0] as usize..pair[1] as usize].sort_by(|&a, &b| {
-            natural_cmp(
+            path_cmp(
                 segment_text(nodes, segments, a),
                 segment_text(nodes, segments, b),
             )
@@ -697,22 +802,17 @@ mod tests {
         assert_eq!(
             labels(&tree),
             [
-                "lm_head",
-                "  weight",
-                "model",
-                "  layers",
-                "    2",
-                "      mlp",
-                "        weight",
-                "      norm",
-                "    10",
-                "      mlp",
-                "        weight"
+                "lm_head.weight",
+                "model.layers",
+                "  2",
+                "    mlp.weight",
+                "    norm",
+                "  10.mlp.weight",
             ]
         );
         let root = tree.totals(ROOT, &list);
         assert_eq!((root.tensors, root.parameters, root.bytes), (4, 15, 52));
-        let layers_id = tree.children(tree.children(ROOT)[1])[0];
+        let layers_id = tree.children(ROOT)[1];
         let layers = tree.totals(layers_id, &list);
         assert_eq!(layers.tensors, 3);
         assert_eq!(layers.dtypes.len(), 2);
@@ -725,9 +825,13 @@ mod tests {
     fn fingerprints_match_for_identically_shaped_subtrees() {
         let list = tensors(&[
             ("layers.0.a", Dtype::F32, &[2]),
+            ("layers.0.z", Dtype::F32, &[1]),
             ("layers.1.a", Dtype::F32, &[2]),
+            ("layers.1.z", Dtype::F32, &[1]),
             ("layers.2.a", Dtype::F32, &[3]),
+            ("layers.2.z", Dtype::F32, &[1]),
             ("layers.3.b", Dtype::F32, &[2]),
+            ("layers.3.z", Dtype::F32, &[1]),
         ]);
         let tree = LayerTree::build(&list, |_| true);
         let prints = tree.fingerprints(&list);
@@ -746,7 +850,7 @@ mod tests {
             ("a-b.x", Dtype::U8, &[1]),
         ]);
         let tree = LayerTree::build(&list, |_| true);
-        assert_eq!(labels(&tree), ["a", "  b", "    c", "a-b", "  x"]);
+        assert_eq!(labels(&tree), ["a.b", "  c", "a-b.x"]);
         let b = tree
             .node_of_tensor(list.iter().position(|t| t.name() == "a.b").unwrap())
             .unwrap();
@@ -797,8 +901,9 @@ mod tests {
 
 
         /// In any order (sorted, reversed, shuffled, repeated names), every tensor lands on the
-        /// node of its own path, siblings are distinct and in natural order, and there is one
-        /// node per distinct dotted prefix.
+        /// node of its own path, siblings are distinct and in natural order, and the nodes are
+        /// the names and the prefixes where names branch (a chain of parts nothing else branches
+        /// from is one node).
         #[test]
         fn any_order_of_names_builds_the_same_tree(
             parts in proptest::collection::vec(
@@ -810,35 +915,54 @@ mod tests {
             ),
             sorted in proptest::bool::ANY,
         ) {
+            use std::collections::{BTreeSet, HashMap};
             let mut names: Vec<String> = parts.iter().map(|p| p.join(".")).collect();
             if sorted {
                 names.sort();
             }
             let list = named(&names);
             let tree = LayerTree::build(&list, |_| true);
+            // Each whole-part prefix of a name, with the parts that follow it in other names.
+            let mut next_parts: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+            for name in &names {
+                let dots = name.match_indices('.').map(|(at, _)| at);
+                for end in dots {
+                    next_parts.entry(&name[..end]).or_default().insert(first_part(&name[end + 1..]));
+                }
+            }
+            let is_node = |path: &str| {
+                names.iter().any(|name| name == path)
+                    || next_parts.get(path).is_some_and(|next| next.len() > 1)
+            };
+            let expected: BTreeSet<&str> = names
+                .iter()
+                .map(String::as_str)
+                .chain(next_parts.keys().copied().filter(|&path| is_node(path)))
+                .collect();
+            proptest::prop_assert_eq!(tree.len(), expected.len() + 1);
             for (position, name) in names.iter().enumerate() {
                 let node = tree.node_of_tensor(position).unwrap();
                 proptest::prop_assert_eq!(&tree.path(node), name);
                 proptest::prop_assert_eq!(tree.find(name), Some(node));
-                proptest::prop_assert_eq!(tree.depth(node), name.matches('.').count());
+                let above = name
+                    .match_indices('.')
+                    .filter(|&(at, _)| expected.contains(&name[..at]))
+                    .count();
+                proptest::prop_assert_eq!(tree.depth(node), above);
             }
-            let mut prefixes = std::collections::HashSet::new();
-            for name in &names {
-                let dots = name.match_indices('.').map(|(at, _)| at);
-                for end in dots.chain([name.len()]) {
-                    prefixes.insert(&name[..end]);
-                }
-            }
-            proptest::prop_assert_eq!(tree.len(), prefixes.len() + 1);
             for id in 0..to_u32(tree.len()) {
                 let children = tree.children(id);
                 let group = id == ROOT || !children.is_empty();
                 proptest::prop_assert_eq!((id as usize) < tree.group_count(), group);
+                if id != ROOT {
+                    proptest::prop_assert!(expected.contains(tree.path(id).as_str()));
+                    proptest::prop_assert_eq!(tree.find(&tree.path(id)), Some(id));
+                }
                 let below = tree.tensors_below(id).count();
                 proptest::prop_assert_eq!(tree.totals(id, &list).tensors as usize, below);
                 for pair in children.windows(2) {
                     proptest::prop_assert_eq!(
-                        natural_cmp(tree.segment(pair[0]), tree.segment(pair[1])),
+                        natural_cmp(first_part(tree.segment(pair[0])), first_part(tree.segment(pair[1]))),
                         Ordering::Less
                     );
                 }

@@ -1012,7 +1012,7 @@ mod tests {
         };
         assert_eq!(shown(&app), 4);
         app.update(Action::SearchCancel);
-        assert_eq!(app.outline.rows().len(), 6, "opened as before the search");
+        assert_eq!(app.outline.rows().len(), 5, "opened as before the search");
         assert!(!app.searching);
     }
 

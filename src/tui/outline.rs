@@ -232,25 +232,28 @@ mod tests {
 
     #[test]
     fn opens_closes_and_filters() {
-        let (tree, tensors) = tree(&["a.x.w", "a.y.w", "b.w"]);
+        let (tree, tensors) = tree(&["a.x.v", "a.x.w", "a.y.w", "b.v", "b.w"]);
         let mut outline = Outline::new(&tree);
-        assert_eq!(labels(&outline, &tree), ["a", "  x", "  y", "b", "  w"]);
+        assert_eq!(
+            labels(&outline, &tree),
+            ["a", "  x", "  y.w", "b", "  v", "  w"]
+        );
         assert!(outline.collapse(&tree));
-        assert_eq!(labels(&outline, &tree), ["a", "b", "  w"]);
+        assert_eq!(labels(&outline, &tree), ["a", "b", "  v", "  w"]);
         outline.set_all(&tree, true);
-        assert_eq!(outline.rows().len(), 7);
+        assert_eq!(outline.rows().len(), 8);
         let matching: Vec<usize> = (0..tensors.len())
-            .filter(|&t| tensors[t].name().contains('y'))
+            .filter(|&t| tensors[t].name().ends_with("x.w"))
             .collect();
         outline.filter(&tree, Some(&matching));
-        assert_eq!(labels(&outline, &tree), ["a", "  y", "    w"]);
+        assert_eq!(labels(&outline, &tree), ["a", "  x", "    w"]);
         outline.filter(&tree, None);
-        assert_eq!(outline.rows().len(), 7, "opened as before the filter");
+        assert_eq!(outline.rows().len(), 8, "opened as before the filter");
     }
 
     #[test]
     fn selecting_a_deep_node_opens_its_ancestors() {
-        let (tree, _) = tree(&["a.x.w", "b.w"]);
+        let (tree, _) = tree(&["a.x.v", "a.x.w", "a.y", "b.w"]);
         let mut outline = Outline::new(&tree);
         outline.set_all(&tree, false);
         let deep = tree.node_of_tensor(0).unwrap();

@@ -427,3 +427,35 @@ fn diff_compares_tensors_of_unknown_dtype_by_their_bytes() {
     assert_eq!(differ, 1, "{text}");
     assert!(text.contains("changed  a\n"), "{text}");
 }
+
+/// Numbered siblings that each hold one tensor (`blocks.0.scale`, `blocks.1.scale`, …) list as
+/// one row when their shapes match, and apart where they do not.
+#[test]
+fn inspect_lists_a_run_of_single_tensor_layers_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut model = stui::demo::SyntheticModel::new(1);
+    for layer in 0..4 {
+        let shape: &[u64] = if layer == 3 { &[8] } else { &[4] };
+        model = model.tensor(
+            &format!("blocks.{layer}.scale"),
+            Dtype::F32,
+            shape,
+            Fill::Zeros,
+        );
+    }
+    model = model.tensor("head.weight", Dtype::F32, &[4, 4], Fill::Zeros);
+    model.write(&dir.path().join("model.safetensors")).unwrap();
+    let (code, text) = run(dir.path(), &["inspect", "model.safetensors"]);
+    assert_eq!(code, 0, "{text}");
+    let rows: Vec<&str> = text
+        .lines()
+        .skip_while(|line| !line.starts_with("NAME"))
+        .skip(1)
+        .map(|line| line.split("  ").next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        rows,
+        ["blocks", "├─ 0-2.scale ×3", "└─ 3.scale", "head.weight"],
+        "{text}"
+    );
+}

@@ -106,7 +106,7 @@ fn nan_is_marked_up_the_tree_and_n_lands_on_it() {
 fn histogram_views() {
     let mut app = demo(true);
     finish_scan(&mut app);
-    app.update(Action::Down);
+    // The first row: lm_head.weight.
     both_sizes("histogram_linear", &mut app);
     app.update(Action::ToggleLogHistogram);
     both_sizes("histogram_log", &mut app);

@@ -88,13 +88,22 @@ fn row_line(app: &App, id: NodeId, depth: usize, width: usize) -> Line<'static> 
         }
         _ => format!("  {}", totals.tensors),
     };
-    spans.push(Span::styled(detail, theme.dim));
     let size = crate::text::Bytes(totals.bytes).to_string();
-    let used: usize = spans
-        .iter()
-        .map(|s| crate::text::display_width(&s.content))
-        .sum();
-    if used + size.len() + 2 <= width {
+    let width_of = |spans: &[Span]| -> usize {
+        spans
+            .iter()
+            .map(|s| crate::text::display_width(&s.content))
+            .sum()
+    };
+    let name_width = width_of(&spans);
+    let detail_width = crate::text::display_width(&detail);
+    // A narrow pane keeps the size column and leaves the dtype and shape to the tensor pane.
+    let fits = |used: usize| used + size.len() + 2 <= width;
+    if fits(name_width + detail_width) {
+        spans.push(Span::styled(detail, theme.dim));
+    }
+    let used = width_of(&spans);
+    if fits(used) {
         spans.push(Span::raw(" ".repeat(width - used - size.len())));
         spans.push(Span::styled(size, theme.dim));
     }
