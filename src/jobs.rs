@@ -15,6 +15,7 @@ use crate::analysis::{self, Histogram, HistogramBuilder, Moments, values};
 use crate::finding::{Code, Finding};
 use crate::format::mapped::with_mapped;
 use crate::format::{Dtype, Model, Tensor};
+use fixedbitset::FixedBitSet;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
@@ -264,7 +265,7 @@ fn coordinate(
     // Tensor indices as `u32` (a header of 100 MB holds far fewer): the queue of a
     // million-tensor model is counted against the memory bound.
     let mut queue: VecDeque<u32> = VecDeque::with_capacity(tensors.size_hint().0);
-    let mut scannable_set = vec![false; model.tensors.len()];
+    let mut scannable_set = FixedBitSet::with_capacity(model.tensors.len());
     for tensor in tensors {
         if !scannable(model, &model.tensors[tensor]) {
             let finding = Finding::info(
@@ -274,13 +275,14 @@ fn coordinate(
             .for_tensor(model.tensors[tensor].name());
             let _ = events.send(ScanEvent::Failed { tensor, finding });
         } else if let Ok(index) = u32::try_from(tensor) {
-            scannable_set[tensor] = true;
+            scannable_set.insert(tensor);
             queue.push_back(index);
         }
     }
-    queue.make_contiguous().sort_by_key(|&t| {
+    // In place: a stable sort would take a buffer half the queue's size.
+    queue.make_contiguous().sort_unstable_by_key(|&t| {
         let info = &model.tensors[t as usize];
-        (info.shard, info.info.data_offsets)
+        (info.shard, info.info.data_offsets, t)
     });
     let passes = if options.histograms { 2 } else { 1 };
     let tracker = Tracker {
@@ -316,8 +318,8 @@ fn coordinate(
         options,
         events,
         scannable: scannable_set,
-        done: vec![false; model.tensors.len()],
-        spreads: vec![Spread::NONE; model.tensors.len()],
+        done: FixedBitSet::with_capacity(model.tensors.len()),
+        spreads: Vec::new(),
     };
     let ended = coordinator.run(&mut queue);
     if ended == Ended::Finished {
@@ -343,11 +345,12 @@ struct Coordinator<'a> {
     pool: rayon::ThreadPool,
     options: &'a ScanOptions,
     events: &'a SyncSender<ScanEvent>,
-    scannable: Vec<bool>,
-    done: Vec<bool>,
+    scannable: FixedBitSet,
+    done: FixedBitSet,
     /// The spread of each float tensor scanned, by tensor, for the checks that compare layers at
-    /// the end; [`Spread::NONE`] for the others. Made once at its full size (16 bytes a tensor, no
-    /// `Option` tag) rather than grown by doubling, as a model can have a million tensors.
+    /// the end; [`Spread::NONE`] for the others. Made at its full size (16 bytes a tensor, no
+    /// `Option` tag) when the first float tensor is scanned rather than grown by doubling, as a
+    /// model can have a million tensors; empty while none is.
     spreads: Vec<Spread>,
 }
 
@@ -392,7 +395,8 @@ impl Coordinator<'_> {
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
         if let Some((tensor, histogram)) = request {
-            let wanted = self.scannable[tensor] && (!self.done[tensor] || histogram);
+            let wanted =
+                self.scannable.contains(tensor) && (!self.done.contains(tensor) || histogram);
             return Some(if wanted {
                 vec![(tensor, histogram || self.options.histograms)]
             } else {
@@ -403,7 +407,7 @@ impl Coordinator<'_> {
         let mut bytes = 0;
         while let Some(&tensor) = queue.front() {
             let tensor = tensor as usize;
-            if self.done[tensor] {
+            if self.done.contains(tensor) {
                 queue.pop_front();
                 continue;
             }
@@ -459,10 +463,10 @@ impl Coordinator<'_> {
         };
         // A tensor asked for again (the explorer keeps few tensors' statistics) gets its
         // statistics again, but its findings and its progress only once.
-        let first_time = !self.done[tensor];
+        let first_time = !self.done.contains(tensor);
         let dtype = self.scanner.model.tensors[tensor].info.dtype.known();
         if first_time {
-            self.done[tensor] = true;
+            self.done.insert(tensor);
             self.scanner
                 .tracker
                 .tensors_done
@@ -470,6 +474,9 @@ impl Coordinator<'_> {
             if let Some(spread) =
                 Spread::of(&moments).filter(|_| dtype.is_some_and(Dtype::is_float))
             {
+                if self.spreads.is_empty() {
+                    self.spreads = vec![Spread::NONE; self.scanner.model.tensors.len()];
+                }
                 self.spreads[tensor] = spread;
             }
         }
@@ -512,7 +519,7 @@ impl Coordinator<'_> {
     }
 
     fn fail(&mut self, tensor: usize, code: Code, message: String) -> Ended {
-        self.done[tensor] = true;
+        self.done.insert(tensor);
         let finding =
             Finding::error(code, message).for_tensor(self.scanner.model.tensors[tensor].name());
         if self

@@ -258,7 +258,8 @@ pub struct App {
     pub findings: FindingList,
     /// The worst severity found on each tensor.
     concern: Vec<Option<Severity>>,
-    /// Marks of each group of `tree` (see [`App::marks`]).
+    /// Marks of each group of `tree` (see [`App::marks`]); empty until the first mark, as a
+    /// model of a million groups may have none.
     group_marks: Vec<Marks>,
     pub focus: Focus,
     pub popup: Option<Popup>,
@@ -298,7 +299,7 @@ impl App {
         let mut app = App {
             theme,
             outline: Outline::new(&tree),
-            group_marks: vec![Marks::default(); tree.group_count()],
+            group_marks: Vec::new(),
             tree,
             status,
             outcomes: Recent::default(),
@@ -897,8 +898,12 @@ impl App {
     /// How many tensors at and below a node have errors and warnings. Counted on groups as
     /// findings come; a leaf's are its tensor's worst finding.
     pub fn marks(&self, id: NodeId) -> Marks {
-        if let Some(marks) = self.group_marks.get(id as usize) {
-            return *marks;
+        if (id as usize) < self.tree.group_count() {
+            return self
+                .group_marks
+                .get(id as usize)
+                .copied()
+                .unwrap_or_default();
         }
         let concern = self.tree.node(id).tensor().and_then(|t| self.concern[t]);
         Marks {
@@ -912,6 +917,9 @@ impl App {
         let Some(node) = self.tree.node_of_tensor(tensor) else {
             return;
         };
+        if self.group_marks.is_empty() {
+            self.group_marks = vec![Marks::default(); self.tree.group_count()];
+        }
         for id in std::iter::once(node)
             .chain(self.tree.ancestors(node))
             .chain(std::iter::once(ROOT))

@@ -6,31 +6,36 @@
 //! model open.
 
 use crate::tree::{LayerTree, NodeId, ROOT};
+use fixedbitset::FixedBitSet;
 
 #[derive(Debug, Default)]
 pub struct Outline {
-    open: Vec<bool>,
+    open: FixedBitSet,
     /// Nodes that pass the filter: a tensor below matches. All of them without a filter.
-    shown: Vec<bool>,
+    shown: FixedBitSet,
     /// The visible rows' nodes, top to bottom (their depth is worked out for the rows drawn).
     rows: Vec<NodeId>,
     selected: usize,
     offset: usize,
     /// Which groups were open before a filter opened the ones it shows.
-    open_before_filter: Option<Vec<bool>>,
+    open_before_filter: Option<FixedBitSet>,
 }
 
 impl Outline {
-    /// The outline of `tree` with its first level open.
+    /// The outline of `tree` with its first level open, unless that level is too long to open
+    /// usefully (a model's top level holds a handful of groups).
     pub fn new(tree: &LayerTree) -> Outline {
+        const OPEN_UP_TO: usize = 1000;
         let mut outline = Outline {
-            open: vec![false; tree.len()],
-            shown: vec![true; tree.len()],
+            open: FixedBitSet::with_capacity(tree.len()),
+            shown: all_set(tree.len()),
             ..Outline::default()
         };
-        outline.open[ROOT as usize] = true;
-        for &child in tree.children(ROOT) {
-            outline.open[child as usize] = true;
+        outline.open.insert(ROOT as usize);
+        if tree.children(ROOT).len() <= OPEN_UP_TO {
+            for &child in tree.children(ROOT) {
+                outline.open.insert(child as usize);
+            }
         }
         outline.rebuild(tree);
         outline
@@ -53,7 +58,7 @@ impl Outline {
     }
 
     pub fn is_open(&self, node: NodeId) -> bool {
-        self.open[node as usize]
+        self.open.contains(node as usize)
     }
 
     /// Recomputes the rows, keeping the selected node selected when it is still visible.
@@ -62,11 +67,11 @@ impl Outline {
         self.rows.clear();
         let mut stack: Vec<NodeId> = tree.children(ROOT).iter().rev().copied().collect();
         while let Some(node) = stack.pop() {
-            if !self.shown[node as usize] {
+            if !self.shown.contains(node as usize) {
                 continue;
             }
             self.rows.push(node);
-            if self.open[node as usize] {
+            if self.open.contains(node as usize) {
                 stack.extend(tree.children(node).iter().rev());
             }
         }
@@ -80,7 +85,7 @@ impl Outline {
     pub fn filter(&mut self, tree: &LayerTree, matching: Option<&[usize]>) {
         match matching {
             None => {
-                self.shown.fill(true);
+                self.shown.set_range(.., true);
                 if let Some(open) = self.open_before_filter.take() {
                     self.open = open;
                 }
@@ -89,13 +94,13 @@ impl Outline {
                 if self.open_before_filter.is_none() {
                     self.open_before_filter = Some(self.open.clone());
                 }
-                self.shown.fill(false);
+                self.shown.clear();
                 for node in tensors.iter().filter_map(|&t| tree.node_of_tensor(t)) {
                     for up in std::iter::once(node).chain(tree.ancestors(node)) {
-                        if std::mem::replace(&mut self.shown[up as usize], true) {
+                        if self.shown.put(up as usize) {
                             break;
                         }
-                        self.open[up as usize] = true;
+                        self.open.insert(up as usize);
                     }
                 }
             }
@@ -105,12 +110,12 @@ impl Outline {
 
     /// Selects `node`, opening the groups above it. Returns whether it is now selected.
     pub fn select(&mut self, tree: &LayerTree, node: NodeId) -> bool {
-        if !self.shown[node as usize] {
+        if !self.shown.contains(node as usize) {
             return false;
         }
         let mut changed = false;
         for up in tree.ancestors(node) {
-            changed |= !std::mem::replace(&mut self.open[up as usize], true);
+            changed |= !self.open.put(up as usize);
         }
         if changed {
             self.rebuild(tree);
@@ -144,10 +149,9 @@ impl Outline {
         if tree.children(node).is_empty() {
             return false;
         }
-        if self.open[node as usize] {
+        if self.open.put(node as usize) {
             return self.move_by(1);
         }
-        self.open[node as usize] = true;
         self.rebuild(tree);
         true
     }
@@ -157,8 +161,8 @@ impl Outline {
         let Some(node) = self.selected_node() else {
             return false;
         };
-        if self.open[node as usize] && !tree.children(node).is_empty() {
-            self.open[node as usize] = false;
+        if self.open.contains(node as usize) && !tree.children(node).is_empty() {
+            self.open.set(node as usize, false);
             self.rebuild(tree);
             return true;
         }
@@ -175,14 +179,14 @@ impl Outline {
         if tree.children(node).is_empty() {
             return false;
         }
-        self.open[node as usize] ^= true;
+        self.open.toggle(node as usize);
         self.rebuild(tree);
         true
     }
 
     pub fn set_all(&mut self, tree: &LayerTree, open: bool) -> bool {
-        self.open.fill(open);
-        self.open[ROOT as usize] = true;
+        self.open.set_range(.., open);
+        self.open.insert(ROOT as usize);
         self.rebuild(tree);
         true
     }
@@ -198,6 +202,13 @@ impl Outline {
         self.offset = self.offset.min(self.rows.len().saturating_sub(height));
         self.offset
     }
+}
+
+/// `len` bits, all set.
+fn all_set(len: usize) -> FixedBitSet {
+    let mut bits = FixedBitSet::with_capacity(len);
+    bits.set_range(.., true);
+    bits
 }
 
 #[cfg(test)]
@@ -249,6 +260,18 @@ mod tests {
         assert_eq!(labels(&outline, &tree), ["a", "  x", "    w"]);
         outline.filter(&tree, None);
         assert_eq!(outline.rows().len(), 8, "opened as before the filter");
+    }
+
+    #[test]
+    fn a_top_level_of_thousands_starts_closed() {
+        let names: Vec<String> = (0..1001)
+            .flat_map(|i| [format!("g{i}.a"), format!("g{i}.b")])
+            .collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let (wide, _) = tree(&names);
+        assert_eq!(Outline::new(&wide).rows().len(), 1001);
+        let (narrower, _) = tree(&names[..2000]);
+        assert_eq!(Outline::new(&narrower).rows().len(), 3000);
     }
 
     #[test]
