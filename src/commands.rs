@@ -8,7 +8,7 @@ use crate::cli::{
 use crate::error::Result;
 use crate::finding::Severity;
 use crate::format::Model;
-use crate::jobs::{Scan, ScanEvent, ScanOptions};
+use crate::jobs::{Scan, ScanEvent, ScanOptions, ScanOrder};
 use crate::report::{Check, Inspect, Listing, Report};
 use crate::report::{StatsRow, StatsWriter};
 use crate::tree::LayerTree;
@@ -173,6 +173,7 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
     let options = ScanOptions {
         threads: args.threads.map(usize::from),
         histograms: args.json,
+        order: ScanOrder::Given,
         ..ScanOptions::default()
     };
     let mut output = StatsWriter::new(args.json, chosen.iter().map(|&t| model.tensors[t].name()));

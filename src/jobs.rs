@@ -121,7 +121,19 @@ pub struct ScanOptions {
     /// After `Done`, keep serving [`Scan::prioritize`] requests (statistics and histograms for
     /// the explorer) until cancelled; the scan then ends with `Cancelled`.
     pub serve: bool,
+    pub order: ScanOrder,
     pub limits: Limits,
+}
+
+/// The order tensors are scanned in (a tensor asked for with [`Scan::prioritize`] comes first).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ScanOrder {
+    /// The order of their data in the files, which reads each file front to back.
+    #[default]
+    Files,
+    /// The order given: for output in that order, which tensors finished out of turn would
+    /// wait for in memory.
+    Given,
 }
 
 /// A running scan. Dropping it cancels the scan.
@@ -279,11 +291,13 @@ fn coordinate(
             queue.push_back(index);
         }
     }
-    // In place: a stable sort would take a buffer half the queue's size.
-    queue.make_contiguous().sort_unstable_by_key(|&t| {
-        let info = &model.tensors[t as usize];
-        (info.shard, info.info.data_offsets, t)
-    });
+    if options.order == ScanOrder::Files {
+        // In place: a stable sort would take a buffer half the queue's size.
+        queue.make_contiguous().sort_unstable_by_key(|&t| {
+            let info = &model.tensors[t as usize];
+            (info.shard, info.info.data_offsets, t)
+        });
+    }
     let passes = if options.histograms { 2 } else { 1 };
     let tracker = Tracker {
         bytes_done: AtomicU64::new(0),
