@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Memory and time of stui on hostile input: hostile_memory.py STUI [DIR]
 
-Writes the hostile set (about 300 MB) into DIR (a temporary folder, removed after, by default),
+Writes the hostile set (about 800 MB) into DIR (a temporary folder, removed after, by default),
 runs `STUI check`, `STUI inspect`, `STUI inspect --json`, `STUI stats` and `STUI stats --json`
 on each file (output discarded), and the explorer in an 80x24 tmux pane until its scan is done
 (when tmux is installed), and prints a table of peak resident memory (from wait4), wall time
@@ -12,6 +12,7 @@ other than 0, 1 or 2; so CI can run it. Time per header MiB shows that time stay
 statistics also read every tensor and, with `--json`, print a histogram of each: 2.4 GB of JSON
 for the million tensors).
 """
+import itertools
 import json
 import os
 import shlex
@@ -47,6 +48,25 @@ def many_tensors(count, name="t.{}", dtype="U8", size=1):
     return ("{" + parts + "}").encode()
 
 
+def at_limit(names):
+    """Empty tensors, one per name, in the shortest entries there are, until the header is close
+    to the format's limit of 100,000,000 bytes: the most entries (and tree nodes) a header holds."""
+    entries, size = [], 2
+    for name in names:
+        entry = f'"{name}":{{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}'
+        if size + len(entry) + 1 > 99_000_000:
+            break
+        entries.append(entry)
+        size += len(entry) + 1
+    return ("{" + ",".join(entries) + "}").encode()
+
+
+def short_names():
+    """Every four-character name, in the order of their bytes."""
+    alphabet = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
+    return ("".join(chars) for chars in itertools.product(alphabet, repeat=4))
+
+
 def build(folder):
     """The hostile set: (label, path given to stui, header bytes the file holds)."""
     cases = []
@@ -74,6 +94,23 @@ def build(folder):
     # A finding for every entry: dtypes the format does not define.
     unknown = many_tensors(1_000_000, dtype="X8")
     add("1,000,000 unknown dtypes", "1m-unknown.safetensors", unknown, b"\0" * 1_000_000)
+    # Data in the reverse order of the names: a scan in file order finishes them last to first.
+    count = 1_000_000
+    reverse = ",".join(
+        f'"t.{i}":{{"dtype":"U8","shape":[1],"data_offsets":[{count - 1 - i},{count - i}]}}'
+        for i in range(count)
+    )
+    add("1,000,000 tensors stored in reverse", "1m-reverse.safetensors",
+        ("{" + reverse + "}").encode(), b"\0" * count)
+    # Near the header limit: the most entries, then the most groups, the longest chains of
+    # parts and the deepest branching that 100 MB of header can make.
+    add("1.8 million shortest entries", "short.safetensors", at_limit(short_names()))
+    add("1.7 million names in pairs", "pairs.safetensors",
+        at_limit(f"{name}.{end}" for name in short_names() for end in "xy"))
+    add("1.3 million 11-part names", "chains.safetensors",
+        at_limit(f"{name}.a.b.c.d.e.f.g.h.i.j" for name in short_names()))
+    add("1.1 million names branching at each of 21 parts", "binary.safetensors",
+        at_limit(".".join(f"{i:021b}") for i in itertools.count()))
     big = json.dumps({"__metadata__": {"big": "v" * 99_000_000}, "a": entry("U8", [1], 0, 1)})
     add("99 MB metadata value", "big-value.safetensors", big.encode(), b"\0")
     name = json.dumps({"n" * MIB: entry("U8", [1], 0, 1)}).encode()

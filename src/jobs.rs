@@ -162,7 +162,7 @@ impl Scan {
     /// channel. A reader that stops reading before `Done` or `Cancelled` must drop its receiver.
     pub fn start(
         model: Arc<Model>,
-        tensors: impl IntoIterator<Item = usize, IntoIter: Send + 'static>,
+        tensors: impl IntoIterator<Item = usize, IntoIter: Clone + Send + 'static>,
         options: ScanOptions,
         events: SyncSender<ScanEvent>,
     ) -> Scan {
@@ -264,7 +264,7 @@ enum Stop {
 
 fn coordinate(
     model: &Model,
-    tensors: impl Iterator<Item = usize>,
+    tensors: impl Iterator<Item = usize> + Clone,
     options: &ScanOptions,
     control: &Control,
     events: &SyncSender<ScanEvent>,
@@ -274,11 +274,15 @@ fn coordinate(
         .iter()
         .map(|s| File::open(&s.path).ok())
         .collect();
-    // Tensor indices as `u32` (a header of 100 MB holds far fewer): the queue of a
-    // million-tensor model is counted against the memory bound.
-    let mut queue: VecDeque<u32> = VecDeque::with_capacity(tensors.size_hint().0);
     let mut scannable_set = FixedBitSet::with_capacity(model.tensors.len());
-    for tensor in tensors {
+    let (mut count, mut bytes) = (0, 0u64);
+    let file_order = |t: usize| {
+        let tensor = &model.tensors[t];
+        (tensor.shard, tensor.info.data_offsets)
+    };
+    let mut in_file_order = true;
+    let mut previous = None;
+    for tensor in tensors.clone() {
         if !scannable(model, &model.tensors[tensor]) {
             let finding = Finding::info(
                 Code::DataUnreadable,
@@ -286,27 +290,32 @@ fn coordinate(
             )
             .for_tensor(model.tensors[tensor].name());
             let _ = events.send(ScanEvent::Failed { tensor, finding });
-        } else if let Ok(index) = u32::try_from(tensor) {
-            scannable_set.insert(tensor);
-            queue.push_back(index);
+            continue;
         }
+        scannable_set.insert(tensor);
+        count += 1;
+        bytes = bytes.saturating_add(model.tensors[tensor].info.byte_len());
+        in_file_order &= previous.is_none_or(|p| p <= file_order(tensor));
+        previous = Some(file_order(tensor));
     }
-    if options.order == ScanOrder::Files {
-        // In place: a stable sort would take a buffer half the queue's size.
-        queue.make_contiguous().sort_unstable_by_key(|&t| {
-            let info = &model.tensors[t as usize];
-            (info.shard, info.info.data_offsets, t)
-        });
-    }
+    let mut queue = if options.order == ScanOrder::Given || in_file_order {
+        Queue::AsGiven(tensors.peekable())
+    } else {
+        // Tensor indices as `u32` (a header of 100 MB holds far fewer), sorted in place (a
+        // stable sort would take a buffer half the list's size): the list of a million-tensor
+        // model is counted against the memory bound.
+        let mut sorted: Vec<u32> = tensors
+            .filter(|&t| scannable_set.contains(t))
+            .filter_map(|t| u32::try_from(t).ok())
+            .collect();
+        sorted.sort_unstable_by_key(|&t| (file_order(t as usize), t));
+        Queue::Sorted(sorted.into())
+    };
     let passes = if options.histograms { 2 } else { 1 };
     let tracker = Tracker {
         bytes_done: AtomicU64::new(0),
-        bytes_total: queue
-            .iter()
-            .map(|&t| model.tensors[t as usize].info.byte_len())
-            .sum::<u64>()
-            * passes,
-        tensors_total: queue.len(),
+        bytes_total: bytes * passes,
+        tensors_total: count,
         tensors_done: AtomicU64::new(0),
         started: Instant::now(),
         last_report: Mutex::new(Instant::now()),
@@ -354,6 +363,34 @@ enum Ended {
 /// message of a panic.
 type Outcome = Result<Result<(Moments, Option<Histogram>), Stop>, String>;
 
+/// The tensors left to scan, in the order they are scanned in.
+enum Queue<I: Iterator<Item = usize>> {
+    /// As given, already in the order wanted: nothing is kept.
+    AsGiven(std::iter::Peekable<I>),
+    /// Put in file order.
+    Sorted(VecDeque<u32>),
+}
+
+impl<I: Iterator<Item = usize>> Queue<I> {
+    fn front(&mut self) -> Option<usize> {
+        match self {
+            Queue::AsGiven(tensors) => tensors.peek().copied(),
+            Queue::Sorted(tensors) => tensors.front().map(|&t| t as usize),
+        }
+    }
+
+    fn pop_front(&mut self) {
+        match self {
+            Queue::AsGiven(tensors) => {
+                tensors.next();
+            }
+            Queue::Sorted(tensors) => {
+                tensors.pop_front();
+            }
+        }
+    }
+}
+
 struct Coordinator<'a> {
     scanner: Scanner<'a>,
     pool: rayon::ThreadPool,
@@ -370,7 +407,7 @@ struct Coordinator<'a> {
 
 impl Coordinator<'_> {
     /// Scans until the queue is empty (`Finished`), or the scan is cancelled or nobody listens.
-    fn run(&mut self, queue: &mut VecDeque<u32>) -> Ended {
+    fn run(&mut self, queue: &mut Queue<impl Iterator<Item = usize>>) -> Ended {
         let control = self.scanner.control;
         loop {
             while control.paused.load(Ordering::Relaxed)
@@ -401,7 +438,10 @@ impl Coordinator<'_> {
 
     /// The next tensors to scan: a prioritized one alone, or small tensors in file order up to a
     /// few megabytes, or one large tensor. `None` when nothing is left; empty to look again.
-    fn next_batch(&self, queue: &mut VecDeque<u32>) -> Option<Vec<(usize, bool)>> {
+    fn next_batch(
+        &self,
+        queue: &mut Queue<impl Iterator<Item = usize>>,
+    ) -> Option<Vec<(usize, bool)>> {
         let control = self.scanner.control;
         let request = control
             .requests
@@ -419,9 +459,8 @@ impl Coordinator<'_> {
         }
         let mut batch = Vec::new();
         let mut bytes = 0;
-        while let Some(&tensor) = queue.front() {
-            let tensor = tensor as usize;
-            if self.done.contains(tensor) {
+        while let Some(tensor) = queue.front() {
+            if self.done.contains(tensor) || !self.scannable.contains(tensor) {
                 queue.pop_front();
                 continue;
             }
@@ -550,7 +589,8 @@ impl Coordinator<'_> {
     /// Answers requests until the scan is cancelled.
     fn serve(&mut self) {
         let control = self.scanner.control;
-        let mut empty = VecDeque::new();
+        let mut empty: Queue<std::iter::Empty<usize>> =
+            Queue::AsGiven(std::iter::empty().peekable());
         loop {
             {
                 let requests = control

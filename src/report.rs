@@ -9,7 +9,7 @@ use crate::text::{
     Bytes, Count, Shape, display_width, escape, escape_path, format_bytes, format_count,
     is_numeric_part, natural_cmp,
 };
-use crate::tree::{DtypeMix, DtypeSet, LayerTree, NodeId, ROOT};
+use crate::tree::{DtypeMix, DtypeSet, Fingerprints, LayerTree, NodeId, ROOT};
 use serde::Serialize;
 use serde_json::ser::{Formatter, PrettyFormatter};
 use std::collections::BTreeMap;
@@ -431,12 +431,12 @@ impl Row {
 
 /// Produces the listing's rows one at a time, handing each to `emit`; with `measure`, only the
 /// label is written out and the other columns measured. `prints` are the tree's
-/// [`LayerTree::fingerprints`] when identical siblings are to be folded.
+/// [`Fingerprints`] when identical siblings are to be folded.
 fn for_each_row(
     model: &Model,
     tree: &LayerTree,
     listing: Listing,
-    prints: Option<&[u64]>,
+    prints: Option<&Fingerprints>,
     measure: bool,
     mut emit: impl FnMut(&Row),
 ) {
@@ -513,7 +513,7 @@ struct Run {
 /// `4.weight`, … when each holds one tensor); and the index after the row.
 fn sibling_row(
     tree: &LayerTree,
-    prints: Option<&[u64]>,
+    prints: Option<&Fingerprints>,
     children: &[NodeId],
     i: usize,
 ) -> (NodeId, Option<Run>, usize) {
@@ -532,7 +532,7 @@ fn sibling_row(
     if let (Some(prints), Some((start, rest))) = (prints, number(first)) {
         let mut end = i + 1;
         while end < children.len()
-            && prints[children[end] as usize] == prints[first as usize]
+            && prints.of(children[end]) == prints.of(first)
             && number(children[end]) == start.checked_add((end - i) as u64).map(|next| (next, rest))
         {
             end += 1;
@@ -582,8 +582,8 @@ fn write_rows<W: Write>(
     const MAX_LABEL: usize = 72;
     // Parameters and bytes take at most 6 and 8 columns ("65.5 M", "1023 KiB").
     let mut widths = [4, 5, 5, 6, 8];
-    let prints = (listing == Listing::Tree).then(|| tree.fingerprints(&model.tensors));
-    let prints = prints.as_deref();
+    let prints = (listing == Listing::Tree).then(|| Fingerprints::new(tree, &model.tensors));
+    let prints = prints.as_ref();
     for_each_row(model, tree, listing, prints, true, |row| {
         widths[0] = widths[0].max(row.width(0, &row.label));
         if let Some((dtype, shape)) = row.measured {

@@ -290,27 +290,50 @@ impl LayerTree {
     }
 }
 
-impl LayerTree {
-    /// A fingerprint of each node's structure: the names below it with their dtypes and shapes,
-    /// not their values. Nodes with equal fingerprints hold identically shaped subtrees (layer 3
-    /// and layer 4 of a model, say), which lets a listing show a run of them once.
-    pub fn fingerprints(&self, tensors: &[Tensor]) -> Vec<u64> {
-        use std::hash::{BuildHasher, Hash, Hasher};
-        let state = foldhash::fast::FixedState::default();
-        let mut prints = vec![0u64; self.nodes.len()];
-        for id in (0..self.nodes.len()).rev() {
-            let node_id = to_u32(id);
-            let mut hasher = state.build_hasher();
-            if let Some(tensor) = self.nodes[id].tensor() {
-                let info = &tensors[tensor].info;
-                (info.dtype.name(), &info.shape).hash(&mut hasher);
-            }
-            for &child in self.children(node_id) {
-                (self.segment(child), prints[child as usize]).hash(&mut hasher);
-            }
-            prints[id] = hasher.finish();
+/// A fingerprint of each node's structure: the names below it with their dtypes and shapes,
+/// not their values. Nodes with equal fingerprints hold identically shaped subtrees (layer 3 and
+/// layer 4 of a model, say), which lets a listing show a run of them once.
+#[derive(Debug)]
+pub struct Fingerprints<'a> {
+    tree: &'a LayerTree,
+    tensors: &'a [Tensor],
+    /// The groups' fingerprints, by id; a leaf's is worked out when asked for.
+    groups: Vec<u64>,
+}
+
+impl<'a> Fingerprints<'a> {
+    /// Of every node of `tree`, built from `tensors`.
+    pub fn new(tree: &'a LayerTree, tensors: &'a [Tensor]) -> Fingerprints<'a> {
+        let mut prints = Fingerprints {
+            tree,
+            tensors,
+            groups: vec![0; tree.group_count()],
+        };
+        // Children come after their parent.
+        for id in (0..tree.group_count()).rev() {
+            prints.groups[id] = prints.hash(to_u32(id));
         }
         prints
+    }
+
+    pub fn of(&self, id: NodeId) -> u64 {
+        self.groups
+            .get(id as usize)
+            .copied()
+            .unwrap_or_else(|| self.hash(id))
+    }
+
+    fn hash(&self, id: NodeId) -> u64 {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let mut hasher = foldhash::fast::FixedState::default().build_hasher();
+        if let Some(tensor) = self.tree.node(id).tensor() {
+            let info = &self.tensors[tensor].info;
+            (info.dtype.name(), &info.shape).hash(&mut hasher);
+        }
+        for &child in self.tree.children(id) {
+            (self.tree.segment(child), self.of(child)).hash(&mut hasher);
+        }
+        hasher.finish()
     }
 }
 
@@ -834,9 +857,9 @@ mod tests {
             ("layers.3.z", Dtype::F32, &[1]),
         ]);
         let tree = LayerTree::build(&list, |_| true);
-        let prints = tree.fingerprints(&list);
+        let prints = Fingerprints::new(&tree, &list);
         let layers = tree.children(ROOT)[0];
-        let print = |i: usize| prints[tree.children(layers)[i] as usize];
+        let print = |i: usize| prints.of(tree.children(layers)[i]);
         assert_eq!(print(0), print(1));
         assert_ne!(print(1), print(2), "a different shape");
         assert_ne!(print(1), print(3), "a different name");

@@ -8,7 +8,7 @@ use stui::analysis::{HistogramBuilder, Moments, moments_of, values};
 use stui::demo::{Fill, SyntheticModel};
 use stui::finding::Code;
 use stui::format::{Dtype, Model};
-use stui::jobs::{Scan, ScanEvent, ScanOptions};
+use stui::jobs::{Scan, ScanEvent, ScanOptions, ScanOrder};
 
 /// A small float: sign, exponent and mantissa fields, with subnormals; written out plainly.
 fn small_float(code: u32, exponent_bits: u32, mantissa_bits: u32, bias: i32) -> f64 {
@@ -614,4 +614,55 @@ fn stui_stats_on_a_file_truncated_while_it_runs_reports_it_and_exits_1() {
         stdout.contains("data-unreadable") || stdout.contains("data-truncated"),
         "{stdout}"
     );
+}
+
+/// The scan goes through a file front to back unless asked for the order given; either way
+/// every tensor is scanned once.
+#[test]
+fn the_scan_follows_the_file_or_the_order_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let count = 40u64;
+    let entries: Vec<String> = (0..count)
+        .map(|i| {
+            let at = 4 * (count - 1 - i);
+            format!(
+                r#""t.{i}":{{"dtype":"F32","shape":[1],"data_offsets":[{at},{}]}}"#,
+                at + 4
+            )
+        })
+        .collect();
+    let header = format!("{{{}}}", entries.join(","));
+    let bytes = crate::support::raw_file(&header, &[0; 4 * 40]);
+    crate::support::write(dir.path(), "reversed.safetensors", &bytes);
+    let model = Arc::new(Model::open(&dir.path().join("reversed.safetensors")).unwrap());
+    let order = |order: ScanOrder, given: Vec<usize>| {
+        let (sender, receiver) = mpsc::sync_channel(1 << 16);
+        let options = ScanOptions {
+            threads: Some(1),
+            order,
+            ..ScanOptions::default()
+        };
+        let scan = Scan::start(Arc::clone(&model), given, options, sender);
+        let events = collect(&receiver);
+        scan.wait();
+        events
+            .iter()
+            .filter_map(|e| match e {
+                ScanEvent::Stats { tensor, .. } => Some(*tensor),
+                _ => None,
+            })
+            .collect::<Vec<usize>>()
+    };
+    let forward: Vec<usize> = (0..model.tensors.len()).collect();
+    let back_to_front: Vec<usize> = forward.iter().rev().copied().collect();
+    let name = |t: &usize| model.tensors[*t].name().to_owned();
+    // The file holds `t.39` first.
+    let in_file = order(ScanOrder::Files, forward.clone());
+    assert_eq!(in_file.iter().map(name).next().as_deref(), Some("t.39"));
+    assert_eq!(in_file, back_to_front);
+    assert_eq!(
+        order(ScanOrder::Files, back_to_front.clone()),
+        back_to_front
+    );
+    assert_eq!(order(ScanOrder::Given, forward.clone()), forward);
 }
