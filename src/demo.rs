@@ -3,6 +3,7 @@
 
 use crate::error::Result;
 use crate::format::Dtype;
+use crate::format::StringMap;
 use crate::format::writer::{FileLayout, TensorSpec, write_atomically};
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -78,7 +79,8 @@ impl SyntheticModel {
 
     pub fn layout(&self) -> Result<FileLayout> {
         let specs: Vec<TensorSpec> = self.tensors.iter().map(|t| t.spec.clone()).collect();
-        FileLayout::plan(&specs, self.metadata.as_ref())
+        let metadata: Option<StringMap> = self.metadata.as_ref().map(|m| m.iter().collect());
+        FileLayout::plan(&specs, metadata.as_ref())
     }
 
     /// The whole file in memory (for tests and small fixtures).

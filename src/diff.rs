@@ -8,7 +8,7 @@
 use crate::analysis::simd;
 use crate::analysis::values::{self, Sink};
 use crate::format::mapped::with_mapped;
-use crate::format::{Dtype, Model, Shape, Tensor};
+use crate::format::{Dtype, Model, Shape, StringMap, Tensor};
 use crate::recycle::Recycled;
 use crate::text::natural_cmp;
 use multiversion::multiversion;
@@ -133,19 +133,48 @@ pub fn diff(a: &Model, b: &Model, progress: &AtomicU64) -> ModelDiff {
             }
         })
         .collect();
-    let keys: BTreeSet<&String> = a.metadata.keys().chain(b.metadata.keys()).collect();
-    let metadata = keys
-        .into_iter()
-        .filter_map(|key| {
-            let (x, y) = (a.metadata.get(key), b.metadata.get(key));
-            (x != y).then(|| MetadataDiff {
-                key: key.clone(),
-                a: x.cloned(),
-                b: y.cloned(),
-            })
-        })
-        .collect();
-    ModelDiff { tensors, metadata }
+    ModelDiff {
+        tensors,
+        metadata: metadata_diff(&a.metadata, &b.metadata),
+    }
+}
+
+/// The keys whose values differ, in key order: both maps walked side by side, as both are in
+/// key order.
+fn metadata_diff(a: &StringMap, b: &StringMap) -> Vec<MetadataDiff> {
+    let differ = |key: &str, x: Option<&str>, y: Option<&str>| MetadataDiff {
+        key: key.to_owned(),
+        a: x.map(str::to_owned),
+        b: y.map(str::to_owned),
+    };
+    let (mut a, mut b) = (a.iter().peekable(), b.iter().peekable());
+    let mut diffs = Vec::new();
+    loop {
+        let diff = match (a.peek(), b.peek()) {
+            (None, None) => return diffs,
+            (Some(&(key, x)), Some(&(other, _))) if key < other => {
+                a.next();
+                differ(key, Some(x), None)
+            }
+            (Some(&(key, x)), None) => {
+                a.next();
+                differ(key, Some(x), None)
+            }
+            (Some(&(key, x)), Some(&(other, y))) if key == other => {
+                a.next();
+                b.next();
+                if x == y {
+                    continue;
+                }
+                differ(key, Some(x), Some(y))
+            }
+            (_, Some(&(key, y))) => {
+                b.next();
+                differ(key, None, Some(y))
+            }
+        };
+        diffs.push(diff);
+    }
 }
 
 fn compare(a: &Model, ta: &Tensor, b: &Model, tb: &Tensor, progress: &AtomicU64) -> Status {

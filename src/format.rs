@@ -12,12 +12,14 @@ pub mod mapped;
 pub mod model;
 pub mod shape;
 pub mod sniff;
+pub mod string_map;
 pub mod writer;
 
 pub use dtype::{Dtype, TensorDtype};
 pub use file::SafetensorsFile;
 pub use model::Model;
 pub use shape::Shape;
+pub use string_map::StringMap;
 
 use compact_str::CompactString;
 use std::fmt;

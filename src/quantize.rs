@@ -18,7 +18,7 @@ use crate::analysis::values;
 use crate::error::{Error, Result};
 use crate::format::mapped::with_mapped;
 use crate::format::writer::{FileLayout, TensorSpec, write_atomically};
-use crate::format::{Dtype, Model, Shape, Tensor, read_exact_at};
+use crate::format::{Dtype, Model, Shape, StringMap, Tensor, read_exact_at};
 use crate::recycle::Recycled;
 use crate::text::escape;
 use multiversion::multiversion;
@@ -970,7 +970,7 @@ impl ShardContext<'_> {
                 sources.push(Source::Copy(index));
             }
         }
-        let metadata = output_metadata(model.shards[shard].metadata.as_ref(), options, ignore);
+        let metadata = output_metadata(model.shards[shard].metadata.as_deref(), options, ignore);
         let layout = FileLayout::plan(&specs, Some(&metadata))?;
         let mut results = Vec::new();
         write_atomically(target, |out| {
@@ -1288,20 +1288,14 @@ pub fn quantize_value(x: f64, scale: f64) -> i8 {
 }
 
 /// The source's metadata, with `format: pt` and the quantization recorded.
-fn output_metadata(
-    source: Option<&BTreeMap<String, String>>,
-    options: &Options,
-    ignore: &[String],
-) -> BTreeMap<String, String> {
-    let mut metadata = source.cloned().unwrap_or_default();
-    metadata
-        .entry("format".into())
-        .or_insert_with(|| "pt".into());
-    metadata.insert(
-        "quantization_config".into(),
-        quantization_config(options, ignore).to_string(),
-    );
-    metadata
+fn output_metadata(source: Option<&StringMap>, options: &Options, ignore: &[String]) -> StringMap {
+    let config = quantization_config(options, ignore).to_string();
+    // Later entries win: the source's format over `pt`, the new config over the source's.
+    let added = [("format", "pt")]
+        .into_iter()
+        .chain(source.into_iter().flat_map(StringMap::iter))
+        .chain([("quantization_config", config.as_str())]);
+    added.collect()
 }
 
 /// The compressed-tensors `quantization_config`; `ignore` names the modules left as they were.

@@ -169,7 +169,7 @@ struct InspectJson<'a> {
     total_bytes: u64,
     file_bytes: u64,
     dtypes: Vec<DtypeJson>,
-    metadata: &'a BTreeMap<String, String>,
+    metadata: &'a crate::format::StringMap,
     structural_id: &'a str,
     architecture: Option<&'a Architecture>,
     tensors: TensorListJson<'a>,

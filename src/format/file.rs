@@ -5,10 +5,9 @@ use super::layout::{self, data_order};
 use super::lint;
 use super::mapped::Pages;
 use super::sniff::{self, SNIFF_LEN};
-use super::{LENGTH_PREFIX, MAX_HEADER_LEN, Rejection, Tensor};
+use super::{LENGTH_PREFIX, MAX_HEADER_LEN, Rejection, StringMap, Tensor};
 use crate::finding::{Code, Finding, Findings, Severity};
 use crate::text::format_bytes;
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -21,7 +20,7 @@ pub struct SafetensorsFile {
     /// The header length the first 8 bytes declare, if the file has 8 bytes.
     pub header_len: Option<u64>,
     /// `__metadata__`, `None` when absent or null.
-    pub metadata: Option<BTreeMap<String, String>>,
+    pub metadata: Option<StringMap>,
     /// Every tensor whose entry could be read, in header order.
     pub tensors: Vec<Tensor>,
     pub findings: Findings,

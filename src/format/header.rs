@@ -10,13 +10,13 @@ pub mod fast;
 
 use super::dtype::TensorDtype;
 use super::mapped::{Pages, Passing};
+use super::string_map::{StringMap, StringMapBuilder};
 use super::{Shape, Tensor, TensorInfo};
 use crate::finding::{Code, Finding, Findings, Severity};
 use hashbrown::{HashTable, hash_table};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use smallvec::SmallVec;
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::hash::BuildHasher;
 use std::io;
@@ -28,7 +28,7 @@ const METADATA_KEY: &str = "__metadata__";
 #[derive(Debug, Default, PartialEq)]
 pub struct ParsedHeader {
     /// `None` when `__metadata__` is absent or null.
-    pub metadata: Option<BTreeMap<String, String>>,
+    pub metadata: Option<StringMap>,
     /// Every tensor entry that could be read, in header order; a repeated name keeps the last entry,
     /// at the place of the first.
     pub tensors: Vec<Tensor>,
@@ -525,31 +525,35 @@ impl<'de> FromJson<'de> for Entry {
 
 /// The `__metadata__` value: null, or an object of strings (bad values are reported one by one).
 struct MetadataValue {
-    map: Option<BTreeMap<String, String>>,
-    bad_values: Vec<(String, Cow<'static, str>)>,
+    map: Option<StringMap>,
+    /// A finding for each value that is not a string.
+    bad_values: Findings,
 }
 
 impl<'de> FromJson<'de> for MetadataValue {
     fn from_null() -> Lenient<Self> {
         Lenient::Good(MetadataValue {
             map: None,
-            bad_values: Vec::new(),
+            bad_values: Findings::new(),
         })
     }
 
     fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Lenient<Self>, A::Error> {
-        let mut entries = BTreeMap::new();
-        let mut bad_values = Vec::new();
+        let mut entries = StringMapBuilder::new();
+        let mut bad_values = Findings::new();
         while let Some(Key(key)) = map.next_key::<Key>()? {
             match map.next_value::<Lenient<Text>>()? {
-                Lenient::Good(Text(value)) => {
-                    entries.insert(key.into_owned(), value);
-                }
-                Lenient::Bad(found) => bad_values.push((key.into_owned(), found)),
+                Lenient::Good(Text(value)) => entries.insert(&key, &value),
+                Lenient::Bad(found) => bad_values.push(Finding::error(
+                    Code::MetadataInvalid,
+                    format!(
+                        "`__metadata__` value of `{key}` is {found}; every value must be a string"
+                    ),
+                )),
             }
         }
         Ok(Lenient::Good(MetadataValue {
-            map: Some(entries),
+            map: Some(entries.finish()),
             bad_values,
         }))
     }
@@ -688,14 +692,7 @@ impl HeaderSeed<'_> {
         }
         match value {
             Lenient::Good(metadata) => {
-                for (key, found) in metadata.bad_values {
-                    findings.push(Finding::error(
-                        Code::MetadataInvalid,
-                        format!(
-                            "`__metadata__` value of `{key}` is {found}; every value must be a string"
-                        ),
-                    ));
-                }
+                findings.append(metadata.bad_values);
                 self.out.metadata = metadata.map;
             }
             Lenient::Bad(found) => findings.push(Finding::error(
@@ -900,7 +897,7 @@ mod tests {
             r#"{"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}}"#,
         );
         assert!(parsed.findings.is_empty(), "{:?}", parsed.findings);
-        assert_eq!(parsed.metadata.unwrap()["format"], "pt");
+        assert_eq!(parsed.metadata.unwrap().get("format"), Some("pt"));
         assert_eq!(parsed.tensors.len(), 1);
         let tensor = &parsed.tensors[0];
         assert_eq!(tensor.name(), "a");
@@ -939,7 +936,7 @@ mod tests {
         );
         assert!(parsed.first_error().is_none(), "{:?}", parsed.findings);
         assert_eq!(parsed.tensors.len(), 3);
-        assert_eq!(parsed.metadata.as_ref().unwrap()["k"], "2");
+        assert_eq!(parsed.metadata.as_ref().unwrap().get("k"), Some("2"));
         assert_eq!(
             codes(&parsed),
             [

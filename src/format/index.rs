@@ -3,7 +3,7 @@
 use crate::finding::{Code, Finding, Findings};
 use crate::text::escape;
 use serde::Deserialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Component, Path};
 
 /// The conventional index file name.
@@ -63,8 +63,9 @@ impl ShardIndex {
             }
         }
         let mut refused = BTreeMap::<&str, usize>::new();
+        let mut seen = HashSet::new();
         for shard in json.weight_map.values() {
-            if index.shards.contains(shard) || refused.contains_key(shard.as_str()) {
+            if !seen.insert(shard.as_str()) {
                 if let Some(count) = refused.get_mut(shard.as_str()) {
                     *count += 1;
                 }
@@ -76,6 +77,7 @@ impl ShardIndex {
                 refused.insert(shard, 1);
             }
         }
+        drop(seen);
         for (shard, count) in refused {
             index.findings.push(
                 Finding::error(

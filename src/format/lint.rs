@@ -1,10 +1,10 @@
 //! Red flags in a file the reference accepts: things that are legal but suspicious or costly,
 //! each a finding with its own code.
 
+use super::StringMap;
 use super::{Dtype, Tensor, TensorInfo};
 use crate::finding::{Code, Finding, Findings};
 use crate::text::escape;
-use std::collections::BTreeMap;
 
 /// A tensor this large trips 32-bit offsets in some loaders.
 const LARGE_TENSOR: u64 = 2 << 30;
@@ -26,7 +26,7 @@ const KNOWN_KEYS: [&str; 9] = [
 ];
 
 /// The red flags of one file's parsed header.
-pub fn red_flags(tensors: &[Tensor], metadata: Option<&BTreeMap<String, String>>) -> Findings {
+pub fn red_flags(tensors: &[Tensor], metadata: Option<&StringMap>) -> Findings {
     let mut findings: Findings = tensors.iter().flat_map(|t| tensor_flags(&t.info)).collect();
     if tensors
         .windows(2)
@@ -38,7 +38,7 @@ pub fn red_flags(tensors: &[Tensor], metadata: Option<&BTreeMap<String, String>>
         ));
     }
     if let Some(metadata) = metadata {
-        findings.extend(metadata_flags(metadata));
+        findings.append(metadata_flags(metadata));
     }
     findings
 }
@@ -109,10 +109,12 @@ fn tensor_flags(tensor: &TensorInfo) -> Vec<Finding> {
     findings
 }
 
-fn metadata_flags(metadata: &BTreeMap<String, String>) -> Vec<Finding> {
-    let mut findings = Vec::new();
+fn metadata_flags(metadata: &StringMap) -> Findings {
+    /// Unknown keys named in the finding; the rest are counted.
+    const NAMED: usize = 20;
+    let mut findings = Findings::new();
     if let Some(format) = metadata.get("format")
-        && !["pt", "tf", "flax", "mlx", "np", "numpy", "paddle", "jax"].contains(&format.as_str())
+        && !["pt", "tf", "flax", "mlx", "np", "numpy", "paddle", "jax"].contains(&format)
     {
         findings.push(Finding::warning(
             Code::MetadataFormat,
@@ -130,18 +132,25 @@ fn metadata_flags(metadata: &BTreeMap<String, String>) -> Vec<Finding> {
             "`quantization_config` is not a JSON object",
         ));
     }
-    let unknown: Vec<String> = metadata
+    let mut unknown = metadata
         .keys()
-        .filter(|key| !KNOWN_KEYS.contains(&key.as_str()) && !key.starts_with("modelspec."))
+        .filter(|key| !KNOWN_KEYS.contains(key) && !key.starts_with("modelspec."));
+    let named: Vec<String> = unknown
+        .by_ref()
+        .take(NAMED)
         .map(|key| format!("`{}`", escape(key)))
         .collect();
-    if !unknown.is_empty() {
+    if !named.is_empty() {
+        let more = match unknown.count() {
+            0 => String::new(),
+            more => format!(" and {more} more"),
+        };
         findings.push(Finding::info(
             Code::MetadataUnknownKey,
-            format!("keys without a known meaning: {}", unknown.join(", ")),
+            format!("keys without a known meaning: {}{more}", named.join(", ")),
         ));
     }
-    for (key, value) in metadata {
+    for (key, value) in metadata.iter() {
         if value.len() > LARGE_VALUE {
             findings.push(Finding::warning(
                 Code::MetadataSuspicious,
@@ -216,13 +225,14 @@ mod tests {
 
     #[test]
     fn flags_suspicious_metadata() {
-        let metadata: BTreeMap<String, String> = [
-            ("format".into(), "pickle".into()),
-            ("custom".into(), "x".into()),
-            ("note".into(), "\u{1b}[2J".into()),
-            ("modelspec.title".into(), "ok".into()),
+        let metadata: StringMap = [
+            ("format", "pickle"),
+            ("custom", "x"),
+            ("note", "\u{1b}[2J"),
+            ("modelspec.title", "ok"),
         ]
-        .into();
+        .into_iter()
+        .collect();
         assert_eq!(
             codes(&red_flags(&[], Some(&metadata))),
             [

@@ -2,15 +2,15 @@
 //! as one set of tensors that each know their shard.
 
 use super::index::{INDEX_FILE_NAME, ShardIndex};
-use super::{Rejection, SafetensorsFile, Tensor, TensorInfo};
+use super::{Rejection, SafetensorsFile, StringMap, Tensor, TensorInfo};
 use crate::error::{Error, Result};
 use crate::finding::{Code, Finding, Findings};
 use crate::text::{escape, natural_cmp};
 use compact_str::CompactString;
 use foldhash::HashMap;
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// How the model was given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub struct Shard {
     pub header_len: Option<u64>,
     /// Where the data section starts in the file.
     pub data_start: u64,
-    pub metadata: Option<BTreeMap<String, String>>,
+    pub metadata: Option<Arc<StringMap>>,
     /// Why the reference rejects this file; `None` when it accepts it.
     pub rejection: Option<Rejection>,
     /// False when the file is missing or could not be read at all.
@@ -46,8 +46,9 @@ pub struct Model {
     /// Every tensor, in the order of the files and their headers ([`crate::tree::LayerTree`]
     /// gives the natural name order).
     pub tensors: Vec<Tensor>,
-    /// `__metadata__`, merged over the shards (the first shard's value wins).
-    pub metadata: BTreeMap<String, String>,
+    /// `__metadata__`, merged over the shards (the first shard's value wins); the one shard's own
+    /// when there is one.
+    pub metadata: Arc<StringMap>,
     pub findings: Findings,
 }
 
@@ -193,7 +194,7 @@ struct Builder {
     source: Source,
     shards: Vec<Shard>,
     tensors: Vec<Tensor>,
-    metadata: BTreeMap<String, String>,
+    metadata: Arc<StringMap>,
     findings: Findings,
     /// Tensor name to index in `tensors`.
     by_name: HashMap<CompactString, usize>,
@@ -206,7 +207,7 @@ impl Builder {
             source,
             shards: Vec::new(),
             tensors: Vec::new(),
-            metadata: BTreeMap::new(),
+            metadata: Arc::default(),
             findings: Findings::new(),
             by_name: HashMap::default(),
         }
@@ -248,27 +249,9 @@ impl Builder {
             findings.in_file(&label);
         }
         self.findings.append(findings);
-        if let Some(metadata) = &file.metadata {
-            for (key, value) in metadata {
-                match self.metadata.get(key) {
-                    None => {
-                        self.metadata.insert(key.clone(), value.clone());
-                    }
-                    Some(existing) if existing != value => self.findings.push(
-                        Finding::info(
-                            Code::MetadataMismatch,
-                            format!(
-                                "`__metadata__` key `{}` is `{}` here but `{}` in an earlier shard",
-                                escape(key),
-                                escape(value),
-                                escape(existing)
-                            ),
-                        )
-                        .in_file(&label),
-                    ),
-                    Some(_) => {}
-                }
-            }
+        let metadata = file.metadata.map(Arc::new);
+        if let Some(metadata) = &metadata {
+            self.merge_metadata(metadata, &label);
         }
         if several {
             for tensor in file.tensors {
@@ -285,10 +268,43 @@ impl Builder {
             file_len: file.file_len,
             header_len: file.header_len,
             data_start: super::LENGTH_PREFIX.saturating_add(file.header_len.unwrap_or(0)),
-            metadata: file.metadata,
+            metadata,
             rejection: file.rejection,
             readable: true,
         });
+    }
+
+    /// Adds a shard's metadata to the model's: shared when it is the first, merged (a new map,
+    /// when it adds keys) after that.
+    fn merge_metadata(&mut self, metadata: &Arc<StringMap>, label: &str) {
+        if self.metadata.is_empty() {
+            self.metadata = Arc::clone(metadata);
+            return;
+        }
+        let mut added = false;
+        for (key, value) in metadata.iter() {
+            match self.metadata.get(key) {
+                None => added = true,
+                Some(existing) if existing != value => self.findings.push(
+                    Finding::info(
+                        Code::MetadataMismatch,
+                        format!(
+                            "`__metadata__` key `{}` is `{}` here but `{}` in an earlier shard",
+                            escape(key),
+                            escape(value),
+                            escape(existing)
+                        ),
+                    )
+                    .in_file(label),
+                ),
+                Some(_) => {}
+            }
+        }
+        if added {
+            // The earlier shards' values last, so that they win.
+            let merged: StringMap = metadata.iter().chain(self.metadata.iter()).collect();
+            self.metadata = Arc::new(merged);
+        }
     }
 
     /// Adds a tensor of one shard among several, unless an earlier shard holds the same name.

@@ -5,10 +5,10 @@
 //! padded with spaces to a multiple of 8. Unlike the reference writer, an empty metadata map with
 //! no tensors gives a valid header, and a repeated name is an error, not a panic.
 
-use super::{Dtype, MAX_HEADER_LEN};
+use super::{Dtype, MAX_HEADER_LEN, StringMap};
 use crate::error::{Error, Result};
 use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
@@ -50,7 +50,7 @@ pub struct FileLayout {
 }
 
 impl FileLayout {
-    pub fn plan(specs: &[TensorSpec], metadata: Option<&BTreeMap<String, String>>) -> Result<Self> {
+    pub fn plan(specs: &[TensorSpec], metadata: Option<&StringMap>) -> Result<Self> {
         let mut names = HashSet::with_capacity(specs.len());
         for spec in specs {
             if !names.insert(spec.name.as_str()) {
@@ -173,7 +173,7 @@ struct HeaderJson<'a> {
     specs: &'a [TensorSpec],
     order: &'a [usize],
     offsets: &'a [[u64; 2]],
-    metadata: Option<&'a BTreeMap<String, String>>,
+    metadata: Option<&'a StringMap>,
 }
 
 impl Serialize for HeaderJson<'_> {
@@ -243,7 +243,7 @@ mod tests {
 
     #[test]
     fn avoids_the_reference_writer_bugs() {
-        let empty_metadata = BTreeMap::new();
+        let empty_metadata = StringMap::default();
         let layout = FileLayout::plan(&[], Some(&empty_metadata)).unwrap();
         assert!(layout.header[8..].starts_with(b"{\"__metadata__\":{}}"));
         let twice = [

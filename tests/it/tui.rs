@@ -330,3 +330,21 @@ fn a_file_truncated_during_the_scan_shows_findings_and_marks_not_a_crash() {
         "the unreadable tensors are marked up the tree:\n{screen}"
     );
 }
+
+/// A header with thousands of metadata entries shows those that fit and counts the rest.
+#[test]
+fn a_long_metadata_popup_shows_what_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut model = support::small_model();
+    for key in 0..5000 {
+        model = model.metadata(&format!("key{key:04}"), "value");
+    }
+    let path = dir.path().join("many.safetensors");
+    model.write(&path).unwrap();
+    let mut app = App::new(Arc::new(Model::open(&path).unwrap()), Theme::new(false));
+    app.update(Action::ShowMetadata);
+    let text = screen(&mut app, 80, 24);
+    assert!(text.contains("key0000 = value"), "{text}");
+    assert!(text.contains("more entries"), "{text}");
+    assert!(!text.contains("key4999"), "{text}");
+}

@@ -8,10 +8,10 @@
 
 use super::super::dtype::{Dtype, TensorDtype};
 use super::super::mapped::{Pages, Passing};
+use super::super::string_map::{StringMap, StringMapBuilder};
 use super::super::{Shape, Tensor, TensorInfo};
 use super::{ENTRY_BYTES, METADATA_KEY, NameIndex, ParsedHeader};
 use smallvec::SmallVec;
-use std::collections::BTreeMap;
 
 /// Headers of this many bytes are read in two halves side by side. Joining the halves copies the
 /// second one's entries, which the memory bound (twice the header plus 64 MiB) has room for only
@@ -76,7 +76,7 @@ fn split_point(text: &str, first: usize) -> Option<usize> {
 /// The entries of a run of the top-level object.
 struct Part {
     tensors: Vec<Tensor>,
-    metadata: Option<BTreeMap<String, String>>,
+    metadata: Option<StringMap>,
     names: NameIndex,
 }
 
@@ -112,7 +112,7 @@ impl Part {
                 if part.metadata.is_some() {
                     return None;
                 }
-                part.metadata = Some(scanner.metadata()?);
+                part.metadata = Some(scanner.metadata(passed)?);
             } else {
                 let (dtype, shape, data_offsets) = scanner.entry()?;
                 if part.names.find_or_insert(&part.tensors, key).is_some() {
@@ -295,12 +295,14 @@ impl<'a> Scanner<'a> {
         Some((dtype?, shape?, offsets?))
     }
 
-    fn metadata(&mut self) -> Option<BTreeMap<String, String>> {
-        let mut map = BTreeMap::new();
+    /// `__metadata__`'s object; `passed` is told where each entry ends (a header can be all
+    /// metadata).
+    fn metadata(&mut self, passed: &mut dyn FnMut(usize)) -> Option<StringMap> {
+        let mut map = StringMapBuilder::new();
         self.expect(b'{')?;
         self.skip_whitespace();
         if self.eat(b'}') {
-            return Some(map);
+            return Some(map.finish());
         }
         loop {
             let key = self.string()?;
@@ -308,10 +310,11 @@ impl<'a> Scanner<'a> {
             self.expect(b':')?;
             self.skip_whitespace();
             let value = self.string()?;
-            map.insert(key.to_owned(), value.to_owned());
+            map.insert(key, value);
+            passed(self.at);
             self.skip_whitespace();
             if self.eat(b'}') {
-                return Some(map);
+                return Some(map.finish());
             }
             self.expect(b',')?;
             self.skip_whitespace();
@@ -331,7 +334,7 @@ mod tests {
         .unwrap();
         assert_eq!(parsed.tensors.len(), 2);
         assert_eq!(parsed.tensors[1].info.data_offsets, [12, 16]);
-        assert_eq!(parsed.metadata.unwrap()["format"], "pt");
+        assert_eq!(parsed.metadata.unwrap().get("format"), Some("pt"));
     }
 
     /// A canonical header of `count` entries, whose names are `name(i)`.

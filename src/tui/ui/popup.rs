@@ -18,14 +18,14 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, popup: Popup) {
     let [box_area] =
         middle.layout(&Layout::horizontal([Constraint::Length(width)]).flex(Flex::Center));
     frame.render_widget(Clear, box_area);
+    let inside = inner(box_area);
+    let rows = usize::from(inside.height).max(1);
     let (title, lines) = match popup {
         Popup::Help => ("keys", help_lines(app)),
-        Popup::Metadata => ("__metadata__", metadata_lines(app)),
+        Popup::Metadata => ("__metadata__", metadata_lines(app, rows)),
     };
     frame.render_widget(block(title, true, app), box_area);
-    let inside = inner(box_area);
     // Long lists flow into as many columns as they need.
-    let rows = usize::from(inside.height).max(1);
     let columns = lines.len().div_ceil(rows).max(1);
     let areas = inside.layout_vec(&Layout::horizontal(vec![
         Constraint::Ratio(
@@ -89,7 +89,9 @@ fn help_lines(app: &App) -> Vec<Line<'static>> {
     lines
 }
 
-fn metadata_lines(app: &App) -> Vec<Line<'static>> {
+/// At most `rows` lines: the entries that fit, then how many more there are (a header can hold
+/// millions).
+fn metadata_lines(app: &App, rows: usize) -> Vec<Line<'static>> {
     let identity = app.identity();
     let structure = Line::from(vec![
         Span::styled("structural id = ", app.theme.dim),
@@ -106,14 +108,31 @@ fn metadata_lines(app: &App) -> Vec<Line<'static>> {
             Line::styled("(no __metadata__)", app.theme.dim),
         ];
     }
-    let entries = app.model.metadata.iter().map(|(key, value)| {
+    let metadata = &app.model.metadata;
+    let room = rows.saturating_sub(2);
+    let shown = if metadata.len() <= room {
+        metadata.len()
+    } else {
+        room.saturating_sub(1)
+    };
+    let entries = metadata.iter().take(shown).map(|(key, value)| {
         Line::from(vec![
             Span::styled(format!("{} = ", escape(key)), app.theme.key),
             Span::raw(escape(value).into_owned()),
         ])
     });
+    let more = (shown < metadata.len()).then(|| {
+        Line::styled(
+            format!(
+                "… {} more entries (`stui inspect --json` lists them all)",
+                metadata.len() - shown
+            ),
+            app.theme.dim,
+        )
+    });
     [structure, architecture]
         .into_iter()
         .chain(entries)
+        .chain(more)
         .collect()
 }

@@ -1,0 +1,182 @@
+//! Strings keyed by strings, kept in one buffer.
+
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use std::fmt;
+
+/// Strings keyed by strings, in key order, their text back to back in one buffer.
+///
+/// A header's `__metadata__` or an index's `weight_map` can hold millions of short entries, which
+/// as a map of `String`s would take ten times their text (two allocations and a tree node each);
+/// here an entry takes its text and 12 bytes.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct StringMap {
+    text: String,
+    /// Each entry's key start, key length and value length in `text`, in key order.
+    entries: Vec<[u32; 3]>,
+}
+
+impl StringMap {
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.entries
+            .binary_search_by(|&entry| self.key(entry).cmp(key))
+            .ok()
+            .map(|at| self.value(self.entries[at]))
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// The entries in key order.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&str, &str)> + ExactSizeIterator + '_ {
+        self.entries
+            .iter()
+            .map(|&entry| (self.key(entry), self.value(entry)))
+    }
+
+    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &str> + ExactSizeIterator + '_ {
+        self.iter().map(|(key, _)| key)
+    }
+
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = &str> + ExactSizeIterator + '_ {
+        self.iter().map(|(_, value)| value)
+    }
+
+    fn key(&self, [start, key_len, _]: [u32; 3]) -> &str {
+        let start = start as usize;
+        &self.text[start..start + key_len as usize]
+    }
+
+    fn value(&self, [start, key_len, value_len]: [u32; 3]) -> &str {
+        let start = start as usize + key_len as usize;
+        &self.text[start..start + value_len as usize]
+    }
+}
+
+/// Collects entries in any order into a [`StringMap`]; a key given twice keeps its last value,
+/// as JSON readers do.
+#[derive(Debug, Default)]
+pub struct StringMapBuilder {
+    map: StringMap,
+    sorted: bool,
+}
+
+impl StringMapBuilder {
+    pub fn new() -> StringMapBuilder {
+        StringMapBuilder {
+            map: StringMap::default(),
+            sorted: true,
+        }
+    }
+
+    /// Adds an entry, unless the text would pass 4 GiB (a header holds at most 100 MB).
+    pub fn insert(&mut self, key: &str, value: &str) {
+        let map = &mut self.map;
+        let (Ok(start), Ok(key_len), Ok(value_len)) = (
+            u32::try_from(map.text.len()),
+            u32::try_from(key.len()),
+            u32::try_from(value.len()),
+        ) else {
+            return;
+        };
+        if start
+            .checked_add(key_len)
+            .and_then(|end| end.checked_add(value_len))
+            .is_none()
+        {
+            return;
+        }
+        if let Some(&last) = map.entries.last() {
+            self.sorted &= map.key(last) < key;
+        }
+        map.text.push_str(key);
+        map.text.push_str(value);
+        map.entries.push([start, key_len, value_len]);
+    }
+
+    pub fn finish(self) -> StringMap {
+        let mut map = self.map;
+        if !self.sorted {
+            // By key, and for a key given twice by the order given, keeping the last.
+            let StringMap { text, entries } = &mut map;
+            let key = |[start, key_len, _]: [u32; 3]| {
+                &text[start as usize..start as usize + key_len as usize]
+            };
+            entries.sort_unstable_by(|&a, &b| key(a).cmp(key(b)).then(a[0].cmp(&b[0])));
+            entries.dedup_by(|later, earlier| {
+                let same = key(*later) == key(*earlier);
+                if same {
+                    *earlier = *later;
+                }
+                same
+            });
+        }
+        map.text.shrink_to_fit();
+        map.entries.shrink_to_fit();
+        map
+    }
+}
+
+impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for StringMap {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(entries: I) -> StringMap {
+        let mut builder = StringMapBuilder::new();
+        for (key, value) in entries {
+            builder.insert(key.as_ref(), value.as_ref());
+        }
+        builder.finish()
+    }
+}
+
+impl fmt::Debug for StringMap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl Serialize for StringMap {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.len()))?;
+        for (key, value) in self.iter() {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    proptest! {
+        /// The same entries, in the same order, as a `BTreeMap` filled in the order given.
+        #[test]
+        fn agrees_with_a_btree_map(entries in prop::collection::vec(("[a-c]{0,3}", ".{0,3}"), 0..40)) {
+            let map: StringMap = entries.iter().map(|(k, v)| (k, v)).collect();
+            let expected: BTreeMap<&str, &str> =
+                entries.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            prop_assert_eq!(map.len(), expected.len());
+            prop_assert!(map.iter().eq(expected.iter().map(|(k, v)| (*k, *v))));
+            for (key, value) in &expected {
+                prop_assert_eq!(map.get(key), Some(*value));
+            }
+            prop_assert_eq!(map.get("d"), None);
+        }
+    }
+
+    #[test]
+    fn serializes_as_a_json_object() {
+        let map: StringMap = [("b", "2"), ("a", "1")].into_iter().collect();
+        assert_eq!(serde_json::to_string(&map).unwrap(), r#"{"a":"1","b":"2"}"#);
+        assert_eq!(map.get("b"), Some("2"));
+    }
+}
