@@ -105,12 +105,19 @@ impl StringMapBuilder {
     pub fn finish(self) -> StringMap {
         let mut map = self.map;
         if !self.sorted {
-            // By key, and for a key given twice by the order given, keeping the last.
+            // By key, and for a key given twice by the order given, keeping the last. An entry
+            // starts where the one before it ends, so only an empty key with an empty value
+            // starts where the next does: the start and then the length give the order.
             let StringMap { text, entries } = &mut map;
             let key = |[start, key_len, _]: [u32; 3]| {
                 &text[start as usize..start as usize + key_len as usize]
             };
-            entries.sort_unstable_by(|&a, &b| key(a).cmp(key(b)).then(a[0].cmp(&b[0])));
+            entries.sort_unstable_by(|&a, &b| {
+                key(a)
+                    .cmp(key(b))
+                    .then(a[0].cmp(&b[0]))
+                    .then(a[2].cmp(&b[2]))
+            });
             entries.dedup_by(|later, earlier| {
                 let same = key(*later) == key(*earlier);
                 if same {
