@@ -1,9 +1,11 @@
 //! The index of a sharded model (`model.safetensors.index.json`, the Hugging Face layout).
 
+use super::StringMap;
 use crate::finding::{Code, Finding, Findings};
 use crate::text::escape;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
+use std::io;
 use std::path::{Component, Path};
 
 /// The conventional index file name.
@@ -15,7 +17,7 @@ pub struct ShardIndex {
     /// `metadata.total_size`: the bytes of every tensor, summed.
     pub total_size: Option<u64>,
     /// Tensor name to shard file name, as written.
-    pub weight_map: BTreeMap<String, String>,
+    pub weight_map: StringMap,
     /// Shard file names in the order they first appear, each checked to stay inside the folder.
     pub shards: Vec<String>,
     pub findings: Findings,
@@ -25,8 +27,12 @@ pub struct ShardIndex {
 struct IndexJson {
     #[serde(default)]
     metadata: Option<IndexMetadata>,
-    weight_map: BTreeMap<String, String>,
+    weight_map: StringMap,
 }
+
+/// Shard files an index may name; an index naming more is refused past them (every shard is
+/// opened, and a real model has at most a few thousand).
+pub const MAX_SHARDS: usize = 100_000;
 
 #[derive(Deserialize)]
 struct IndexMetadata {
@@ -37,7 +43,12 @@ struct IndexMetadata {
 impl ShardIndex {
     /// Parses an index's text. A malformed index is a finding, and yields no shards.
     pub fn parse(text: &str) -> ShardIndex {
-        let json: IndexJson = match serde_json::from_str(text) {
+        ShardIndex::read(text.as_bytes())
+    }
+
+    /// Reads an index from `reader` as it parses it: the entries are kept, not the text.
+    pub fn read(reader: impl io::Read) -> ShardIndex {
+        let json: IndexJson = match serde_json::from_reader(io::BufReader::new(reader)) {
             Ok(json) => json,
             Err(error) => {
                 return ShardIndex {
@@ -64,20 +75,33 @@ impl ShardIndex {
         }
         let mut refused = BTreeMap::<&str, usize>::new();
         let mut seen = HashSet::new();
+        let mut past_limit = 0;
         for shard in json.weight_map.values() {
-            if !seen.insert(shard.as_str()) {
-                if let Some(count) = refused.get_mut(shard.as_str()) {
+            if !seen.insert(shard) {
+                if let Some(count) = refused.get_mut(shard) {
                     *count += 1;
                 }
                 continue;
             }
-            if stays_inside(Path::new(shard)) {
-                index.shards.push(shard.clone());
-            } else {
+            if !stays_inside(Path::new(shard)) {
                 refused.insert(shard, 1);
+            } else if index.shards.len() < MAX_SHARDS {
+                index.shards.push(shard.to_owned());
+            } else {
+                past_limit += 1;
             }
         }
         drop(seen);
+        if past_limit > 0 {
+            index.findings.push(Finding::error(
+                Code::IndexInvalid,
+                format!(
+                    "the index names {} shard files; at most {MAX_SHARDS} are opened, the other \
+                     {past_limit} are not",
+                    MAX_SHARDS + past_limit
+                ),
+            ));
+        }
         for (shard, count) in refused {
             index.findings.push(
                 Finding::error(
@@ -156,5 +180,17 @@ mod tests {
         let index = ShardIndex::parse(r#"{"metadata":{}}"#);
         assert_eq!(index.findings[0].code, Code::IndexInvalid);
         assert!(index.shards.is_empty());
+    }
+
+    #[test]
+    fn opens_at_most_max_shards() {
+        let entries: Vec<String> = (0..=MAX_SHARDS)
+            .map(|i| format!(r#""t{i}":"s{i}.safetensors""#))
+            .collect();
+        let index = ShardIndex::parse(&format!(r#"{{"weight_map":{{{}}}}}"#, entries.join(",")));
+        assert_eq!(index.shards.len(), MAX_SHARDS);
+        assert_eq!(index.weight_map.len(), MAX_SHARDS + 1);
+        assert_eq!(index.findings.len(), 1);
+        assert!(index.findings[0].message.contains("the other 1 are not"));
     }
 }

@@ -113,8 +113,8 @@ impl Model {
     }
 
     fn open_index(path: &Path, source: Source) -> Result<Model> {
-        let text = fs::read_to_string(path).map_err(|source| Error::io(path, source))?;
-        let index = ShardIndex::parse(&text);
+        let file = fs::File::open(path).map_err(|source| Error::io(path, source))?;
+        let index = ShardIndex::read(file);
         let folder = path.parent().unwrap_or(Path::new(""));
         let index_label = path
             .file_name()
@@ -335,17 +335,14 @@ impl Builder {
             .enumerate()
             .map(|(i, s)| (s.label.as_str(), i))
             .collect();
-        for (name, shard_label) in &index.weight_map {
-            let Some(&shard) = shard_by_label.get(shard_label.as_str()) else {
+        for (name, shard_label) in index.weight_map.iter() {
+            let Some(&shard) = shard_by_label.get(shard_label) else {
                 continue;
             };
             if !self.shards[shard].readable {
                 continue;
             }
-            let held = self
-                .by_name
-                .get(name.as_str())
-                .map(|&i| self.tensors[i].shard);
+            let held = self.by_name.get(name).map(|&i| self.tensors[i].shard);
             if held != Some(shard) {
                 let elsewhere = held.map_or_else(String::new, |other| {
                     format!(" (it is in `{}`)", escape(&self.shards[other].label))

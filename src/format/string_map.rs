@@ -1,6 +1,8 @@
 //! Strings keyed by strings, kept in one buffer.
 
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, Serializer};
+use std::borrow::Cow;
 use std::fmt;
 
 /// Strings keyed by strings, in key order, their text back to back in one buffer.
@@ -142,6 +144,30 @@ impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for StringMap {
     }
 }
 
+/// A JSON object of strings, read straight into the buffer.
+impl<'de> Deserialize<'de> for StringMap {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<StringMap, D::Error> {
+        struct Entries;
+        impl<'de> Visitor<'de> for Entries {
+            type Value = StringMap;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of strings")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StringMap, A::Error> {
+                let mut builder = StringMapBuilder::new();
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    let value = map.next_value::<Cow<'de, str>>()?;
+                    builder.insert(&key, &value);
+                }
+                Ok(builder.finish())
+            }
+        }
+        deserializer.deserialize_map(Entries)
+    }
+}
+
 impl fmt::Debug for StringMap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_map().entries(self.iter()).finish()
@@ -178,6 +204,19 @@ mod tests {
             }
             prop_assert_eq!(map.get("d"), None);
         }
+    }
+
+    #[test]
+    fn reads_a_json_object_of_strings() {
+        let map: StringMap =
+            serde_json::from_str(r#"{"b":"2","a":"1","b":"3","\u0063":"x"}"#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&map).unwrap(),
+            r#"{"a":"1","b":"3","c":"x"}"#
+        );
+        assert!(serde_json::from_str::<StringMap>(r#"{"a":1}"#).is_err());
+        let read: StringMap = serde_json::from_reader(r#"{"k":"v"}"#.as_bytes()).unwrap();
+        assert_eq!(read.get("k"), Some("v"));
     }
 
     #[test]
