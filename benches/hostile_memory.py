@@ -111,6 +111,9 @@ def build(folder):
         at_limit(f"{name}.a.b.c.d.e.f.g.h.i.j" for name in short_names()))
     add("1.1 million names branching at each of 21 parts", "binary.safetensors",
         at_limit(".".join(f"{i:021b}") for i in itertools.count()))
+    keys = ",".join(f'"{i:x}":""' for i in range(8_000_000))
+    add("8,000,000 metadata keys", "metadata-keys.safetensors",
+        ('{"__metadata__":{' + keys + "}}").encode())
     big = json.dumps({"__metadata__": {"big": "v" * 99_000_000}, "a": entry("U8", [1], 0, 1)})
     add("99 MB metadata value", "big-value.safetensors", big.encode(), b"\0")
     name = json.dumps({"n" * MIB: entry("U8", [1], 0, 1)}).encode()
@@ -123,6 +126,18 @@ def build(folder):
     with open(index_path, "w") as out:
         json.dump(index, out)
     cases.append(("index naming 10,000 shards", index_path, os.path.getsize(index_path)))
+
+    for label, name, count, shard in [
+        ("index naming 300,000 shards", "many-shards", 300_000, "s{}.safetensors"),
+        ("index of 7,000,000 entries", "many-entries", 7_000_000, "s"),
+    ]:
+        os.mkdir(os.path.join(folder, name))
+        index_path = os.path.join(folder, name, "model.safetensors.index.json")
+        with open(index_path, "w") as out:
+            out.write('{"weight_map":{')
+            out.write(",".join(f'"{i:x}":"{shard.format(i)}"' for i in range(count)))
+            out.write("}}")
+        cases.append((label, index_path, os.path.getsize(index_path)))
 
     escape = os.path.join(folder, "escape")
     os.mkdir(escape)

@@ -360,14 +360,13 @@ fn hash<W: Write>(args: &HashArgs, out: &mut W) -> Result<Outcome, Failure> {
         })
         .collect::<Result<_, _>>()?;
     let tensors = if args.per_tensor {
-        let digests = crate::hash::tensor_sha256s(&model);
-        let mut named = Vec::with_capacity(digests.len());
-        for (tensor, digest) in model.tensors.iter().zip(digests) {
-            let digest =
-                digest.map_err(|e| crate::error::Error::io(&model.shard_of(tensor).path, e))?;
-            named.push((tensor.name().to_owned(), digest));
-        }
-        Some(named)
+        let digests = crate::hash::tensor_sha256s(&model).map_err(|(tensor, error)| {
+            crate::error::Error::io(&model.shard_of(&model.tensors[tensor]).path, error)
+        })?;
+        Some(crate::report::TensorDigests {
+            tensors: &model.tensors,
+            digests,
+        })
     } else {
         None
     };

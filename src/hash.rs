@@ -22,7 +22,8 @@ use std::path::Path;
 /// Bytes hashed at a time.
 const CHUNK: usize = 8 << 20;
 
-fn hex(digest: &[u8]) -> String {
+/// A digest in lowercase hexadecimal, as `sha256sum` prints it.
+pub fn hex(digest: &[u8]) -> String {
     use std::fmt::Write as _;
     digest
         .iter()
@@ -46,29 +47,37 @@ pub fn file_sha256(path: &Path) -> io::Result<String> {
     }
 }
 
-/// The SHA-256 of every tensor's bytes, computed in parallel, in the model's tensor order.
-pub fn tensor_sha256s(model: &Model) -> Vec<io::Result<String>> {
+/// The SHA-256 of every tensor's bytes, computed in parallel, in the model's tensor order; or
+/// the first tensor that could not be read, and why.
+pub fn tensor_sha256s(model: &Model) -> Result<Vec<[u8; 32]>, (usize, io::Error)> {
     let files: Vec<io::Result<File>> = model.shards.iter().map(|s| File::open(&s.path)).collect();
     model
         .tensors
         .par_iter()
-        .map(|tensor| {
-            let file = files[tensor.shard]
-                .as_ref()
-                .map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
-            let (start, len) = model.file_range(tensor);
-            let mut hasher = Sha256::new();
-            let mut buffer = vec![0u8; CHUNK.min(usize::try_from(len).unwrap_or(CHUNK))];
-            let mut done = 0u64;
-            while done < len {
-                let count = usize::try_from((len - done).min(CHUNK as u64)).unwrap_or(CHUNK);
-                read_exact_at(file, &mut buffer[..count], start + done)?;
-                hasher.update(&buffer[..count]);
-                done += count as u64;
-            }
-            Ok(hex(&hasher.finalize()))
-        })
+        .enumerate()
+        .map(|(index, tensor)| tensor_sha256(model, &files, tensor).map_err(|error| (index, error)))
         .collect()
+}
+
+fn tensor_sha256(
+    model: &Model,
+    files: &[io::Result<File>],
+    tensor: &crate::format::Tensor,
+) -> io::Result<[u8; 32]> {
+    let file = files[tensor.shard]
+        .as_ref()
+        .map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
+    let (start, len) = model.file_range(tensor);
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; CHUNK.min(usize::try_from(len).unwrap_or(CHUNK))];
+    let mut done = 0u64;
+    while done < len {
+        let count = usize::try_from((len - done).min(CHUNK as u64)).unwrap_or(CHUNK);
+        read_exact_at(file, &mut buffer[..count], start + done)?;
+        hasher.update(&buffer[..count]);
+        done += count as u64;
+    }
+    Ok(hasher.finalize().into())
 }
 
 /// The model's structural ID (see the module documentation for the exact bytes hashed).

@@ -12,7 +12,6 @@ use crate::text::{
 use crate::tree::{DtypeMix, DtypeSet, Fingerprints, LayerTree, NodeId, ROOT};
 use serde::Serialize;
 use serde_json::ser::{Formatter, PrettyFormatter};
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
@@ -1162,47 +1161,70 @@ pub fn write_quantize<W: Write>(
 }
 
 /// `stui hash`: file digests (as `sha256sum` prints them), tensor digests, and the structural ID.
-#[derive(Debug, Serialize)]
-pub struct Hashes {
+#[derive(Debug)]
+pub struct Hashes<'a> {
     pub files: Vec<(String, String)>,
-    pub tensors: Option<Vec<(String, String)>>,
+    pub tensors: Option<TensorDigests<'a>>,
     pub structural_id: String,
 }
 
-impl Hashes {
-    /// Groups of tensors whose bytes are identical (same digest, not empty), in name order.
+/// Each tensor's SHA-256, by index in `tensors`: 32 bytes a tensor, written out in hexadecimal
+/// as the output is written.
+#[derive(Debug)]
+pub struct TensorDigests<'a> {
+    pub tensors: &'a [crate::format::Tensor],
+    pub digests: Vec<[u8; 32]>,
+}
+
+impl TensorDigests<'_> {
+    /// Groups of tensors whose bytes are identical (same digest, not empty), each in name order,
+    /// in the order of their first names: found by sorting indexes, as a model can have millions
+    /// of tensors.
     pub fn duplicates(&self) -> Vec<Vec<&str>> {
         /// The SHA-256 of no bytes: every empty tensor has it.
-        const EMPTY: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-        let mut groups: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for (name, digest) in self.tensors.iter().flatten() {
-            if digest != EMPTY {
-                groups.entry(digest).or_default().push(name);
-            }
-        }
-        let mut duplicates: Vec<Vec<&str>> = groups
-            .into_values()
-            .filter(|names| names.len() > 1)
-            .map(|mut names| {
-                names.sort_by(|a, b| natural_cmp(a, b));
-                names
-            })
+        const EMPTY: [u8; 32] = [
+            0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14, 0x9a, 0xfb, 0xf4, 0xc8, 0x99, 0x6f,
+            0xb9, 0x24, 0x27, 0xae, 0x41, 0xe4, 0x64, 0x9b, 0x93, 0x4c, 0xa4, 0x95, 0x99, 0x1b,
+            0x78, 0x52, 0xb8, 0x55,
+        ];
+        let name = |i: u32| self.tensors[i as usize].name();
+        let mut order: Vec<u32> = (0..self.digests.len())
+            .filter(|&i| self.digests[i] != EMPTY)
+            .filter_map(|i| u32::try_from(i).ok())
+            .collect();
+        order.sort_unstable_by(|&a, &b| {
+            self.digests[a as usize]
+                .cmp(&self.digests[b as usize])
+                .then_with(|| natural_cmp(name(a), name(b)))
+        });
+        let mut duplicates: Vec<Vec<&str>> = order
+            .chunk_by(|&a, &b| self.digests[a as usize] == self.digests[b as usize])
+            .filter(|run| run.len() > 1)
+            .map(|run| run.iter().map(|&i| name(i)).collect())
             .collect();
         duplicates.sort_by(|a, b| natural_cmp(a[0], b[0]));
         duplicates
     }
+
+    /// Each tensor's name and digest, in the model's order.
+    fn rows(&self) -> impl Iterator<Item = (&str, String)> + '_ {
+        self.tensors
+            .iter()
+            .zip(&self.digests)
+            .map(|(tensor, digest)| (tensor.name(), crate::hash::hex(digest)))
+    }
 }
 
-impl Report for Hashes {
+impl Report for Hashes<'_> {
     fn write_text(&self, out: &mut dyn Write) -> io::Result<()> {
         for (path, digest) in &self.files {
             writeln!(out, "{digest}  {}", escape(path))?;
         }
-        for (name, digest) in self.tensors.iter().flatten() {
+        for (name, digest) in self.tensors.iter().flat_map(TensorDigests::rows) {
             writeln!(out, "{digest}  tensor {}", escape(name))?;
         }
         writeln!(out, "{}  structural id", self.structural_id)?;
-        for names in self.duplicates() {
+        for names in self.tensors.iter().flat_map(TensorDigests::duplicates) {
             let names: Vec<String> = names.iter().map(|n| format!("`{}`", escape(n))).collect();
             writeln!(out, "identical bytes: {}", names.join(", "))?;
         }
@@ -1213,27 +1235,36 @@ impl Report for Hashes {
         #[derive(Serialize)]
         struct Named<'a> {
             name: &'a str,
-            sha256: &'a str,
+            sha256: String,
+        }
+        /// The tensors' digests, written as they are turned into text.
+        struct Rows<'a>(&'a TensorDigests<'a>);
+        impl Serialize for Rows<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_seq(self.0.rows().map(|(name, sha256)| Named { name, sha256 }))
+            }
         }
         #[derive(Serialize)]
         struct Document<'a> {
             files: Vec<Named<'a>>,
-            tensors: Option<Vec<Named<'a>>>,
+            tensors: Option<Rows<'a>>,
             structural_id: &'a str,
             duplicates: Option<Vec<Vec<&'a str>>>,
-        }
-        fn named(list: &[(String, String)]) -> Vec<Named<'_>> {
-            list.iter()
-                .map(|(name, sha256)| Named { name, sha256 })
-                .collect()
         }
         write_json(
             out,
             &Document {
-                files: named(&self.files),
-                tensors: self.tensors.as_deref().map(named),
+                files: self
+                    .files
+                    .iter()
+                    .map(|(name, sha256)| Named {
+                        name,
+                        sha256: sha256.clone(),
+                    })
+                    .collect(),
+                tensors: self.tensors.as_ref().map(Rows),
                 structural_id: &self.structural_id,
-                duplicates: self.tensors.is_some().then(|| self.duplicates()),
+                duplicates: self.tensors.as_ref().map(TensorDigests::duplicates),
             },
         )
     }
@@ -1350,34 +1381,52 @@ mod tests {
 
     #[test]
     fn hashes_group_tensors_with_identical_bytes() {
-        let digest = |c: char| c.to_string().repeat(64);
-        let empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-        let tensors = [
-            ("layers.10.w", digest('a')),
-            ("layers.2.w", digest('a')),
-            ("embed", digest('b')),
-            ("lm_head", digest('b')),
-            ("bias", digest('c')),
-            ("empty.0", empty.to_string()),
-            ("empty.1", empty.to_string()),
+        use sha2::Digest;
+        let digest = |bytes: &[u8]| -> [u8; 32] { sha2::Sha256::digest(bytes).into() };
+        let named = [
+            ("layers.10.w", digest(b"a")),
+            ("layers.2.w", digest(b"a")),
+            ("embed", digest(b"b")),
+            ("lm_head", digest(b"b")),
+            ("bias", digest(b"c")),
+            ("empty.0", digest(b"")),
+            ("empty.1", digest(b"")),
         ];
+        let tensors: Vec<crate::format::Tensor> = named
+            .iter()
+            .map(|&(name, _)| {
+                crate::format::TensorInfo {
+                    name: name.into(),
+                    dtype: crate::format::Dtype::U8.into(),
+                    shape: [1].into(),
+                    data_offsets: [0, 1],
+                }
+                .into()
+            })
+            .collect();
         let hashes = Hashes {
             files: Vec::new(),
-            tensors: Some(tensors.map(|(n, d)| (n.to_string(), d)).to_vec()),
-            structural_id: digest('0'),
+            tensors: Some(TensorDigests {
+                tensors: &tensors,
+                digests: named.iter().map(|&(_, digest)| digest).collect(),
+            }),
+            structural_id: "0".repeat(64),
         };
         assert_eq!(
-            hashes.duplicates(),
+            hashes.tensors.as_ref().unwrap().duplicates(),
             [vec!["embed", "lm_head"], vec!["layers.2.w", "layers.10.w"]]
         );
         let mut text = Vec::new();
         hashes.write_text(&mut text).unwrap();
         let text = String::from_utf8(text).unwrap();
+        assert!(text.contains(&format!(
+            "{}  tensor bias\n",
+            crate::hash::hex(&digest(b"c"))
+        )));
         assert!(text.ends_with(
             "identical bytes: `embed`, `lm_head`\nidentical bytes: `layers.2.w`, `layers.10.w`\n"
         ));
     }
-
     /// The statistics output written through spools that stay in memory and through spools that
     /// move to disk at once: the same bytes, and in JSON the same document `write_json` prints.
     #[test]
