@@ -11,10 +11,11 @@ use crate::format::mapped::with_mapped;
 use crate::format::{Dtype, Model, Shape, StringMap, Tensor};
 use crate::recycle::Recycled;
 use crate::text::natural_cmp;
+use compact_str::CompactString;
 use multiversion::multiversion;
 use rayon::prelude::*;
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -58,14 +59,8 @@ impl std::fmt::Display for Change {
 pub enum Status {
     /// Identical bytes, dtype and shape.
     Same,
-    Changed {
-        #[serde(skip_serializing_if = "Option::is_none")]
-        dtype: Option<(String, String)>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        shape: Option<(Shape, Shape)>,
-        /// Null when the element counts differ or a dtype cannot be read as numbers.
-        change: Option<Change>,
-    },
+    /// Boxed, so that the many tensors that did not change take little room.
+    Changed(Box<Changed>),
     Added,
     Removed,
     /// The bytes of one side could not be read.
@@ -74,9 +69,20 @@ pub enum Status {
     },
 }
 
+/// How a tensor in both models differs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Changed {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<(String, String)>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shape: Option<(Shape, Shape)>,
+    /// Null when the element counts differ or a dtype cannot be read as numbers.
+    pub change: Option<Change>,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TensorDiff {
-    pub name: String,
+    pub name: CompactString,
     #[serde(flatten)]
     pub status: Status,
 }
@@ -103,32 +109,68 @@ impl ModelDiff {
 
 /// Compares `a` with `b`; `progress` counts the bytes read from both.
 pub fn diff(a: &Model, b: &Model, progress: &AtomicU64) -> ModelDiff {
-    let by_name = |model: &Model| -> BTreeMap<String, usize> {
-        model
-            .tensors
-            .iter()
-            .enumerate()
-            .map(|(index, tensor)| (tensor.name().to_owned(), index))
-            .collect()
+    // Tensors paired by name through two lists of indexes sorted by name, walked side by side:
+    // a few bytes a tensor, as a model can have millions.
+    const NONE: u32 = u32::MAX;
+    let by_name = |model: &Model| -> Vec<u32> {
+        let name = |i: u32| model.tensors[i as usize].name();
+        let mut order: Vec<u32> = (0..model.tensors.len())
+            .filter_map(|i| u32::try_from(i).ok())
+            .collect();
+        order.sort_unstable_by(|&x, &y| name(x).cmp(name(y)));
+        order
     };
     let (in_a, in_b) = (by_name(a), by_name(b));
-    let mut names: Vec<&String> = in_a
-        .keys()
-        .chain(in_b.keys())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    names.sort_by(|x, y| natural_cmp(x, y));
-    let tensors = names
+    let (name_a, name_b) = (
+        |i: u32| a.tensors[i as usize].name(),
+        |j: u32| b.tensors[j as usize].name(),
+    );
+    let mut pairs: Vec<(u32, u32)> = Vec::with_capacity(in_a.len().max(in_b.len()));
+    let (mut left, mut right) = (in_a.iter().peekable(), in_b.iter().peekable());
+    loop {
+        let pair = match (left.peek(), right.peek()) {
+            (None, None) => break,
+            (Some(&&here), Some(&&there)) => match name_a(here).cmp(name_b(there)) {
+                std::cmp::Ordering::Less => (here, NONE),
+                std::cmp::Ordering::Greater => (NONE, there),
+                std::cmp::Ordering::Equal => (here, there),
+            },
+            (Some(&&here), None) => (here, NONE),
+            (None, Some(&&there)) => (NONE, there),
+        };
+        if pair.0 != NONE {
+            left.next();
+        }
+        if pair.1 != NONE {
+            right.next();
+        }
+        pairs.push(pair);
+    }
+    drop((in_a, in_b));
+    let name = |&(here, there): &(u32, u32)| {
+        if here == NONE {
+            name_b(there)
+        } else {
+            name_a(here)
+        }
+    };
+    pairs.sort_unstable_by(|p, q| natural_cmp(name(p), name(q)).then(name(p).cmp(name(q))));
+    let tensors = pairs
         .par_iter()
-        .map(|name| {
-            let status = match (in_a.get(*name), in_b.get(*name)) {
-                (Some(&i), Some(&j)) => compare(a, &a.tensors[i], b, &b.tensors[j], progress),
-                (Some(_), None) => Status::Removed,
-                (None, _) => Status::Added,
+        .map(|pair| {
+            let status = match *pair {
+                (_, NONE) => Status::Removed,
+                (NONE, _) => Status::Added,
+                (i, j) => compare(
+                    a,
+                    &a.tensors[i as usize],
+                    b,
+                    &b.tensors[j as usize],
+                    progress,
+                ),
             };
             TensorDiff {
-                name: (*name).clone(),
+                name: name(pair).into(),
                 status,
             }
         })
@@ -199,11 +241,11 @@ fn compare(a: &Model, ta: &Tensor, b: &Model, tb: &Tensor, progress: &AtomicU64)
         _ if dtype.is_none() && shape.is_none() => match same_bytes(a, ta, b, tb, progress) {
             Ok(true) => return Status::Same,
             Ok(false) => {
-                return Status::Changed {
+                return Status::Changed(Box::new(Changed {
                     dtype,
                     shape,
                     change: None,
-                };
+                }));
             }
             Err(error) => return Status::Unreadable { error },
         },
@@ -212,11 +254,11 @@ fn compare(a: &Model, ta: &Tensor, b: &Model, tb: &Tensor, progress: &AtomicU64)
     if dtype.is_none() && shape.is_none() && change.is_none() {
         Status::Same
     } else {
-        Status::Changed {
+        Status::Changed(Box::new(Changed {
             dtype,
             shape,
             change,
-        }
+        }))
     }
 }
 
@@ -578,11 +620,10 @@ mod tests {
             write("b.safetensors", changed.clone()),
         );
         let result = diff(&a, &b, &AtomicU64::new(0));
-        let Status::Changed {
-            change: Some(change),
-            ..
-        } = &result.tensors[0].status
-        else {
+        let Status::Changed(what) = &result.tensors[0].status else {
+            panic!("{:?}", result.tensors[0]);
+        };
+        let Some(change) = &what.change else {
             panic!("{:?}", result.tensors[0]);
         };
         #[expect(clippy::cast_possible_truncation, reason = "stored as F32")]

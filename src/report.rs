@@ -1300,11 +1300,12 @@ impl Report for Diff<'_> {
                     unreadable += 1;
                     writeln!(out, "unread   {name}  {}", escape(error))?;
                 }
-                Status::Changed {
-                    dtype,
-                    shape,
-                    change,
-                } => {
+                Status::Changed(what) => {
+                    let crate::diff::Changed {
+                        dtype,
+                        shape,
+                        change,
+                    } = what.as_ref();
                     changed += 1;
                     let mut line = format!("changed  {name}");
                     if let Some((x, y)) = dtype {

@@ -76,11 +76,12 @@ fn diff_line(app: &App, status: &crate::diff::Status) -> Line<'static> {
         Status::Unreadable { error } => {
             Line::styled(format!("diff: unreadable: {}", escape(error)), theme.error)
         }
-        Status::Changed {
-            dtype,
-            shape,
-            change,
-        } => {
+        Status::Changed(what) => {
+            let crate::diff::Changed {
+                dtype,
+                shape,
+                change,
+            } = what.as_ref();
             let mut text = "diff:".to_owned();
             if let Some((_, other)) = dtype {
                 let _ = write!(text, " dtype there {}", escape(other));
