@@ -11,7 +11,6 @@ use crate::format::mapped::with_mapped;
 use crate::format::{Dtype, Model, Shape, StringMap, Tensor};
 use crate::recycle::Recycled;
 use crate::text::natural_cmp;
-use compact_str::CompactString;
 use multiversion::multiversion;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -65,7 +64,7 @@ pub enum Status {
     Removed,
     /// The bytes of one side could not be read.
     Unreadable {
-        error: String,
+        error: Box<str>,
     },
 }
 
@@ -80,11 +79,36 @@ pub struct Changed {
     pub change: Option<Change>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// One tensor of either model: where it is in each (a few bytes, as models can have millions of
+/// tensors; [`TensorDiff::name`] finds its name) and how it differs.
+#[derive(Clone, Debug, PartialEq)]
 pub struct TensorDiff {
-    pub name: CompactString,
-    #[serde(flatten)]
+    in_a: u32,
+    in_b: u32,
     pub status: Status,
+}
+
+/// Marks a tensor absent from one side in a [`TensorDiff`].
+const NONE: u32 = u32::MAX;
+
+impl TensorDiff {
+    /// The tensor's index in the first model's list, if it is there.
+    pub fn in_a(&self) -> Option<usize> {
+        (self.in_a != NONE).then_some(self.in_a as usize)
+    }
+
+    /// The tensor's index in the second model's list, if it is there.
+    pub fn in_b(&self) -> Option<usize> {
+        (self.in_b != NONE).then_some(self.in_b as usize)
+    }
+
+    /// The tensor's name; `a` and `b` are the models compared.
+    pub fn name<'m>(&self, a: &'m Model, b: &'m Model) -> &'m str {
+        match self.in_a() {
+            Some(index) => a.tensors[index].name(),
+            None => b.tensors[self.in_b().unwrap_or_default()].name(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -94,7 +118,7 @@ pub struct MetadataDiff {
     pub b: Option<String>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ModelDiff {
     /// Every tensor of either model, in natural name order.
     pub tensors: Vec<TensorDiff>,
@@ -111,7 +135,6 @@ impl ModelDiff {
 pub fn diff(a: &Model, b: &Model, progress: &AtomicU64) -> ModelDiff {
     // Tensors paired by name through two lists of indexes sorted by name, walked side by side:
     // a few bytes a tensor, as a model can have millions.
-    const NONE: u32 = u32::MAX;
     let by_name = |model: &Model| -> Vec<u32> {
         let name = |i: u32| model.tensors[i as usize].name();
         let mut order: Vec<u32> = (0..model.tensors.len())
@@ -170,7 +193,8 @@ pub fn diff(a: &Model, b: &Model, progress: &AtomicU64) -> ModelDiff {
                 ),
             };
             TensorDiff {
-                name: name(pair).into(),
+                in_a: pair.0,
+                in_b: pair.1,
                 status,
             }
         })
@@ -234,7 +258,11 @@ fn compare(a: &Model, ta: &Tensor, b: &Model, tb: &Tensor, progress: &AtomicU64)
         Some(dtypes) if count.is_some() && count == tb.info.element_count() => {
             match measure(a, ta, b, tb, dtypes, count.unwrap_or(0), progress) {
                 Ok(change) => change,
-                Err(error) => return Status::Unreadable { error },
+                Err(error) => {
+                    return Status::Unreadable {
+                        error: error.into(),
+                    };
+                }
             }
         }
         // Values that cannot be decoded are compared as bytes: a change has no size then.
@@ -247,7 +275,11 @@ fn compare(a: &Model, ta: &Tensor, b: &Model, tb: &Tensor, progress: &AtomicU64)
                     change: None,
                 }));
             }
-            Err(error) => return Status::Unreadable { error },
+            Err(error) => {
+                return Status::Unreadable {
+                    error: error.into(),
+                };
+            }
         },
         _ => None,
     };

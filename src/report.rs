@@ -1285,7 +1285,7 @@ impl Report for Diff<'_> {
         writeln!(out, "b  {}", escape_path(&self.b.path))?;
         let (mut same, mut changed, mut added, mut removed, mut unreadable) = (0, 0, 0, 0, 0);
         for tensor in &self.diff.tensors {
-            let name = escape(&tensor.name);
+            let name = escape(tensor.name(self.a, self.b));
             match &tensor.status {
                 Status::Same => same += 1,
                 Status::Added => {
@@ -1357,12 +1357,29 @@ impl Report for Diff<'_> {
 
     fn write_json(&self, out: &mut dyn Write) -> io::Result<()> {
         #[derive(Serialize)]
+        struct Named<'a> {
+            name: &'a str,
+            #[serde(flatten)]
+            status: &'a crate::diff::Status,
+        }
+        /// Every tensor with its name, written as it is looked up.
+        struct Tensors<'a>(&'a Diff<'a>);
+        impl Serialize for Tensors<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let Diff { a, b, diff } = self.0;
+                serializer.collect_seq(diff.tensors.iter().map(|tensor| Named {
+                    name: tensor.name(a, b),
+                    status: &tensor.status,
+                }))
+            }
+        }
+        #[derive(Serialize)]
         struct Document<'a> {
             a: String,
             b: String,
             identical: bool,
-            #[serde(flatten)]
-            diff: &'a crate::diff::ModelDiff,
+            tensors: Tensors<'a>,
+            metadata: &'a [crate::diff::MetadataDiff],
         }
         write_json(
             out,
@@ -1370,7 +1387,8 @@ impl Report for Diff<'_> {
                 a: self.a.path.to_string_lossy().into_owned(),
                 b: self.b.path.to_string_lossy().into_owned(),
                 identical: self.diff.identical(),
-                diff: self.diff,
+                tensors: Tensors(self),
+                metadata: &self.diff.metadata,
             },
         )
     }

@@ -866,7 +866,7 @@ impl App {
             ..DiffView::default()
         };
         for entry in &diff.tensors {
-            let Some(tensor) = self.tensor_named(&entry.name) else {
+            let Some(tensor) = entry.in_a() else {
                 view.only_there += usize::from(entry.status == Status::Added);
                 continue;
             };
