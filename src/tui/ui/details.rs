@@ -77,19 +77,14 @@ fn diff_line(app: &App, status: &crate::diff::Status) -> Line<'static> {
             Line::styled(format!("diff: unreadable: {}", escape(error)), theme.error)
         }
         Status::Changed(what) => {
-            let crate::diff::Changed {
-                dtype,
-                shape,
-                change,
-            } = what.as_ref();
             let mut text = "diff:".to_owned();
-            if let Some((_, other)) = dtype {
+            if let Some((_, other)) = &what.dtype {
                 let _ = write!(text, " dtype there {}", escape(other));
             }
-            if let Some((_, other)) = shape {
+            if let Some((_, other)) = &what.shape {
                 let _ = write!(text, " shape there {}", Shape(other));
             }
-            if let Some(change) = change {
+            if let Some(change) = &what.change {
                 let _ = write!(text, " {change}");
             }
             Line::styled(text, theme.warning)
