@@ -51,12 +51,17 @@ pub fn file_sha256(path: &Path) -> io::Result<String> {
 /// the first tensor that could not be read, and why.
 pub fn tensor_sha256s(model: &Model) -> Result<Vec<[u8; 32]>, (usize, io::Error)> {
     let files: Vec<io::Result<File>> = model.shards.iter().map(|s| File::open(&s.path)).collect();
-    model
-        .tensors
-        .par_iter()
+    // Filled in place: collecting results would gather them in pieces and copy them once more.
+    let mut digests = vec![[0u8; 32]; model.tensors.len()];
+    digests
+        .par_iter_mut()
+        .zip(&model.tensors)
         .enumerate()
-        .map(|(index, tensor)| tensor_sha256(model, &files, tensor).map_err(|error| (index, error)))
-        .collect()
+        .try_for_each(|(index, (digest, tensor))| {
+            *digest = tensor_sha256(model, &files, tensor).map_err(|error| (index, error))?;
+            Ok(())
+        })?;
+    Ok(digests)
 }
 
 fn tensor_sha256(

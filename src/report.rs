@@ -1178,9 +1178,9 @@ pub struct TensorDigests<'a> {
 
 impl TensorDigests<'_> {
     /// Groups of tensors whose bytes are identical (same digest, not empty), each in name order,
-    /// in the order of their first names: found by sorting indexes, as a model can have millions
-    /// of tensors.
-    pub fn duplicates(&self) -> Vec<Vec<&str>> {
+    /// in the order of their first names, as indexes into `tensors`: found by sorting indexes,
+    /// as a model can have millions of tensors (all of them alike, in a hostile file).
+    pub fn duplicates(&self) -> Vec<Vec<u32>> {
         /// The SHA-256 of no bytes: every empty tensor has it.
         const EMPTY: [u8; 32] = [
             0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14, 0x9a, 0xfb, 0xf4, 0xc8, 0x99, 0x6f,
@@ -1197,13 +1197,17 @@ impl TensorDigests<'_> {
                 .cmp(&self.digests[b as usize])
                 .then_with(|| natural_cmp(name(a), name(b)))
         });
-        let mut duplicates: Vec<Vec<&str>> = order
+        let mut duplicates: Vec<Vec<u32>> = order
             .chunk_by(|&a, &b| self.digests[a as usize] == self.digests[b as usize])
             .filter(|run| run.len() > 1)
-            .map(|run| run.iter().map(|&i| name(i)).collect())
+            .map(<[u32]>::to_vec)
             .collect();
-        duplicates.sort_by(|a, b| natural_cmp(a[0], b[0]));
+        duplicates.sort_by(|a, b| natural_cmp(name(a[0]), name(b[0])));
         duplicates
+    }
+
+    fn name(&self, index: u32) -> &str {
+        self.tensors[index as usize].name()
     }
 
     /// Each tensor's name and digest, in the model's order.
@@ -1224,9 +1228,15 @@ impl Report for Hashes<'_> {
             writeln!(out, "{digest}  tensor {}", escape(name))?;
         }
         writeln!(out, "{}  structural id", self.structural_id)?;
-        for names in self.tensors.iter().flat_map(TensorDigests::duplicates) {
-            let names: Vec<String> = names.iter().map(|n| format!("`{}`", escape(n))).collect();
-            writeln!(out, "identical bytes: {}", names.join(", "))?;
+        if let Some(digests) = &self.tensors {
+            for group in digests.duplicates() {
+                write!(out, "identical bytes: ")?;
+                for (i, &index) in group.iter().enumerate() {
+                    let separator = if i == 0 { "" } else { ", " };
+                    write!(out, "{separator}`{}`", escape(digests.name(index)))?;
+                }
+                writeln!(out)?;
+            }
         }
         Ok(())
     }
@@ -1236,6 +1246,19 @@ impl Report for Hashes<'_> {
         struct Named<'a> {
             name: &'a str,
             sha256: String,
+        }
+        /// The groups of identical tensors, by name.
+        struct Duplicates<'a>(&'a TensorDigests<'a>, Vec<Vec<u32>>);
+        impl Serialize for Duplicates<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let Duplicates(digests, groups) = self;
+                serializer.collect_seq(groups.iter().map(|group| {
+                    group
+                        .iter()
+                        .map(|&index| digests.name(index))
+                        .collect::<Vec<_>>()
+                }))
+            }
         }
         /// The tensors' digests, written as they are turned into text.
         struct Rows<'a>(&'a TensorDigests<'a>);
@@ -1249,7 +1272,7 @@ impl Report for Hashes<'_> {
             files: Vec<Named<'a>>,
             tensors: Option<Rows<'a>>,
             structural_id: &'a str,
-            duplicates: Option<Vec<Vec<&'a str>>>,
+            duplicates: Option<Duplicates<'a>>,
         }
         write_json(
             out,
@@ -1264,7 +1287,10 @@ impl Report for Hashes<'_> {
                     .collect(),
                 tensors: self.tensors.as_ref().map(Rows),
                 structural_id: &self.structural_id,
-                duplicates: self.tensors.as_ref().map(TensorDigests::duplicates),
+                duplicates: self
+                    .tensors
+                    .as_ref()
+                    .map(|digests| Duplicates(digests, digests.duplicates())),
             },
         )
     }
@@ -1431,8 +1457,14 @@ mod tests {
             }),
             structural_id: "0".repeat(64),
         };
+        let digests = hashes.tensors.as_ref().unwrap();
+        let groups: Vec<Vec<&str>> = digests
+            .duplicates()
+            .iter()
+            .map(|group| group.iter().map(|&i| digests.name(i)).collect())
+            .collect();
         assert_eq!(
-            hashes.tensors.as_ref().unwrap().duplicates(),
+            groups,
             [vec!["embed", "lm_head"], vec!["layers.2.w", "layers.10.w"]]
         );
         let mut text = Vec::new();

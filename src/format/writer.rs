@@ -8,7 +8,6 @@
 use super::{Dtype, MAX_HEADER_LEN, StringMap};
 use crate::error::{Error, Result};
 use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
-use std::collections::HashSet;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
@@ -51,18 +50,25 @@ pub struct FileLayout {
 
 impl FileLayout {
     pub fn plan(specs: &[TensorSpec], metadata: Option<&StringMap>) -> Result<Self> {
-        let mut names = HashSet::with_capacity(specs.len());
-        for spec in specs {
-            if !names.insert(spec.name.as_str()) {
-                return Err(Error::Invalid(format!(
-                    "tensor `{}` is given twice",
-                    spec.name
-                )));
-            }
-            if spec.name == "__metadata__" {
-                return Err(Error::Invalid("`__metadata__` cannot name a tensor".into()));
-            }
+        if specs.iter().any(|spec| spec.name == "__metadata__") {
+            return Err(Error::Invalid("`__metadata__` cannot name a tensor".into()));
         }
+        // Repeated names found by sorting indexes, not through a set of the names: a header can
+        // hold a million.
+        let mut by_name: Vec<u32> = (0..specs.len())
+            .filter_map(|i| u32::try_from(i).ok())
+            .collect();
+        by_name.sort_unstable_by(|&a, &b| specs[a as usize].name.cmp(&specs[b as usize].name));
+        if let Some(pair) = by_name
+            .windows(2)
+            .find(|pair| specs[pair[0] as usize].name == specs[pair[1] as usize].name)
+        {
+            return Err(Error::Invalid(format!(
+                "tensor `{}` is given twice",
+                specs[pair[0] as usize].name
+            )));
+        }
+        drop(by_name);
         let mut order: Vec<usize> = (0..specs.len()).collect();
         order.sort_by(|&a, &b| {
             let (a, b) = (&specs[a], &specs[b]);
@@ -87,23 +93,28 @@ impl FileLayout {
             offsets[index] = [cursor, end];
             cursor = end;
         }
-        let json = serde_json::to_vec(&HeaderJson {
-            specs,
-            order: &order,
-            offsets: &offsets,
-            metadata,
-        })
+        // The JSON written after room for the length prefix, which is filled in once known: no
+        // second copy of a header that can be 100 MB.
+        let mut header = vec![0u8; 8];
+        serde_json::to_writer(
+            &mut header,
+            &HeaderJson {
+                specs,
+                order: &order,
+                offsets: &offsets,
+                metadata,
+            },
+        )
         .map_err(|e| Error::Invalid(format!("cannot encode the header: {e}")))?;
-        let padded_len = json.len().next_multiple_of(8);
+        let padded_len = (header.len() - 8).next_multiple_of(8);
         if padded_len as u64 > MAX_HEADER_LEN {
             return Err(Error::Invalid(format!(
                 "the header would be {padded_len} bytes, over the format's limit of {MAX_HEADER_LEN}"
             )));
         }
-        let mut header = Vec::with_capacity(8 + padded_len);
-        header.extend_from_slice(&(padded_len as u64).to_le_bytes());
-        header.extend_from_slice(&json);
+        header[..8].copy_from_slice(&(padded_len as u64).to_le_bytes());
         header.resize(8 + padded_len, b' ');
+        header.shrink_to_fit();
         Ok(FileLayout {
             header,
             order,
@@ -239,6 +250,19 @@ mod tests {
         let layout = FileLayout::plan(&specs, None).unwrap();
         assert_eq!(layout.order, [2, 1, 3, 0]);
         assert_eq!(layout.offsets, [[16, 19], [8, 12], [0, 8], [12, 16]]);
+    }
+
+    #[test]
+    fn refuses_a_name_given_twice_or_naming_the_metadata() {
+        let twice = [
+            TensorSpec::new("a", Dtype::U8, &[1]),
+            TensorSpec::new("b", Dtype::F32, &[1]),
+            TensorSpec::new("a", Dtype::F32, &[1]),
+        ];
+        let error = FileLayout::plan(&twice, None).unwrap_err().to_string();
+        assert!(error.contains("`a` is given twice"), "{error}");
+        let metadata = [TensorSpec::new("__metadata__", Dtype::U8, &[1])];
+        assert!(FileLayout::plan(&metadata, None).is_err());
     }
 
     #[test]
