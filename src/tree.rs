@@ -588,22 +588,7 @@ impl Placing {
     /// there are.
     fn depth_first(&self) -> (Vec<u32>, usize) {
         let count = self.nodes.len();
-        // Each node's children, run after run (counted, then placed from the back).
-        let mut starts = vec![0u32; count];
-        for node in &self.nodes[1..] {
-            starts[node.parent as usize] += 1;
-        }
-        let mut total = 0;
-        for start in &mut starts {
-            total += *start;
-            *start = total;
-        }
-        let mut runs = vec![ROOT; count - 1];
-        for id in (1..count).rev() {
-            let start = &mut starts[self.nodes[id].parent as usize];
-            *start -= 1;
-            runs[*start as usize] = to_u32(id);
-        }
+        let (starts, runs) = children_runs(count, |id| self.nodes[id].parent);
         let run = |id: usize| {
             let end = starts.get(id + 1).map_or(runs.len(), |&end| end as usize);
             &runs[starts[id] as usize..end]
@@ -703,31 +688,16 @@ fn invert(order: &mut [u32]) {
     }
 }
 
-/// Every node's children, packed run after run in node order and each run in display order
-/// (counted, placed, then sorted), with the start of each node's run recorded in it.
+/// Every node's children, packed run after run in node order and each run in display order,
+/// with the start of each node's run recorded in it.
 fn pack_children(nodes: &mut [Node], segments: &str) -> Vec<NodeId> {
-    let mut starts = vec![0u32; nodes.len() + 1];
-    for node in &nodes[1..] {
-        starts[node.parent as usize + 1] += 1;
-    }
-    for i in 1..starts.len() {
-        starts[i] += starts[i - 1];
-    }
-    // Each node's `children` is its placing cursor until every child is placed.
+    let (starts, mut children) = children_runs(nodes.len(), |id| nodes[id].parent);
     for (node, &start) in nodes.iter_mut().zip(&starts) {
         node.children = start;
     }
-    let mut children = vec![ROOT; nodes.len().saturating_sub(1)];
-    for id in 1..nodes.len() {
-        let cursor = &mut nodes[nodes[id].parent as usize].children;
-        children[*cursor as usize] = to_u32(id);
-        *cursor += 1;
-    }
-    for (node, &start) in nodes.iter_mut().zip(&starts) {
-        node.children = start;
-    }
-    for pair in starts.windows(2) {
-        children[pair[0] as usize..pair[1] as usize].sort_by(|&a, &b| {
+    for id in 0..nodes.len() {
+        let run = run(nodes, to_u32(id), |n| n.children, children.len());
+        children[run].sort_by(|&a, &b| {
             path_cmp(
                 segment_text(nodes, segments, a),
                 segment_text(nodes, segments, b),
@@ -735,6 +705,28 @@ fn pack_children(nodes: &mut [Node], segments: &str) -> Vec<NodeId> {
         });
     }
     children
+}
+
+/// Each node's children, run after run in node order (counted, then placed from the back, so
+/// each run is in id order), and where each node's run starts; `parent_of` gives the parent of
+/// every node but the root (0).
+fn children_runs(count: usize, parent_of: impl Fn(usize) -> NodeId) -> (Vec<u32>, Vec<NodeId>) {
+    let mut starts = vec![0u32; count];
+    for id in 1..count {
+        starts[parent_of(id) as usize] += 1;
+    }
+    let mut total = 0;
+    for start in &mut starts {
+        total += *start;
+        *start = total;
+    }
+    let mut runs = vec![ROOT; count.saturating_sub(1)];
+    for id in (1..count).rev() {
+        let start = &mut starts[parent_of(id) as usize];
+        *start -= 1;
+        runs[*start as usize] = to_u32(id);
+    }
+    (starts, runs)
 }
 
 /// The range of node `id`'s part of a back-to-back list: from its start to the next node's
