@@ -338,7 +338,7 @@ fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failu
     );
     let summary = summary?;
     let mut out = io::BufWriter::new(out);
-    crate::report::write_quantize(&mut out, &summary, args.json)?;
+    crate::report::write_quantize(&mut out, &model, &summary, args.json)?;
     out.flush()?;
     Ok(if summary.verified {
         Outcome::Clean

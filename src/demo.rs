@@ -3,8 +3,8 @@
 
 use crate::error::Result;
 use crate::format::Dtype;
-use crate::format::StringMap;
-use crate::format::writer::{FileLayout, TensorSpec, write_atomically};
+use crate::format::Shape;
+use crate::format::writer::{FileLayout, Metadata, Name, Specs, TensorSpec, write_atomically};
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::Path;
@@ -77,10 +77,12 @@ impl SyntheticModel {
         self
     }
 
-    pub fn layout(&self) -> Result<FileLayout> {
-        let specs: Vec<TensorSpec> = self.tensors.iter().map(|t| t.spec.clone()).collect();
-        let metadata: Option<StringMap> = self.metadata.as_ref().map(|m| m.iter().collect());
-        FileLayout::plan(&specs, metadata.as_ref())
+    pub fn layout(&self) -> Result<FileLayout<'_, Self, impl Metadata<'_>>> {
+        let metadata = self
+            .metadata
+            .as_ref()
+            .map(|m| m.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        FileLayout::plan(self, metadata)
     }
 
     /// The whole file in memory (for tests and small fixtures).
@@ -134,6 +136,21 @@ impl SyntheticModel {
             }
         }
         out.write_all(&buffer)
+    }
+}
+
+impl Specs for SyntheticModel {
+    fn count(&self) -> usize {
+        self.tensors.len()
+    }
+    fn name(&self, index: usize) -> Name<'_> {
+        Name::new(&self.tensors[index].spec.name)
+    }
+    fn dtype(&self, index: usize) -> Dtype {
+        self.tensors[index].spec.dtype
+    }
+    fn shape(&self, index: usize) -> Shape {
+        self.tensors[index].spec.shape.clone()
     }
 }
 

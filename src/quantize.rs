@@ -17,13 +17,12 @@ use crate::analysis::simd::Lanes;
 use crate::analysis::values;
 use crate::error::{Error, Result};
 use crate::format::mapped::with_mapped;
-use crate::format::writer::{FileLayout, TensorSpec, write_atomically};
+use crate::format::writer::{FileLayout, Metadata, Name, Specs, write_atomically};
 use crate::format::{Dtype, Model, Shape, StringMap, Tensor, read_exact_at};
 use crate::recycle::Recycled;
 use crate::text::escape;
 use multiversion::multiversion;
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -99,6 +98,8 @@ impl Default for Options {
 pub enum Kept {
     NotFloat,
     NotTwoDimensional,
+    /// No values to quantize.
+    Empty,
     NotAWeight,
     Embedding,
     LmHead,
@@ -138,6 +139,8 @@ pub fn choose(tensor: &Tensor, options: &Options) -> Choice {
         Some(Kept::NotFloat)
     } else if info.shape.len() != 2 {
         Some(Kept::NotTwoDimensional)
+    } else if info.element_count() == Some(0) {
+        Some(Kept::Empty)
     } else if !name.ends_with(".weight") {
         Some(Kept::NotAWeight)
     } else if options.keep_embeddings
@@ -288,29 +291,47 @@ impl ErrorSums {
     }
 }
 
-/// The result for one quantized tensor.
-#[derive(Clone, Debug, Serialize)]
+/// The result for one quantized tensor, by index among the model's tensors.
+#[derive(Clone, Copy, Debug)]
 pub struct Quantized {
-    pub name: String,
-    pub source_dtype: &'static str,
-    pub scale_dtype: &'static str,
-    #[serde(flatten)]
+    pub tensor: usize,
     pub error: Error8,
 }
 
-/// What a quantization did.
-#[derive(Clone, Debug, Serialize)]
+/// What a quantization did. Tensors are told by index among the model's tensors: a model can
+/// have millions.
+#[derive(Clone, Debug)]
 pub struct Summary {
     pub output: Vec<PathBuf>,
     pub granularity: Granularity,
     pub quantized: Vec<Quantized>,
-    pub kept: Vec<(String, Kept)>,
+    /// The decision for each of the model's tensors.
+    pub choices: Vec<Choice>,
     pub bytes_before: u64,
     pub bytes_after: u64,
-    /// The tensor with the lowest SNR.
-    pub worst: Option<String>,
-    /// Files written that the reference implementation accepts.
+    /// Every file written is exactly as planned (hence valid), and every quantized tensor reads
+    /// back within half a scale of its source.
     pub verified: bool,
+}
+
+impl Summary {
+    /// The tensors kept as they were, and why.
+    pub fn kept(&self) -> impl Iterator<Item = (usize, Kept)> + '_ {
+        self.choices
+            .iter()
+            .enumerate()
+            .filter_map(|(index, choice)| match choice {
+                Choice::Keep(why) => Some((index, *why)),
+                Choice::Quantize => None,
+            })
+    }
+
+    /// The quantized tensors, the lowest SNR first.
+    pub fn worst_first(&self) -> Vec<&Quantized> {
+        let mut worst: Vec<&Quantized> = self.quantized.iter().collect();
+        worst.sort_by(|a, b| a.error.snr_db.total_cmp(&b.error.snr_db));
+        worst
+    }
 }
 
 /// Progress shared with whoever shows it, and the cancel flag.
@@ -331,8 +352,11 @@ impl Control {
     }
 }
 
-/// Rows read at a time are about this many bytes.
+/// Rows read at a time are about this many bytes,
 const CHUNK: u64 = 4 << 20;
+/// and at most this many rows, so that what is kept for each row (its scale) stays small however
+/// narrow the rows are.
+const MAX_ROWS: u64 = 1 << 16;
 
 /// Quantizes `model` into `output`: a `.safetensors` file for a single-file model, a folder for
 /// a sharded one. Nothing is written unless every check passes; each file is written through a
@@ -343,8 +367,14 @@ pub fn quantize(
     options: &Options,
     control: &Control,
 ) -> Result<Summary> {
+    if !model.is_valid() {
+        return Err(Error::Invalid(
+            "the model is not valid (see `stui check`); refusing to quantize it".into(),
+        ));
+    }
     let sharded = model.shards.len() > 1 || model.source != crate::format::model::Source::File;
-    let sources: Vec<PathBuf> = model.shards.iter().map(|s| canonical(&s.path)).collect();
+    let sources: std::collections::HashSet<PathBuf> =
+        model.shards.iter().map(|s| canonical(&s.path)).collect();
     let targets: Vec<PathBuf> = if sharded {
         model.shards.iter().map(|s| output.join(&s.label)).collect()
     } else {
@@ -358,19 +388,17 @@ pub fn quantize(
             )));
         }
     }
-    if !model.is_valid() {
-        return Err(Error::Invalid(
-            "the model is not valid (see `stui check`); refusing to quantize it".into(),
-        ));
-    }
     let files: Vec<File> = model
         .shards
         .iter()
         .map(|s| File::open(&s.path).map_err(|e| Error::io(&s.path, e)))
         .collect::<Result<_>>()?;
     let mut choices: Vec<Choice> = model.tensors.iter().map(|t| choose(t, options)).collect();
+    if model.tensors.len() > u32::MAX as usize {
+        return Err(Error::Invalid("too many tensors to quantize".into()));
+    }
 
-    let scales = compute_scales(model, &files, &mut choices, options, control)?;
+    let absmax = first_pass(model, &files, &mut choices, options, control)?;
 
     let folder = targets[0]
         .parent()
@@ -379,183 +407,159 @@ pub fn quantize(
     std::fs::create_dir_all(folder).map_err(|e| Error::io(folder, e))?;
     remove_stale_temporaries(folder);
     let ignore = ignored_modules(model, &choices);
+    let config = quantization_config(options, &ignore).to_string();
     let context = ShardContext {
         model,
         files: &files,
         choices: &choices,
-        scales: &scales,
-        options,
-        ignore: &ignore,
+        absmax: &absmax,
+        granularity: options.granularity,
+        config: &config,
         control,
     };
     let mut quantized = Vec::new();
     let mut bytes_after = 0;
+    let mut verified = true;
     for (shard, target) in targets.iter().enumerate() {
-        let (results, bytes) = context.write_shard(shard, target)?;
-        bytes_after += bytes;
-        quantized.extend(results);
+        let written = context.write_shard(shard, target)?;
+        bytes_after += written.bytes;
+        verified &= written.verified;
+        quantized.extend(written.quantized);
     }
     if sharded {
-        write_index(model, output, &choices, &scales)?;
+        let entries = write_index(model, output, &choices, options.granularity)?;
+        verified &= index_reads_back(model, output, entries)?;
     }
     if let Some(folder) = targets[0].parent() {
         copy_companions(model, folder, &ignore, options)?;
     }
-    let kept = model
-        .tensors
-        .iter()
-        .zip(&choices)
-        .filter_map(|(t, c)| match c {
-            Choice::Keep(why) => Some((t.name().to_owned(), *why)),
-            Choice::Quantize => None,
-        })
-        .collect();
-    let worst = quantized
-        .iter()
-        .min_by(|a, b| a.error.snr_db.total_cmp(&b.error.snr_db))
-        .map(|q| q.name.clone());
-    let verified = verify(model, &targets, output, sharded, &quantized, control)?;
     Ok(Summary {
         output: targets,
         granularity: options.granularity,
         quantized,
-        kept,
+        choices,
         bytes_before: model.file_bytes(),
         bytes_after,
-        worst,
         verified,
     })
 }
 
-/// The first pass: every quantized tensor's scales, as stored. A tensor holding NaN or Inf is
+/// Each tensor's largest magnitude, from the first pass (0 for a tensor kept as it is): all a
+/// tensor's scales need besides its rows. A row's own scale is worked out from the row each time
+/// it is needed rather than kept, so that memory does not grow with the model's rows.
+struct Absmax(Vec<f64>);
+
+impl Absmax {
+    /// How the rows of quantized `tensor` (an index among the model's) find their scales.
+    fn row_scales(&self, model: &Model, tensor: usize, granularity: Granularity) -> RowScales {
+        let dtype = scale_dtype(
+            model.tensors[tensor]
+                .info
+                .dtype
+                .known()
+                .unwrap_or(Dtype::F32),
+        );
+        match granularity {
+            Granularity::PerChannel => RowScales::Own(dtype),
+            Granularity::PerTensor => RowScales::Shared(scale_for(dtype, self.0[tensor])),
+        }
+    }
+}
+
+/// Where a row's scale comes from.
+#[derive(Clone, Copy, Debug)]
+enum RowScales {
+    /// One for every row of the tensor.
+    Shared(f64),
+    /// The row's own, from its largest magnitude, as stored in this dtype.
+    Own(Dtype),
+}
+
+impl RowScales {
+    fn of<E: Element>(self, row: &[E]) -> f64 {
+        match self {
+            RowScales::Shared(scale) => scale,
+            RowScales::Own(dtype) => scale_for(dtype, absmax_of(row).0),
+        }
+    }
+}
+
+/// The first pass: every quantized tensor's largest magnitude. A tensor holding NaN or Inf is
 /// kept as it is or stops everything, as the options say.
-fn compute_scales(
+fn first_pass(
     model: &Model,
     files: &[File],
     choices: &mut [Choice],
     options: &Options,
     control: &Control,
-) -> Result<BTreeMap<usize, Vec<f64>>> {
-    let mut scales: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+) -> Result<Absmax> {
+    // Each quantized tensor is read by this pass, for its scales when they are its rows' own, and
+    // for its values; a kept one is copied.
+    let reads = match options.granularity {
+        Granularity::PerChannel => 3,
+        Granularity::PerTensor => 2,
+    };
     let total: u64 = model
         .tensors
         .iter()
         .zip(choices.iter())
-        .map(|(t, c)| if *c == Choice::Quantize { 2 } else { 1 } * t.info.byte_len())
+        .map(|(t, c)| if *c == Choice::Quantize { reads } else { 1 } * t.info.byte_len())
         .sum();
     control.bytes_total.store(total, Ordering::Relaxed);
-    for (index, tensor) in model.tensors.iter().enumerate() {
-        if choices[index] != Choice::Quantize {
-            continue;
-        }
-        match row_absmax(model, files, tensor, control)
-            .map_err(|e| Error::io(&model.shard_of(tensor).path, e))?
-        {
-            Some(absmax) => {
-                let dtype = scale_dtype(tensor.info.dtype.known().unwrap_or(Dtype::F32));
-                let absmax = match options.granularity {
-                    Granularity::PerChannel => absmax,
-                    Granularity::PerTensor => vec![absmax.iter().copied().fold(0.0, f64::max)],
-                };
-                scales.insert(index, absmax.iter().map(|&a| scale_for(dtype, a)).collect());
-            }
-            None => match options.non_finite {
-                NonFinite::Skip => choices[index] = Choice::Keep(Kept::NonFinite),
-                NonFinite::Stop => {
+    let mut absmax = Vec::with_capacity(model.tensors.len());
+    for (tensor, choice) in model.tensors.iter().zip(choices.iter_mut()) {
+        let mut largest = 0.0;
+        if *choice == Choice::Quantize {
+            match tensor_absmax(model, files, tensor, control)
+                .map_err(|e| Error::io(&model.shard_of(tensor).path, e))?
+            {
+                Some(value) => largest = value,
+                None if options.non_finite == NonFinite::Skip => {
+                    *choice = Choice::Keep(Kept::NonFinite);
+                }
+                None => {
                     return Err(Error::Invalid(format!(
                         "`{}` holds NaN or Inf; quantizing it would spread them (skip such tensors to go on)",
                         escape(tensor.name())
                     )));
                 }
-            },
+            }
         }
+        absmax.push(largest);
     }
-
-    Ok(scales)
+    Ok(Absmax(absmax))
 }
 
-/// Reopens what was written: every file must be valid, and every quantized tensor, read back
-/// and dequantized, must be within half a scale of its source everywhere.
-fn verify(
-    model: &Model,
-    targets: &[PathBuf],
-    output: &Path,
-    sharded: bool,
-    quantized: &[Quantized],
-    control: &Control,
-) -> Result<bool> {
-    let written = if sharded {
-        Model::open(output)?
-    } else {
-        Model::open(&targets[0])?
-    };
-    if !written.is_valid() {
-        return Ok(false);
+/// Where a quantized tensor's scales were written, to read them back.
+#[derive(Clone, Copy)]
+struct WrittenScales<'a> {
+    file: &'a File,
+    start: u64,
+    dtype: Dtype,
+    shared: bool,
+}
+
+impl WrittenScales<'_> {
+    /// The scales of `count` rows from `first`, as stored.
+    fn read(&self, first: usize, count: usize) -> io::Result<Vec<f64>> {
+        let (first, count) = if self.shared { (0, 1) } else { (first, count) };
+        let size = (self.dtype.bits() / 8) as usize;
+        let mut stored = vec![0u8; count * size];
+        read_exact_at(self.file, &mut stored, self.start + (first * size) as u64)?;
+        let mut scales = Vec::with_capacity(count);
+        <f64 as Element>::decode(self.dtype, &stored, &mut scales);
+        Ok(scales)
     }
-    let by_name: BTreeMap<&str, &Tensor> = written.tensors.iter().map(|t| (t.name(), t)).collect();
-    let files: Vec<File> = written
-        .shards
-        .iter()
-        .map(|s| File::open(&s.path).map_err(|e| Error::io(&s.path, e)))
-        .collect::<Result<_>>()?;
-    let source_files: Vec<File> = model
-        .shards
-        .iter()
-        .map(|s| File::open(&s.path).map_err(|e| Error::io(&s.path, e)))
-        .collect::<Result<_>>()?;
-    let source_by_name: BTreeMap<&str, &Tensor> =
-        model.tensors.iter().map(|t| (t.name(), t)).collect();
-    for entry in quantized {
-        let scale_name = format!("{}_scale", entry.name);
-        let (Some(&weight), Some(&scale), Some(&source)) = (
-            by_name.get(entry.name.as_str()),
-            by_name.get(scale_name.as_str()),
-            source_by_name.get(entry.name.as_str()),
-        ) else {
-            return Ok(false);
-        };
-        let io_error = |e| Error::io(&written.shard_of(weight).path, e);
-        let mut scales = Vec::new();
-        map_rows(
-            &written,
-            &files,
-            &as_matrix(scale),
-            control,
-            |_, values: &[f64]| Ok(values.to_vec()),
-            |values| {
-                scales.extend(values);
-                Ok(())
-            },
-        )
-        .map_err(io_error)?;
-        let written_weight = (&files[weight.shard], written.file_range(weight).0);
-        let ok = by_element!(
-            source,
-            within_half_a_scale(
-                model,
-                &source_files,
-                source,
-                &scales,
-                written_weight,
-                control
-            )
-        )
-        .map_err(|e| Error::io(&model.shard_of(source).path, e))?;
-        if !ok {
-            return Ok(false);
-        }
-    }
-    Ok(true)
 }
 
 /// Whether every value of `source`, dequantized from the int8 values written at `weight_start`
-/// of `weight_file` with `scales`, is within half a scale of the source. Streams the source a
-/// run of rows at a time, reading the same rows of the output.
+/// of `weight_file` with the scales written as `scales` say, is within half a scale of the
+/// source. Streams the source a run of rows at a time, reading the same rows of the output.
 fn within_half_a_scale<E: Element>(
     model: &Model,
     source_files: &[File],
     source: &Tensor,
-    scales: &[f64],
+    scales: WrittenScales<'_>,
     (weight_file, weight_start): (&File, u64),
     control: &Control,
 ) -> io::Result<bool> {
@@ -573,13 +577,14 @@ fn within_half_a_scale<E: Element>(
                 &mut int8,
                 weight_start + (first_row * columns) as u64,
             )?;
+            let scales = scales.read(first_row, rows.len() / columns)?;
             let within = rows
                 .chunks(columns)
                 .zip(int8.chunks(columns))
                 .enumerate()
                 .all(|(offset, (row, row_int8))| {
-                    let s = scale_of_row(scales, first_row + offset);
-                    row_within_half_a_scale(row, row_int8, s)
+                    let scale = scales[if scales.len() == 1 { 0 } else { offset }];
+                    row_within_half_a_scale(row, row_int8, scale)
                 });
             INT8_BUFFERS.give(int8);
             Ok(within)
@@ -590,15 +595,6 @@ fn within_half_a_scale<E: Element>(
         },
     )?;
     Ok(ok)
-}
-
-/// A scale tensor (`[out, 1]` or `[1]`) seen as a matrix, so that its rows can be read.
-fn as_matrix(tensor: &Tensor) -> Tensor {
-    let mut matrix = tensor.clone();
-    if let (1, Some(rows)) = (matrix.info.shape.len(), matrix.info.shape.get(0)) {
-        matrix.info.shape = Shape::from([rows, 1]);
-    }
-    matrix
 }
 
 fn canonical(path: &Path) -> PathBuf {
@@ -709,15 +705,6 @@ fn row_length(tensor: &Tensor) -> io::Result<usize> {
         .max(1))
 }
 
-/// The scale of row `row`: the only one, per tensor, or the row's own, per channel.
-fn scale_of_row(scales: &[f64], row: usize) -> f64 {
-    if scales.len() == 1 {
-        scales[0]
-    } else {
-        scales[row]
-    }
-}
-
 /// Whether a tensor's values are read as `f64` (F64) rather than `f32`.
 fn is_wide(tensor: &Tensor) -> bool {
     tensor.info.dtype.known() == Some(Dtype::F64)
@@ -747,13 +734,39 @@ fn map_rows<E: Element, T: Send>(
         .matrix()
         .ok_or_else(|| io::Error::other("not a matrix"))?;
     let row_bytes = dtype.byte_len(columns).unwrap_or(0).max(1);
-    let rows_per_chunk = (CHUNK / row_bytes).max(1);
+    let rows_per_chunk = (CHUNK / row_bytes).clamp(1, MAX_ROWS);
     let (start, _) = model.file_range(tensor);
     let file = &files[tensor.shard];
     let runs: Vec<(u64, u64)> = (0..rows)
         .step_by(usize::try_from(rows_per_chunk).unwrap_or(1))
         .map(|row| (row, rows_per_chunk.min(rows - row)))
         .collect();
+    let read_run = |&(row, count): &(u64, u64)| -> io::Result<(T, u64)> {
+        let len = usize::try_from(count * row_bytes).map_err(io::Error::other)?;
+        let first = usize::try_from(row).map_err(io::Error::other)?;
+        let value = with_mapped(file, start + row * row_bytes, len, |bytes| {
+            let in_place = (dtype == E::IN_PLACE && cfg!(target_endian = "little"))
+                .then(|| bytemuck::try_cast_slice::<u8, E>(bytes).ok())
+                .flatten();
+            if let Some(values) = in_place {
+                return compute(first, values);
+            }
+            let mut decoded = E::buffers().take();
+            E::decode(dtype, bytes, &mut decoded);
+            let value = compute(first, &decoded);
+            E::buffers().give(decoded);
+            value
+        })??;
+        Ok((value, len as u64))
+    };
+    if let [run] = runs[..] {
+        // A small tensor, read in one run: no pipeline to set up (a model can have millions).
+        control.check()?;
+        let (value, bytes) = read_run(&run)?;
+        consume(value)?;
+        control.bytes_done.fetch_add(bytes, Ordering::Relaxed);
+        return Ok(());
+    }
     let window = rayon::current_num_threads().max(1) * 2;
     std::thread::scope(|scope| {
         let (sender, receiver) = std::sync::mpsc::sync_channel::<(T, u64)>(window);
@@ -767,27 +780,7 @@ fn map_rows<E: Element, T: Send>(
         let produced = (|| -> io::Result<()> {
             for group in runs.chunks(window) {
                 control.check()?;
-                let results: Vec<io::Result<(T, u64)>> = group
-                    .par_iter()
-                    .map(|&(row, count)| {
-                        let len = usize::try_from(count * row_bytes).map_err(io::Error::other)?;
-                        let first = usize::try_from(row).map_err(io::Error::other)?;
-                        let value = with_mapped(file, start + row * row_bytes, len, |bytes| {
-                            let in_place = (dtype == E::IN_PLACE && cfg!(target_endian = "little"))
-                                .then(|| bytemuck::try_cast_slice::<u8, E>(bytes).ok())
-                                .flatten();
-                            if let Some(values) = in_place {
-                                return compute(first, values);
-                            }
-                            let mut decoded = E::buffers().take();
-                            E::decode(dtype, bytes, &mut decoded);
-                            let value = compute(first, &decoded);
-                            E::buffers().give(decoded);
-                            value
-                        })??;
-                        Ok((value, len as u64))
-                    })
-                    .collect();
+                let results: Vec<io::Result<(T, u64)>> = group.par_iter().map(read_run).collect();
                 for result in results {
                     if sender.send(result?).is_err() {
                         // The consumer stopped on an error, which it reports.
@@ -808,49 +801,76 @@ fn map_rows<E: Element, T: Send>(
 /// Buffers of the int8 values written and read back.
 static INT8_BUFFERS: Recycled<Vec<u8>> = Recycled::new();
 
-/// Each row's largest magnitude, or `None` if the tensor holds NaN or Inf.
-fn row_absmax(
+/// A tensor's largest magnitude, or `None` if it holds NaN or Inf.
+fn tensor_absmax(
     model: &Model,
     files: &[File],
     tensor: &Tensor,
     control: &Control,
-) -> io::Result<Option<Vec<f64>>> {
-    by_element!(tensor, row_absmax_as(model, files, tensor, control))
+) -> io::Result<Option<f64>> {
+    by_element!(tensor, tensor_absmax_as(model, files, tensor, control))
 }
 
-fn row_absmax_as<E: Element>(
+fn tensor_absmax_as<E: Element>(
     model: &Model,
     files: &[File],
     tensor: &Tensor,
     control: &Control,
-) -> io::Result<Option<Vec<f64>>> {
+) -> io::Result<Option<f64>> {
+    let (mut largest, mut finite) = (0.0f64, true);
+    map_rows(
+        model,
+        files,
+        tensor,
+        control,
+        |_, values: &[E]| Ok(absmax_of(values)),
+        |(max, all_finite)| {
+            largest = largest.max(max);
+            finite &= all_finite;
+            Ok(())
+        },
+    )?;
+    Ok(finite.then_some(largest))
+}
+
+/// Writes the scales of each row of a tensor, as stored in `dtype`.
+fn write_row_scales(
+    model: &Model,
+    files: &[File],
+    tensor: &Tensor,
+    dtype: Dtype,
+    out: &mut (impl Write + Send),
+    control: &Control,
+) -> io::Result<()> {
+    by_element!(
+        tensor,
+        write_row_scales_as(model, files, tensor, dtype, out, control)
+    )
+}
+
+fn write_row_scales_as<E: Element>(
+    model: &Model,
+    files: &[File],
+    tensor: &Tensor,
+    dtype: Dtype,
+    out: &mut (impl Write + Send),
+    control: &Control,
+) -> io::Result<()> {
     let columns = row_length(tensor)?;
-    let mut absmax = Vec::new();
-    let mut finite = true;
     map_rows(
         model,
         files,
         tensor,
         control,
         |_, values: &[E]| {
-            let mut all_finite = true;
-            let maxima: Vec<f64> = values
-                .chunks(columns)
-                .map(|row| {
-                    let (max, finite) = absmax_of(row);
-                    all_finite &= finite;
-                    max
-                })
-                .collect();
-            Ok((maxima, all_finite))
+            let mut bytes = Vec::new();
+            for row in values.chunks(columns) {
+                encode_scale(dtype, RowScales::Own(dtype).of(row), &mut bytes);
+            }
+            Ok(bytes)
         },
-        |(maxima, all_finite)| {
-            finite &= all_finite;
-            absmax.extend(maxima);
-            Ok(())
-        },
-    )?;
-    Ok(finite.then_some(absmax))
+        |bytes| out.write_all(&bytes),
+    )
 }
 
 /// Values summed or compared side by side in the row kernels, so that they vectorize.
@@ -905,11 +925,67 @@ fn row_within_half_a_scale<E: Element>(row: &[E], int8: &[u8], scale: f64) -> bo
     beyond == [0; LANES]
 }
 
-/// Where a written tensor's bytes come from: a source tensor copied, quantized, or its scales.
+/// Where a written tensor's bytes come from: a source tensor copied, quantized, or its scales,
+/// by index among the model's tensors.
+#[derive(Clone, Copy)]
 enum Source {
-    Copy(usize),
-    Weight(usize),
-    Scale(usize),
+    Copy(u32),
+    Weight(u32),
+    Scale(u32),
+}
+
+/// The tensors of one output file, described from the model's own as the writer asks: no copy
+/// of a name or a shape is made.
+struct ShardSpecs<'a> {
+    model: &'a Model,
+    granularity: Granularity,
+    sources: Vec<Source>,
+}
+
+impl ShardSpecs<'_> {
+    fn tensor(&self, index: usize) -> &Tensor {
+        let (Source::Copy(tensor) | Source::Weight(tensor) | Source::Scale(tensor)) =
+            self.sources[index];
+        &self.model.tensors[tensor as usize]
+    }
+}
+
+impl Specs for ShardSpecs<'_> {
+    fn count(&self) -> usize {
+        self.sources.len()
+    }
+
+    fn name(&self, index: usize) -> Name<'_> {
+        let name = self.tensor(index).name();
+        match self.sources[index] {
+            Source::Scale(_) => Name {
+                stem: name,
+                suffix: "_scale",
+            },
+            Source::Copy(_) | Source::Weight(_) => Name::new(name),
+        }
+    }
+
+    fn dtype(&self, index: usize) -> Dtype {
+        let dtype = self.tensor(index).info.dtype.known();
+        match self.sources[index] {
+            // The model is valid: every dtype is known.
+            Source::Copy(_) => dtype.unwrap_or(Dtype::U8),
+            Source::Weight(_) => Dtype::I8,
+            Source::Scale(_) => scale_dtype(dtype.unwrap_or(Dtype::F32)),
+        }
+    }
+
+    fn shape(&self, index: usize) -> Shape {
+        let shape = &self.tensor(index).info.shape;
+        match (self.sources[index], self.granularity) {
+            (Source::Copy(_) | Source::Weight(_), _) => shape.clone(),
+            (Source::Scale(_), Granularity::PerChannel) => {
+                Shape::from([shape.get(0).unwrap_or(1), 1])
+            }
+            (Source::Scale(_), Granularity::PerTensor) => Shape::from([1]),
+        }
+    }
 }
 
 /// Everything writing a shard needs.
@@ -917,90 +993,141 @@ struct ShardContext<'a> {
     model: &'a Model,
     files: &'a [File],
     choices: &'a [Choice],
-    scales: &'a BTreeMap<usize, Vec<f64>>,
-    options: &'a Options,
-    ignore: &'a [String],
+    absmax: &'a Absmax,
+    granularity: Granularity,
+    /// The `quantization_config` metadata value.
+    config: &'a str,
     control: &'a Control,
 }
 
+/// One output file written.
+struct Written {
+    quantized: Vec<Quantized>,
+    bytes: u64,
+    verified: bool,
+}
+
 impl ShardContext<'_> {
-    fn write_shard(&self, shard: usize, target: &Path) -> Result<(Vec<Quantized>, u64)> {
+    fn write_shard(&self, shard: usize, target: &Path) -> Result<Written> {
         let ShardContext {
             model,
             files,
             choices,
-            scales,
-            options,
-            ignore,
+            absmax,
+            granularity,
+            config,
             control,
         } = *self;
-        // Specs: each tensor of the shard, and a scale beside each quantized one.
-        let mut specs = Vec::new();
         let mut sources = Vec::new();
-        for (index, tensor) in model
-            .tensors
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| t.shard == shard)
-        {
-            let dtype = tensor.info.dtype.known().unwrap_or(Dtype::U8);
-            if choices[index] == Choice::Quantize {
-                specs.push(TensorSpec::new(
-                    tensor.name(),
-                    Dtype::I8,
-                    &tensor.info.shape.to_vec(),
-                ));
-                sources.push(Source::Weight(index));
-                let scale_shape: &[u64] = match options.granularity {
-                    Granularity::PerChannel => &[tensor.info.shape.get(0).unwrap_or(1), 1],
-                    Granularity::PerTensor => &[1],
-                };
-                specs.push(TensorSpec::new(
-                    format!("{}_scale", tensor.name()),
-                    scale_dtype(dtype),
-                    scale_shape,
-                ));
-                sources.push(Source::Scale(index));
+        // The model's tensors come in the order of their files.
+        let first = model.tensors.partition_point(|t| t.shard < shard);
+        let end = model.tensors.partition_point(|t| t.shard <= shard);
+        for (index, choice) in choices.iter().enumerate().take(end).skip(first) {
+            // `quantize` made sure that every index fits.
+            let index32 = u32::try_from(index).unwrap_or(u32::MAX);
+            if *choice == Choice::Quantize {
+                // A weight's scales come right after it: verifying counts on it.
+                sources.extend([Source::Weight(index32), Source::Scale(index32)]);
             } else {
-                specs.push(TensorSpec {
-                    name: tensor.name().to_owned(),
-                    dtype,
-                    shape: tensor.info.shape.to_vec(),
-                });
-                sources.push(Source::Copy(index));
+                sources.push(Source::Copy(index32));
             }
         }
-        let metadata = output_metadata(model.shards[shard].metadata.as_deref(), options, ignore);
-        let layout = FileLayout::plan(&specs, Some(&metadata))?;
-        let mut results = Vec::new();
+        let specs = ShardSpecs {
+            model,
+            granularity,
+            sources,
+        };
+        let metadata = output_metadata(model.shards[shard].metadata.as_deref(), config);
+        let layout = FileLayout::plan(&specs, Some(metadata))?;
+        let mut quantized = Vec::new();
         write_atomically(target, |out| {
-            layout.write(out, |spec, out| match sources[spec] {
+            layout.write(out, |spec, out| match specs.sources[spec] {
                 Source::Copy(index) => {
-                    copy_tensor(model, files, &model.tensors[index], out, control)
+                    copy_tensor(model, files, &model.tensors[index as usize], out, control)
                 }
                 Source::Scale(index) => {
-                    let dtype = specs[spec].dtype;
-                    let mut bytes = Vec::new();
-                    for &scale in &scales[&index] {
-                        encode_scale(dtype, scale, &mut bytes);
+                    let tensor = &model.tensors[index as usize];
+                    match absmax.row_scales(model, index as usize, granularity) {
+                        RowScales::Shared(scale) => {
+                            let mut bytes = Vec::new();
+                            encode_scale(specs.dtype(spec), scale, &mut bytes);
+                            out.write_all(&bytes)
+                        }
+                        RowScales::Own(dtype) => {
+                            write_row_scales(model, files, tensor, dtype, out, control)
+                        }
                     }
-                    out.write_all(&bytes)
                 }
                 Source::Weight(index) => {
+                    let index = index as usize;
                     let tensor = &model.tensors[index];
-                    let error = write_weight(model, files, tensor, &scales[&index], out, control)?;
-                    results.push(Quantized {
-                        name: tensor.name().to_owned(),
-                        source_dtype: tensor.info.dtype.known().map_or("?", Dtype::name),
-                        scale_dtype: scale_dtype(tensor.info.dtype.known().unwrap_or(Dtype::F32))
-                            .name(),
+                    let scales = absmax.row_scales(model, index, granularity);
+                    let error = write_weight(model, files, tensor, scales, out, control)?;
+                    quantized.push(Quantized {
+                        tensor: index,
                         error,
                     });
                     Ok(())
                 }
             })
         })?;
-        Ok((results, layout.file_len()))
+        let verified =
+            layout.differences(target)?.is_none() && self.weights_read_back(&layout, target)?;
+        Ok(Written {
+            quantized,
+            bytes: layout.file_len(),
+            verified,
+        })
+    }
+
+    /// Whether every quantized tensor of a written file, its scales and int8 values read back
+    /// from it and dequantized, is within half a scale of its source everywhere.
+    fn weights_read_back<'a>(
+        &self,
+        layout: &FileLayout<'a, ShardSpecs<'a>, impl Metadata<'a>>,
+        target: &Path,
+    ) -> Result<bool> {
+        let ShardContext {
+            model,
+            files,
+            control,
+            ..
+        } = *self;
+        let written = File::open(target).map_err(|e| Error::io(target, e))?;
+        let data_start = crate::format::LENGTH_PREFIX + layout.header_len();
+        let specs = layout.specs();
+        let mut begins = vec![0u64; specs.count()];
+        for (spec, [begin, _]) in layout.placed() {
+            begins[spec] = data_start + begin;
+        }
+        for (spec, source) in specs.sources.iter().enumerate() {
+            let Source::Weight(index) = *source else {
+                continue;
+            };
+            let tensor = &model.tensors[index as usize];
+            let scales = WrittenScales {
+                file: &written,
+                start: begins[spec + 1],
+                dtype: specs.dtype(spec + 1),
+                shared: self.granularity == Granularity::PerTensor,
+            };
+            let within = by_element!(
+                tensor,
+                within_half_a_scale(
+                    model,
+                    files,
+                    tensor,
+                    scales,
+                    (&written, begins[spec]),
+                    control
+                )
+            )
+            .map_err(|e| Error::io(&model.shard_of(tensor).path, e))?;
+            if !within {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 }
 
@@ -1032,7 +1159,7 @@ fn write_weight(
     model: &Model,
     files: &[File],
     tensor: &Tensor,
-    scales: &[f64],
+    scales: RowScales,
     out: &mut (impl Write + Send),
     control: &Control,
 ) -> io::Result<Error8> {
@@ -1046,7 +1173,7 @@ fn write_weight_as<E: Element>(
     model: &Model,
     files: &[File],
     tensor: &Tensor,
-    scales: &[f64],
+    scales: RowScales,
     out: &mut (impl Write + Send),
     control: &Control,
 ) -> io::Result<Error8> {
@@ -1062,16 +1189,11 @@ fn write_weight_as<E: Element>(
         files,
         tensor,
         control,
-        |first_row, values: &[E]| {
+        |_, values: &[E]| {
             let mut bytes = INT8_BUFFERS.take_filled(values.len());
             let mut chunk_sums = ErrorSums::default();
-            for (offset, (row, out)) in values
-                .chunks(columns)
-                .zip(bytes.chunks_mut(columns))
-                .enumerate()
-            {
-                let scale = scale_of_row(scales, first_row + offset);
-                chunk_sums.merge(&E::quantize(row, scale, out, narrow));
+            for (row, out) in values.chunks(columns).zip(bytes.chunks_mut(columns)) {
+                chunk_sums.merge(&E::quantize(row, scales.of(row), out, narrow));
             }
             Ok((bytes, chunk_sums))
         },
@@ -1229,17 +1351,16 @@ pub fn preview(model: &Model, tensor: usize, granularity: Granularity) -> Result
         .collect::<Result<_>>()?;
     let control = Control::default();
     let Some(absmax) =
-        row_absmax(model, &files, entry, &control).map_err(|e| Error::io(path, e))?
+        tensor_absmax(model, &files, entry, &control).map_err(|e| Error::io(path, e))?
     else {
         return Ok(None);
     };
     let dtype = scale_dtype(entry.info.dtype.known().unwrap_or(Dtype::F32));
-    let absmax = match granularity {
-        Granularity::PerChannel => absmax,
-        Granularity::PerTensor => vec![absmax.iter().copied().fold(0.0, f64::max)],
+    let scales = match granularity {
+        Granularity::PerChannel => RowScales::Own(dtype),
+        Granularity::PerTensor => RowScales::Shared(scale_for(dtype, absmax)),
     };
-    let scales: Vec<f64> = absmax.iter().map(|&a| scale_for(dtype, a)).collect();
-    let error = write_weight(model, &files, entry, &scales, &mut io::sink(), &control)
+    let error = write_weight(model, &files, entry, scales, &mut io::sink(), &control)
         .map_err(|e| Error::io(path, e))?;
     Ok(Some(error))
 }
@@ -1287,19 +1408,24 @@ pub fn quantize_value(x: f64, scale: f64) -> i8 {
     q
 }
 
-/// The source's metadata, with `format: pt` and the quantization recorded.
-fn output_metadata(source: Option<&StringMap>, options: &Options, ignore: &[String]) -> StringMap {
-    let config = quantization_config(options, ignore).to_string();
-    // Later entries win: the source's format over `pt`, the new config over the source's.
-    let added = [("format", "pt")]
+/// The source's metadata, with `format: pt` when it says no format, and the quantization
+/// recorded (in place of any the source records).
+fn output_metadata<'a>(source: Option<&'a StringMap>, config: &'a str) -> impl Metadata<'a> {
+    let says_format = source.is_some_and(|metadata| metadata.contains_key("format"));
+    (!says_format)
+        .then_some(("format", "pt"))
         .into_iter()
-        .chain(source.into_iter().flat_map(StringMap::iter))
-        .chain([("quantization_config", config.as_str())]);
-    added.collect()
+        .chain(
+            source
+                .into_iter()
+                .flat_map(StringMap::iter)
+                .filter(|&(key, _)| key != "quantization_config"),
+        )
+        .chain([("quantization_config", config)])
 }
 
 /// The compressed-tensors `quantization_config`; `ignore` names the modules left as they were.
-pub fn quantization_config(options: &Options, ignore: &[String]) -> serde_json::Value {
+pub fn quantization_config(options: &Options, ignore: &[&str]) -> serde_json::Value {
     serde_json::json!({
         "quant_method": "compressed-tensors",
         "format": "int-quantized",
@@ -1322,51 +1448,120 @@ pub fn quantization_config(options: &Options, ignore: &[String]) -> serde_json::
 }
 
 /// The modules whose weights stay as they were, for the config's `ignore` list.
-fn ignored_modules(model: &Model, choices: &[Choice]) -> Vec<String> {
+fn ignored_modules<'a>(model: &'a Model, choices: &[Choice]) -> Vec<&'a str> {
     model
         .tensors
         .iter()
         .zip(choices)
-        .filter(|(t, c)| matches!(c, Choice::Keep(_)) && t.name().ends_with(".weight"))
-        .map(|(t, _)| t.name().trim_end_matches(".weight").to_owned())
+        .filter_map(|(t, c)| match c {
+            Choice::Keep(_) => t.name().strip_suffix(".weight"),
+            Choice::Quantize => None,
+        })
         .collect()
 }
 
+/// Writes the output's index, each name (a scale's beside its weight's) in name order, streamed;
+/// gives the number of entries.
 fn write_index(
     model: &Model,
     output: &Path,
     choices: &[Choice],
-    scales: &BTreeMap<usize, Vec<f64>>,
-) -> Result<()> {
-    let mut weight_map = BTreeMap::new();
+    granularity: Granularity,
+) -> Result<usize> {
     let mut total_size = 0u64;
     for (index, tensor) in model.tensors.iter().enumerate() {
-        let label = &model.shards[tensor.shard].label;
-        weight_map.insert(tensor.name().to_owned(), label.clone());
         if choices[index] == Choice::Quantize {
             let count = tensor.info.element_count().unwrap_or(0);
             let dtype = scale_dtype(tensor.info.dtype.known().unwrap_or(Dtype::F32));
-            total_size += count + scales[&index].len() as u64 * u64::from(dtype.bits() / 8);
-            weight_map.insert(format!("{}_scale", tensor.name()), label.clone());
+            let scales = match granularity {
+                Granularity::PerChannel => tensor.info.shape.get(0).unwrap_or(1),
+                Granularity::PerTensor => 1,
+            };
+            total_size += count + scales * u64::from(dtype.bits() / 8);
         } else {
             total_size += tensor.info.byte_len();
         }
     }
-    let index =
-        serde_json::json!({ "metadata": { "total_size": total_size }, "weight_map": weight_map });
+    // Entries as a tensor's index and whether it is its scale's (`quantize` made sure that every
+    // index fits).
+    let mut entries: Vec<(u32, bool)> = Vec::new();
+    for (index, choice) in choices.iter().enumerate() {
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        entries.push((index, false));
+        if *choice == Choice::Quantize {
+            entries.push((index, true));
+        }
+    }
+    let name = |(index, scale): (u32, bool)| Name {
+        stem: model.tensors[index as usize].name(),
+        suffix: if scale { "_scale" } else { "" },
+    };
+    entries.sort_unstable_by(|&a, &b| name(a).cmp(&name(b)));
+    let weight_map = WeightMap {
+        entries: &entries,
+        name: &name,
+        label: &|(index, _)| {
+            model.shards[model.tensors[index as usize].shard]
+                .label
+                .as_str()
+        },
+    };
+    let index = IndexJson {
+        metadata: IndexMetadata { total_size },
+        weight_map,
+    };
     let path = output.join(crate::format::index::INDEX_FILE_NAME);
-    let text = serde_json::to_string_pretty(&index).map_err(|e| Error::Invalid(e.to_string()))?;
-    write_atomically(&path, |out| out.write_all(text.as_bytes()))
+    write_atomically(&path, |out| {
+        serde_json::to_writer_pretty(out, &index).map_err(io::Error::from)
+    })?;
+    Ok(entries.len())
+}
+
+#[derive(Serialize)]
+struct IndexJson<'a> {
+    metadata: IndexMetadata,
+    weight_map: WeightMap<'a>,
+}
+
+#[derive(Serialize)]
+struct IndexMetadata {
+    total_size: u64,
+}
+
+/// An index's `weight_map`, written from the model's names as it is serialized.
+struct WeightMap<'a> {
+    entries: &'a [(u32, bool)],
+    name: &'a dyn Fn((u32, bool)) -> Name<'a>,
+    label: &'a dyn Fn((u32, bool)) -> &'a str,
+}
+
+impl Serialize for WeightMap<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(
+            self.entries
+                .iter()
+                .map(|&entry| ((self.name)(entry), (self.label)(entry))),
+        )
+    }
+}
+
+/// Whether the index written in `output` reads back clean, with `entries` entries, each naming
+/// one of the files written.
+fn index_reads_back(model: &Model, output: &Path, entries: usize) -> Result<bool> {
+    let path = output.join(crate::format::index::INDEX_FILE_NAME);
+    let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
+    let index = crate::format::index::ShardIndex::read(io::BufReader::new(file));
+    Ok(index.findings.is_empty()
+        && index.weight_map.len() == entries
+        && index
+            .weight_map
+            .values()
+            .all(|label| model.shards.iter().any(|shard| shard.label == label)))
 }
 
 /// Copies `config.json` (with the quantization added) and the small files beside the model into
 /// the output folder, when that is not the model's own folder.
-fn copy_companions(
-    model: &Model,
-    output: &Path,
-    ignore: &[String],
-    options: &Options,
-) -> Result<()> {
+fn copy_companions(model: &Model, output: &Path, ignore: &[&str], options: &Options) -> Result<()> {
     let Some(source) = model.shards.first().and_then(|s| s.path.parent()) else {
         return Ok(());
     };
@@ -1413,8 +1608,8 @@ fn copy_companions(
                 serde_json::to_string_pretty(&config).map_err(|e| Error::Invalid(e.to_string()))?;
             write_atomically(&target, |out| out.write_all(text.as_bytes()))?;
         } else {
-            let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-            write_atomically(&target, |out| out.write_all(&bytes))?;
+            let mut file = File::open(&path).map_err(|e| Error::io(&path, e))?;
+            write_atomically(&target, |out| io::copy(&mut file, out).map(drop))?;
         }
     }
     Ok(())
@@ -1566,6 +1761,12 @@ mod tests {
             choose(&tensor("m.w.weight", Dtype::F32, &[4]), &options),
             Choice::Keep(Kept::NotTwoDimensional)
         );
+        for empty in [[0, 4], [100_000_000, 0]] {
+            assert_eq!(
+                choose(&tensor("m.w.weight", Dtype::F32, &empty), &options),
+                Choice::Keep(Kept::Empty)
+            );
+        }
         let excluding = Options {
             exclude: vec!["*.mlp.*".into()],
             ..Options::default()

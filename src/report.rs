@@ -1109,14 +1109,15 @@ fn write_stats_line<W: Write + ?Sized>(
     }
 }
 
-/// `stui quantize`: what was quantized, how well, and what was kept.
+/// `stui quantize`: what was written, and the tensors that lost the most.
 pub fn write_quantize<W: Write>(
     out: &mut W,
+    model: &Model,
     summary: &crate::quantize::Summary,
     json: bool,
 ) -> io::Result<()> {
     if json {
-        return write_json(out, summary);
+        return write_json(out, &QuantizeJson { model, summary });
     }
     for path in &summary.output {
         writeln!(out, "wrote {}", escape_path(path))?;
@@ -1129,7 +1130,7 @@ pub fn write_quantize<W: Write>(
             crate::quantize::Granularity::PerChannel => "per channel",
             crate::quantize::Granularity::PerTensor => "per tensor",
         },
-        summary.kept.len(),
+        summary.kept().count(),
         format_bytes(summary.bytes_before),
         format_bytes(summary.bytes_after),
         if summary.verified {
@@ -1138,8 +1139,7 @@ pub fn write_quantize<W: Write>(
             "THE OUTPUT DID NOT VERIFY"
         }
     )?;
-    let mut worst: Vec<&crate::quantize::Quantized> = summary.quantized.iter().collect();
-    worst.sort_by(|a, b| a.error.snr_db.total_cmp(&b.error.snr_db));
+    let worst = summary.worst_first();
     if !worst.is_empty() {
         writeln!(
             out,
@@ -1151,13 +1151,82 @@ pub fn write_quantize<W: Write>(
         writeln!(
             out,
             "{:<60}  {:>8.2}  {:>12.4e}  {:>10.4e}",
-            escape(&q.name),
+            escape(model.tensors[q.tensor].name()),
             q.error.snr_db,
             q.error.max_abs_error,
             q.error.relative_rms_error
         )?;
     }
     Ok(())
+}
+
+/// A quantization's summary as JSON, each tensor named as it is written.
+struct QuantizeJson<'a> {
+    model: &'a Model,
+    summary: &'a crate::quantize::Summary,
+}
+
+impl Serialize for QuantizeJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let QuantizeJson { model, summary } = *self;
+        let name = |tensor: usize| model.tensors[tensor].name();
+        let mut json = serializer.serialize_struct("Summary", 8)?;
+        json.serialize_field("output", &summary.output)?;
+        json.serialize_field("granularity", &summary.granularity)?;
+        json.serialize_field("quantized", &QuantizedList(self))?;
+        json.serialize_field("kept", &KeptList(self))?;
+        json.serialize_field("bytes_before", &summary.bytes_before)?;
+        json.serialize_field("bytes_after", &summary.bytes_after)?;
+        json.serialize_field(
+            "worst",
+            &summary.worst_first().first().map(|q| name(q.tensor)),
+        )?;
+        json.serialize_field("verified", &summary.verified)?;
+        json.end()
+    }
+}
+
+struct QuantizedList<'a>(&'a QuantizeJson<'a>);
+
+impl Serialize for QuantizedList<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let QuantizeJson { model, summary } = *self.0;
+        serializer.collect_seq(summary.quantized.iter().map(|q| {
+            let dtype = model.tensors[q.tensor].info.dtype.known();
+            QuantizedJson {
+                name: model.tensors[q.tensor].name(),
+                source_dtype: dtype.map_or("?", crate::format::Dtype::name),
+                scale_dtype: crate::quantize::scale_dtype(
+                    dtype.unwrap_or(crate::format::Dtype::F32),
+                )
+                .name(),
+                error: &q.error,
+            }
+        }))
+    }
+}
+
+struct KeptList<'a>(&'a QuantizeJson<'a>);
+
+impl Serialize for KeptList<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let QuantizeJson { model, summary } = *self.0;
+        serializer.collect_seq(
+            summary
+                .kept()
+                .map(|(tensor, why)| (model.tensors[tensor].name(), why)),
+        )
+    }
+}
+
+#[derive(Serialize)]
+struct QuantizedJson<'a> {
+    name: &'a str,
+    source_dtype: &'static str,
+    scale_dtype: &'static str,
+    #[serde(flatten)]
+    error: &'a crate::quantize::Error8,
 }
 
 /// `stui hash`: file digests (as `sha256sum` prints them), tensor digests, and the structural ID.

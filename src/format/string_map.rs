@@ -38,7 +38,9 @@ impl StringMap {
     }
 
     /// The entries in key order.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&str, &str)> + ExactSizeIterator + '_ {
+    pub fn iter(
+        &self,
+    ) -> impl DoubleEndedIterator<Item = (&str, &str)> + ExactSizeIterator + Clone + '_ {
         self.entries
             .iter()
             .map(|&entry| (self.key(entry), self.value(entry)))

@@ -4,19 +4,106 @@
 //! each starts aligned to its element size; the header is compact JSON with `__metadata__` first,
 //! padded with spaces to a multiple of 8. Unlike the reference writer, an empty metadata map with
 //! no tensors gives a valid header, and a repeated name is an error, not a panic.
+//!
+//! Nothing of a header is held in memory: the writer asks its [`Specs`] for each tensor's name,
+//! dtype and shape when it needs them, measures the header's JSON by writing it to a counter,
+//! and writes it again straight into the file. A header can be 100 MB and a model's tensor list
+//! is already in memory; a second copy of either would double what writing costs.
 
-use super::{Dtype, MAX_HEADER_LEN, StringMap};
+use super::{Dtype, MAX_HEADER_LEN, Shape};
 use crate::error::{Error, Result};
+use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
-use std::io::{self, BufWriter, Write};
+use std::cmp::Ordering;
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
-/// A tensor to write: everything but its bytes.
+/// A tensor's name: a stem and a fixed suffix (`….weight` and `_scale`), so a name derived from
+/// another needs no string of its own.
+#[derive(Clone, Copy, Debug)]
+pub struct Name<'a> {
+    pub stem: &'a str,
+    pub suffix: &'static str,
+}
+
+impl<'a> Name<'a> {
+    pub fn new(name: &'a str) -> Self {
+        Name {
+            stem: name,
+            suffix: "",
+        }
+    }
+
+    fn bytes(self) -> impl Iterator<Item = u8> + 'a {
+        self.stem.bytes().chain(self.suffix.bytes())
+    }
+
+    fn is(self, text: &str) -> bool {
+        text.len() == self.stem.len() + self.suffix.len()
+            && text.starts_with(self.stem)
+            && text.ends_with(self.suffix)
+    }
+}
+
+impl Ord for Name<'_> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        if self.suffix.is_empty() && other.suffix.is_empty() {
+            self.stem.cmp(other.stem)
+        } else {
+            self.bytes().cmp(other.bytes())
+        }
+    }
+}
+
+impl PartialOrd for Name<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Name<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Name<'_> {}
+
+impl fmt::Display for Name<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.stem)?;
+        f.write_str(self.suffix)
+    }
+}
+
+impl Serialize for Name<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// The tensors of a file to write, by index: everything but their bytes.
+pub trait Specs {
+    fn count(&self) -> usize;
+    fn name(&self, index: usize) -> Name<'_>;
+    fn dtype(&self, index: usize) -> Dtype;
+    fn shape(&self, index: usize) -> Shape;
+
+    /// Bytes of data, `None` when the shape overflows or does not fill whole bytes.
+    fn byte_len(&self, index: usize) -> Option<u64> {
+        let count = self.shape(index).iter().try_fold(1u64, u64::checked_mul)?;
+        self.dtype(index).byte_len(count)
+    }
+}
+
+/// A tensor to write, held whole: for models built in memory (the demo, tests).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorSpec {
     pub name: String,
     pub dtype: Dtype,
-    pub shape: Vec<u64>,
+    pub shape: Shape,
 }
 
 impl TensorSpec {
@@ -24,108 +111,135 @@ impl TensorSpec {
         TensorSpec {
             name: name.into(),
             dtype,
-            shape: shape.to_vec(),
+            shape: Shape::from_slice(shape),
         }
     }
+}
 
-    /// Bytes of data, `None` when the shape overflows or does not fill whole bytes.
-    pub fn byte_len(&self) -> Option<u64> {
-        let count = self.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d))?;
-        self.dtype.byte_len(count)
+impl Specs for [TensorSpec] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn name(&self, index: usize) -> Name<'_> {
+        Name::new(&self[index].name)
+    }
+    fn dtype(&self, index: usize) -> Dtype {
+        self[index].dtype
+    }
+    fn shape(&self, index: usize) -> Shape {
+        self[index].shape.clone()
     }
 }
 
-/// Where each tensor goes, and the header bytes (length prefix included) that describe it.
-#[derive(Debug)]
-pub struct FileLayout {
-    /// The length prefix and the padded JSON header.
-    pub header: Vec<u8>,
+/// `__metadata__`'s entries, each key once, in the order to write them; cloned to go over them
+/// again (measuring, writing, reading back).
+pub trait Metadata<'a>: Iterator<Item = (&'a str, &'a str)> + Clone {}
+
+impl<'a, I: Iterator<Item = (&'a str, &'a str)> + Clone> Metadata<'a> for I {}
+
+/// Where each tensor goes and how long the header is; the header itself is written from the
+/// specs when the file is.
+pub struct FileLayout<'a, S: ?Sized, M> {
+    specs: &'a S,
+    metadata: Option<M>,
     /// Indices into the specs, in the order their data is written.
-    pub order: Vec<usize>,
-    /// `[begin, end)` of each spec's data, by spec index.
-    pub offsets: Vec<[u64; 2]>,
+    order: Vec<u32>,
+    /// Bytes of the header's JSON, and of it padded.
+    json_len: u64,
+    header_len: u64,
     /// Bytes of the data section.
-    pub data_len: u64,
+    data_len: u64,
 }
 
-impl FileLayout {
-    pub fn plan(specs: &[TensorSpec], metadata: Option<&StringMap>) -> Result<Self> {
-        if specs.iter().any(|spec| spec.name == "__metadata__") {
+impl<'a, S: Specs + ?Sized, M: Metadata<'a>> FileLayout<'a, S, M> {
+    /// Plans a file of `specs`, with `__metadata__` first when `metadata` is given.
+    pub fn plan(specs: &'a S, metadata: Option<M>) -> Result<Self> {
+        let count = specs.count();
+        if (0..count).any(|i| specs.name(i).is("__metadata__")) {
             return Err(Error::Invalid("`__metadata__` cannot name a tensor".into()));
         }
-        // Repeated names found by sorting indexes, not through a set of the names: a header can
-        // hold a million.
-        let mut by_name: Vec<u32> = (0..specs.len())
-            .filter_map(|i| u32::try_from(i).ok())
-            .collect();
-        by_name.sort_unstable_by(|&a, &b| specs[a as usize].name.cmp(&specs[b as usize].name));
-        if let Some(pair) = by_name
+        let mut order: Vec<u32> = (0..count)
+            .map(|i| {
+                u32::try_from(i).map_err(|_| Error::Invalid("too many tensors for one file".into()))
+            })
+            .collect::<Result<_>>()?;
+        // Repeated names found by sorting, not through a set of the names: a header can hold a
+        // million.
+        order.sort_unstable_by(|&a, &b| specs.name(a as usize).cmp(&specs.name(b as usize)));
+        if let Some(pair) = order
             .windows(2)
-            .find(|pair| specs[pair[0] as usize].name == specs[pair[1] as usize].name)
+            .find(|pair| specs.name(pair[0] as usize) == specs.name(pair[1] as usize))
         {
             return Err(Error::Invalid(format!(
                 "tensor `{}` is given twice",
-                specs[pair[0] as usize].name
+                specs.name(pair[0] as usize)
             )));
         }
-        drop(by_name);
-        let mut order: Vec<usize> = (0..specs.len()).collect();
-        order.sort_by(|&a, &b| {
-            let (a, b) = (&specs[a], &specs[b]);
-            b.dtype
-                .rank()
-                .cmp(&a.dtype.rank())
-                .then_with(|| a.name.cmp(&b.name))
-        });
-        let mut offsets = vec![[0, 0]; specs.len()];
-        let mut cursor = 0u64;
+        // Names are unique, so a stable sort by rank keeps name order within a rank.
+        order.sort_by_key(|&i| std::cmp::Reverse(specs.dtype(i as usize).rank()));
+        let mut data_len = 0u64;
         for &index in &order {
-            let spec = &specs[index];
-            let len = spec.byte_len().ok_or_else(|| {
+            let index = index as usize;
+            let len = specs.byte_len(index).ok_or_else(|| {
                 Error::Invalid(format!(
                     "tensor `{}`: {} of shape {:?} does not fill a whole number of bytes",
-                    spec.name, spec.dtype, spec.shape
+                    specs.name(index),
+                    specs.dtype(index),
+                    specs.shape(index)
                 ))
             })?;
-            let end = cursor
+            data_len = data_len
                 .checked_add(len)
                 .ok_or_else(|| Error::Invalid("the tensors' total size overflows".into()))?;
-            offsets[index] = [cursor, end];
-            cursor = end;
         }
-        // The JSON written after room for the length prefix, which is filled in once known: no
-        // second copy of a header that can be 100 MB.
-        let mut header = vec![0u8; 8];
-        serde_json::to_writer(
-            &mut header,
-            &HeaderJson {
-                specs,
-                order: &order,
-                offsets: &offsets,
-                metadata,
-            },
-        )
-        .map_err(|e| Error::Invalid(format!("cannot encode the header: {e}")))?;
-        let padded_len = (header.len() - 8).next_multiple_of(8);
-        if padded_len as u64 > MAX_HEADER_LEN {
+        let mut layout = FileLayout {
+            specs,
+            metadata,
+            order,
+            json_len: 0,
+            header_len: 0,
+            data_len,
+        };
+        let mut counter = Counted {
+            inner: io::sink(),
+            bytes: 0,
+        };
+        serde_json::to_writer(&mut counter, &HeaderJson(&layout))
+            .map_err(|e| Error::Invalid(format!("cannot encode the header: {e}")))?;
+        layout.json_len = counter.bytes;
+        layout.header_len = counter.bytes.next_multiple_of(8);
+        if layout.header_len > MAX_HEADER_LEN {
             return Err(Error::Invalid(format!(
-                "the header would be {padded_len} bytes, over the format's limit of {MAX_HEADER_LEN}"
+                "the header would be {} bytes, over the format's limit of {MAX_HEADER_LEN}",
+                layout.header_len
             )));
         }
-        header[..8].copy_from_slice(&(padded_len as u64).to_le_bytes());
-        header.resize(8 + padded_len, b' ');
-        header.shrink_to_fit();
-        Ok(FileLayout {
-            header,
-            order,
-            offsets,
-            data_len: cursor,
-        })
+        Ok(layout)
+    }
+
+    pub fn specs(&self) -> &'a S {
+        self.specs
+    }
+
+    /// Bytes of the padded JSON header, without its length prefix.
+    pub fn header_len(&self) -> u64 {
+        self.header_len
     }
 
     /// Bytes of the whole file.
     pub fn file_len(&self) -> u64 {
-        self.header.len() as u64 + self.data_len
+        super::LENGTH_PREFIX + self.header_len + self.data_len
+    }
+
+    /// Each spec's index and `[begin, end)` in the data section, in the order the data is written.
+    pub fn placed(&self) -> impl Iterator<Item = (usize, [u64; 2])> + '_ {
+        self.order.iter().scan(0u64, |cursor, &index| {
+            let index = index as usize;
+            // Planning found every length.
+            let begin = *cursor;
+            *cursor += self.specs.byte_len(index).unwrap_or(0);
+            Some((index, [begin, *cursor]))
+        })
     }
 
     /// Writes the file to `out`: the header, then each tensor's bytes from `write_tensor(spec
@@ -135,11 +249,83 @@ impl FileLayout {
         out: &mut W,
         mut write_tensor: impl FnMut(usize, &mut W) -> io::Result<()>,
     ) -> io::Result<()> {
-        out.write_all(&self.header)?;
+        out.write_all(&self.header_len.to_le_bytes())?;
+        let mut counted = Counted {
+            inner: &mut *out,
+            bytes: 0,
+        };
+        serde_json::to_writer(&mut counted, &HeaderJson(self))?;
+        if counted.bytes != self.json_len {
+            return Err(io::Error::other(
+                "the header came out a different length than planned",
+            ));
+        }
+        let padding = usize::try_from(self.header_len - self.json_len).unwrap_or(0);
+        out.write_all(&b"        "[..padding])?;
         for &index in &self.order {
-            write_tensor(index, out)?;
+            write_tensor(index as usize, out)?;
         }
         Ok(())
+    }
+
+    /// Reads `path` back and says how it differs from this layout, `None` when it holds exactly
+    /// the planned header (every entry in order, the metadata, the padding) and is exactly as long
+    /// as planned. A planned layout is valid by construction (unique names, lengths from shapes,
+    /// offsets back to back from 0), so a file that matches it is valid too.
+    pub fn differences(&self, path: &Path) -> Result<Option<String>> {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        if file_len != self.file_len() {
+            return Ok(Some(format!(
+                "{file_len} bytes long, not the {} planned",
+                self.file_len()
+            )));
+        }
+        let mut reader = BufReader::new(file);
+        let mut prefix = [0u8; 8];
+        reader
+            .read_exact(&mut prefix)
+            .map_err(|e| Error::io(path, e))?;
+        if u64::from_le_bytes(prefix) != self.header_len {
+            return Ok(Some("the header length is not the planned one".into()));
+        }
+        let mut json = serde_json::Deserializer::from_reader(reader.take(self.header_len));
+        let read = HeaderBack(self)
+            .deserialize(&mut json)
+            .and_then(|()| json.end());
+        match read {
+            Ok(()) => Ok(None),
+            Err(error) if error.is_io() => Err(Error::io(path, error.into())),
+            Err(error) => Ok(Some(format!("the header read back differs: {error}"))),
+        }
+    }
+}
+
+impl<S: ?Sized, M> fmt::Debug for FileLayout<'_, S, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileLayout")
+            .field("tensors", &self.order.len())
+            .field("header_len", &self.header_len)
+            .field("data_len", &self.data_len)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counts the bytes written through it.
+struct Counted<W> {
+    inner: W,
+    bytes: u64,
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let written = self.inner.write(buf)?;
+        self.bytes += written as u64;
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
     }
 }
 
@@ -180,25 +366,22 @@ fn without_temporary_name(error: io::Error) -> io::Error {
     }
 }
 
-struct HeaderJson<'a> {
-    specs: &'a [TensorSpec],
-    order: &'a [usize],
-    offsets: &'a [[u64; 2]],
-    metadata: Option<&'a StringMap>,
-}
+struct HeaderJson<'l, 'a, S: ?Sized, M>(&'l FileLayout<'a, S, M>);
 
-impl Serialize for HeaderJson<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(self.order.len() + 1))?;
-        if let Some(metadata) = self.metadata {
-            map.serialize_entry("__metadata__", metadata)?;
+impl<'a, S: Specs + ?Sized, M: Metadata<'a>> Serialize for HeaderJson<'_, 'a, S, M> {
+    fn serialize<Z: Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
+        let layout = self.0;
+        let mut map = serializer.serialize_map(Some(layout.order.len() + 1))?;
+        if let Some(metadata) = &layout.metadata {
+            map.serialize_entry("__metadata__", &MetadataJson(metadata.clone()))?;
         }
-        for &index in self.order {
+        for (index, offsets) in layout.placed() {
             map.serialize_entry(
-                &self.specs[index].name,
+                &layout.specs.name(index),
                 &EntryJson {
-                    spec: &self.specs[index],
-                    offsets: self.offsets[index],
+                    dtype: layout.specs.dtype(index),
+                    shape: layout.specs.shape(index),
+                    offsets,
                 },
             )?;
         }
@@ -206,37 +389,196 @@ impl Serialize for HeaderJson<'_> {
     }
 }
 
-struct EntryJson<'a> {
-    spec: &'a TensorSpec,
+struct MetadataJson<M>(M);
+
+impl<'a, M: Metadata<'a>> Serialize for MetadataJson<M> {
+    fn serialize<Z: Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
+        serializer.collect_map(self.0.clone())
+    }
+}
+
+struct EntryJson {
+    dtype: Dtype,
+    shape: Shape,
     offsets: [u64; 2],
 }
 
-impl Serialize for EntryJson<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+impl Serialize for EntryJson {
+    fn serialize<Z: Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
         let mut entry = serializer.serialize_struct("TensorInfo", 3)?;
-        entry.serialize_field("dtype", self.spec.dtype.name())?;
-        entry.serialize_field("shape", &self.spec.shape)?;
+        entry.serialize_field("dtype", self.dtype.name())?;
+        entry.serialize_field("shape", &self.shape)?;
         entry.serialize_field("data_offsets", &self.offsets)?;
         entry.end()
+    }
+}
+
+/// Reads a header back, entry by entry, against its layout; fails at the first difference.
+struct HeaderBack<'l, 'a, S: ?Sized, M>(&'l FileLayout<'a, S, M>);
+
+impl<'de, 'a, S: Specs + ?Sized, M: Metadata<'a>> DeserializeSeed<'de>
+    for HeaderBack<'_, 'a, S, M>
+{
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de, 'a, S: Specs + ?Sized, M: Metadata<'a>> Visitor<'de> for HeaderBack<'_, 'a, S, M> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the planned header")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let layout = self.0;
+        let differs = |what: String| de::Error::custom(what);
+        if let Some(metadata) = &layout.metadata {
+            match map.next_key::<String>()?.as_deref() {
+                Some("__metadata__") => map.next_value_seed(MetadataBack(metadata.clone()))?,
+                _ => return Err(differs("the metadata is not first".into())),
+            }
+        }
+        for (index, offsets) in layout.placed() {
+            let name = layout.specs.name(index);
+            let named = |what: &str| {
+                differs(format!(
+                    "`{}` {what}",
+                    crate::text::escape(&name.to_string())
+                ))
+            };
+            match map.next_key::<String>()? {
+                Some(key) if name.is(&key) => {}
+                Some(_) => return Err(named("is not where it was planned")),
+                None => return Err(named("is missing")),
+            }
+            let entry: EntryBack = map.next_value()?;
+            let shape = layout.specs.shape(index);
+            if entry.dtype != layout.specs.dtype(index).name()
+                || !entry.shape.iter().copied().eq(shape.iter())
+                || entry.data_offsets != offsets
+            {
+                return Err(named("is not as planned"));
+            }
+        }
+        match map.next_key::<String>()? {
+            Some(key) => Err(differs(format!(
+                "`{}` was not planned",
+                crate::text::escape(&key)
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EntryBack {
+    dtype: String,
+    shape: Vec<u64>,
+    data_offsets: [u64; 2],
+}
+
+struct MetadataBack<M>(M);
+
+impl<'de, 'a, M: Metadata<'a>> DeserializeSeed<'de> for MetadataBack<M> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de, 'a, M: Metadata<'a>> Visitor<'de> for MetadataBack<M> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the planned metadata")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        for (key, value) in self.0 {
+            let same =
+                map.next_key_seed(Same(key))? == Some(true) && map.next_value_seed(Same(value))?;
+            if !same {
+                return Err(de::Error::custom(format!(
+                    "the metadata's `{}` is not as planned",
+                    crate::text::escape(key)
+                )));
+            }
+        }
+        match map.next_key::<de::IgnoredAny>()? {
+            Some(_) => Err(de::Error::custom("the metadata has entries not planned")),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Whether a string read is this one, compared where the parser holds it: a metadata value can
+/// be 100 MB.
+struct Same<'a>(&'a str);
+
+impl<'de> DeserializeSeed<'de> for Same<'_> {
+    type Value = bool;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for Same<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<bool, E> {
+        Ok(text == self.0)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::StringMap;
+
+    fn plan<'a>(
+        specs: &'a [TensorSpec],
+        metadata: Option<&'a StringMap>,
+    ) -> Result<FileLayout<'a, [TensorSpec], impl Metadata<'a>>> {
+        FileLayout::plan(specs, metadata.map(StringMap::iter))
+    }
+
+    fn bytes<'a>(layout: &FileLayout<'a, [TensorSpec], impl Metadata<'a>>) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        layout
+            .write(&mut bytes, |index, out| {
+                let len = layout.specs.byte_len(index).unwrap();
+                out.extend(std::iter::repeat_n(7, usize::try_from(len).unwrap()));
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(bytes.len() as u64, layout.file_len());
+        bytes
+    }
 
     #[test]
     fn matches_the_reference_layout_byte_for_byte() {
         // The reference's own example: one I32 [2, 2] tensor "test" gives a 60-byte JSON padded to 64.
-        let layout =
-            FileLayout::plan(&[TensorSpec::new("test", Dtype::I32, &[2, 2])], None).unwrap();
-        assert_eq!(&layout.header[..8], &64u64.to_le_bytes());
+        let specs = [TensorSpec::new("test", Dtype::I32, &[2, 2])];
+        let file = bytes(&plan(&specs, None).unwrap());
+        assert_eq!(&file[..8], &64u64.to_le_bytes());
         assert_eq!(
-            std::str::from_utf8(&layout.header[8..]).unwrap(),
+            std::str::from_utf8(&file[8..72]).unwrap(),
             "{\"test\":{\"dtype\":\"I32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}    "
         );
-        let empty = FileLayout::plan(&[], None).unwrap();
-        assert_eq!(empty.header, b"\x08\0\0\0\0\0\0\0{}      ");
+        assert_eq!(file.len(), 72 + 16);
+        let empty = bytes(&plan(&[], None).unwrap());
+        assert_eq!(empty, b"\x08\0\0\0\0\0\0\0{}      ");
     }
 
     #[test]
@@ -247,9 +589,24 @@ mod tests {
             TensorSpec::new("c", Dtype::F64, &[1]),
             TensorSpec::new("a2", Dtype::F32, &[1]),
         ];
-        let layout = FileLayout::plan(&specs, None).unwrap();
-        assert_eq!(layout.order, [2, 1, 3, 0]);
-        assert_eq!(layout.offsets, [[16, 19], [8, 12], [0, 8], [12, 16]]);
+        let layout = plan(&specs, None).unwrap();
+        assert_eq!(
+            layout.placed().collect::<Vec<_>>(),
+            [(2, [0, 8]), (1, [8, 12]), (3, [12, 16]), (0, [16, 19])]
+        );
+    }
+
+    #[test]
+    fn names_with_suffixes_sort_and_compare_as_the_whole_name() {
+        let scale = Name {
+            stem: "a.weight",
+            suffix: "_scale",
+        };
+        assert!(Name::new("a.weight") < scale);
+        assert!(scale < Name::new("a.weight_t"));
+        assert!(Name::new("a.weight_scale") == scale);
+        assert!(scale.is("a.weight_scale") && !scale.is("a.weight_scal"));
+        assert_eq!(scale.to_string(), "a.weight_scale");
     }
 
     #[test]
@@ -259,22 +616,60 @@ mod tests {
             TensorSpec::new("b", Dtype::F32, &[1]),
             TensorSpec::new("a", Dtype::F32, &[1]),
         ];
-        let error = FileLayout::plan(&twice, None).unwrap_err().to_string();
+        let error = plan(&twice, None).err().unwrap().to_string();
         assert!(error.contains("`a` is given twice"), "{error}");
         let metadata = [TensorSpec::new("__metadata__", Dtype::U8, &[1])];
-        assert!(FileLayout::plan(&metadata, None).is_err());
+        assert!(plan(&metadata, None).is_err());
     }
 
     #[test]
     fn avoids_the_reference_writer_bugs() {
         let empty_metadata = StringMap::default();
-        let layout = FileLayout::plan(&[], Some(&empty_metadata)).unwrap();
-        assert!(layout.header[8..].starts_with(b"{\"__metadata__\":{}}"));
+        let file = bytes(&plan(&[], Some(&empty_metadata)).unwrap());
+        assert!(file[8..].starts_with(b"{\"__metadata__\":{}}"));
         let twice = [
             TensorSpec::new("a", Dtype::U8, &[1]),
             TensorSpec::new("a", Dtype::U8, &[1]),
         ];
-        assert!(FileLayout::plan(&twice, None).is_err());
-        assert!(FileLayout::plan(&[TensorSpec::new("a", Dtype::F4, &[3])], None).is_err());
+        assert!(plan(&twice, None).is_err());
+        assert!(plan(&[TensorSpec::new("a", Dtype::F4, &[3])], None).is_err());
+    }
+
+    #[test]
+    fn a_file_read_back_matches_its_layout_and_any_change_is_found() {
+        let metadata: StringMap = [("format", "pt"), ("note", "\u{1b}[31m")]
+            .into_iter()
+            .collect();
+        let specs = [
+            TensorSpec::new("w", Dtype::F32, &[2, 3]),
+            TensorSpec::new("b\"q", Dtype::U8, &[5]),
+        ];
+        let layout = plan(&specs, Some(&metadata)).unwrap();
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("m.safetensors");
+        let file = bytes(&layout);
+        std::fs::write(&path, &file).unwrap();
+        assert_eq!(layout.differences(&path).unwrap(), None);
+        let header_end = 8 + usize::try_from(layout.header_len()).unwrap();
+        let header = std::str::from_utf8(&file[8..header_end]).unwrap();
+        for (from, to) in [
+            ("[2,3]", "[3,2]"),
+            ("\"U8\"", "\"I8\""),
+            ("[24,29]", "[24,28]"),
+            ("\"pt\"", "\"np\""),
+            ("\"w\"", "\"v\""),
+        ] {
+            let mut changed = file.clone();
+            changed[8..header_end].copy_from_slice(header.replacen(from, to, 1).as_bytes());
+            std::fs::write(&path, &changed).unwrap();
+            assert!(
+                layout.differences(&path).unwrap().is_some(),
+                "{from} -> {to}"
+            );
+        }
+        std::fs::write(&path, &file[..file.len() - 1]).unwrap();
+        assert!(layout.differences(&path).unwrap().is_some());
+        let valid = crate::format::SafetensorsFile::from_bytes(&path, &file);
+        assert!(valid.is_valid());
     }
 }

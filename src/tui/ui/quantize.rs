@@ -101,7 +101,7 @@ fn stage_line(app: &App, dialog: &QuantizeDialog) -> Line<'static> {
             format!(
                 "saved: {} quantized, {} kept, {} -> {}; {}; o opens it",
                 summary.quantized.len(),
-                summary.kept.len(),
+                summary.kept().count(),
                 Bytes(summary.bytes_before),
                 Bytes(summary.bytes_after),
                 if summary.verified {
