@@ -3,8 +3,8 @@
 
 Writes the hostile set (about 800 MB) into DIR (a temporary folder, removed after, by default),
 runs `STUI check`, `STUI inspect`, `STUI inspect --json`, `STUI stats`, `STUI stats --json`,
-`STUI hash --per-tensor` and `STUI diff` (of the input with itself) on each input (output
-discarded), and the explorer in an 80x24 tmux pane until its scan is done (when tmux is
+`STUI hash --per-tensor`, `STUI diff` (of the input with itself) and `STUI quantize` (into a
+temporary folder) on each input (output discarded), and the explorer in an 80x24 tmux pane until its scan is done (when tmux is
 installed), and prints a table of peak resident memory (from wait4), wall time (of the slowest
 headless command) and exit codes against the bound: twice the header bytes the file really holds
 plus 64 MiB (for `diff`, which reads two headers, twice both). Exits 1 if any run goes over its
@@ -40,10 +40,10 @@ def entry(dtype, shape, begin, end):
     return {"dtype": dtype, "shape": shape, "data_offsets": [begin, end]}
 
 
-def many_tensors(count, name="t.{}", dtype="U8", size=1):
+def many_tensors(count, name="t.{}", dtype="U8", size=1, shape="[1]"):
     """`count` tensors of one element named by `name`, in the order of their numbers."""
     parts = ",".join(
-        f'"{name.format(i)}":{{"dtype":"{dtype}","shape":[1],'
+        f'"{name.format(i)}":{{"dtype":"{dtype}","shape":{shape},'
         f'"data_offsets":[{i * size},{(i + 1) * size}]}}'
         for i in range(count)
     )
@@ -93,6 +93,11 @@ def build(folder):
     # which is not the order of their bytes (`10` before `9`).
     nested = many_tensors(1_000_000, name="model.layers.{}.w", dtype="F32", size=4)
     add("1,000,000 nested F32 names", "1m-nested.safetensors", nested, b"\0" * 4_000_000)
+    # Every tensor a weight to quantize, with a scale to write beside it: as many as fit in the
+    # output's header.
+    weights = many_tensors(550_000, name="l.{}.weight", dtype="F32", size=4, shape="[1,1]")
+    add("550,000 weights to quantize", "weights.safetensors", weights,
+        struct.pack("<f", 0.5) * 550_000)
     # A finding for every entry: dtypes the format does not define.
     unknown = many_tensors(1_000_000, dtype="X8")
     add("1,000,000 unknown dtypes", "1m-unknown.safetensors", unknown, b"\0" * 1_000_000)
@@ -168,6 +173,12 @@ def measure(argv):
     return time.monotonic() - start, usage.ru_maxrss * 1024, status
 
 
+def quantize(stui, path):
+    """Like `measure`, for `stui quantize` into a temporary folder beside nothing else."""
+    with tempfile.TemporaryDirectory(prefix="stui-quantize-") as folder:
+        return measure([stui, "quantize", "-o", os.path.join(folder, "out.safetensors"), path])
+
+
 def explore(stui, path):
     """Like `measure`, for the explorer: run in a detached tmux pane until its scan is done (or
     it has left), then quit with `q`."""
@@ -228,6 +239,7 @@ def main(args):
             for c in COMMANDS]
     runs.append(("`diff` (two headers) MiB", lambda path: measure([stui, "diff", path, path]),
                  True, 2))
+    runs.append(("`quantize` MiB", lambda path: quantize(stui, path), True, 1))
     if shutil.which("tmux"):
         runs.append(("explorer MiB", lambda path: explore(stui, path), False, 1))
     names = " | ".join(name for name, _, _, _ in runs)
