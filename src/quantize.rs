@@ -367,6 +367,17 @@ pub fn quantize(
     options: &Options,
     control: &Control,
 ) -> Result<Summary> {
+    quantize_keeping(model, output, options, control, KEPT_SCALES)
+}
+
+/// [`quantize`], keeping at most `kept_scales` per-channel scales from the first pass.
+fn quantize_keeping(
+    model: &Model,
+    output: &Path,
+    options: &Options,
+    control: &Control,
+    kept_scales: u64,
+) -> Result<Summary> {
     if !model.is_valid() {
         return Err(Error::Invalid(
             "the model is not valid (see `stui check`); refusing to quantize it".into(),
@@ -398,7 +409,7 @@ pub fn quantize(
         return Err(Error::Invalid("too many tensors to quantize".into()));
     }
 
-    let absmax = first_pass(model, &files, &mut choices, options, control)?;
+    let absmax = first_pass(model, &files, &mut choices, options, control, kept_scales)?;
 
     let folder = targets[0]
         .parent()
@@ -444,14 +455,27 @@ pub fn quantize(
     })
 }
 
-/// Each tensor's largest magnitude, from the first pass (0 for a tensor kept as it is): all a
-/// tensor's scales need besides its rows. A row's own scale is worked out from the row each time
-/// it is needed rather than kept, so that memory does not grow with the model's rows.
-struct Absmax(Vec<f64>);
+/// Per-channel scales kept from the first pass, at most this many (16 MiB): those of the first
+/// tensors, which then need no pass of their own to write their scales. The scales of the rest
+/// are worked out from each row when it is read, so that memory does not grow with the rows of
+/// a model (160 MB of scales for the largest open models; eight times the data for a hostile
+/// file of one-column weights).
+const KEPT_SCALES: u64 = 2 << 20;
+
+/// What the first pass learned: each tensor's largest magnitude (0 for a tensor kept as it is),
+/// and the scales of the rows of the first tensors.
+struct Absmax {
+    largest: Vec<f64>,
+    /// Scales as stored, one run after another, of the tensors before `kept_before`.
+    kept: Vec<f64>,
+    /// Where the run of each tensor before `kept_before` ends in `kept`.
+    kept_ends: Vec<usize>,
+    kept_before: usize,
+}
 
 impl Absmax {
     /// How the rows of quantized `tensor` (an index among the model's) find their scales.
-    fn row_scales(&self, model: &Model, tensor: usize, granularity: Granularity) -> RowScales {
+    fn row_scales(&self, model: &Model, tensor: usize, granularity: Granularity) -> RowScales<'_> {
         let dtype = scale_dtype(
             model.tensors[tensor]
                 .info
@@ -460,60 +484,105 @@ impl Absmax {
                 .unwrap_or(Dtype::F32),
         );
         match granularity {
+            Granularity::PerTensor => RowScales::Shared(scale_for(dtype, self.largest[tensor])),
+            Granularity::PerChannel if tensor < self.kept_before => {
+                let start = tensor
+                    .checked_sub(1)
+                    .map_or(0, |before| self.kept_ends[before]);
+                RowScales::Kept(&self.kept[start..self.kept_ends[tensor]])
+            }
             Granularity::PerChannel => RowScales::Own(dtype),
-            Granularity::PerTensor => RowScales::Shared(scale_for(dtype, self.0[tensor])),
         }
     }
 }
 
 /// Where a row's scale comes from.
 #[derive(Clone, Copy, Debug)]
-enum RowScales {
+enum RowScales<'a> {
     /// One for every row of the tensor.
     Shared(f64),
+    /// Each row's, by row.
+    Kept(&'a [f64]),
     /// The row's own, from its largest magnitude, as stored in this dtype.
     Own(Dtype),
 }
 
-impl RowScales {
-    fn of<E: Element>(self, row: &[E]) -> f64 {
+impl RowScales<'_> {
+    /// The scale of `row`, the tensor's row `index`.
+    fn of<E: Element>(self, index: usize, row: &[E]) -> f64 {
         match self {
             RowScales::Shared(scale) => scale,
+            RowScales::Kept(scales) => scales[index],
             RowScales::Own(dtype) => scale_for(dtype, absmax_of(row).0),
         }
     }
 }
 
-/// The first pass: every quantized tensor's largest magnitude. A tensor holding NaN or Inf is
-/// kept as it is or stops everything, as the options say.
+/// The first pass: every quantized tensor's largest magnitude, and the scales of the rows of the
+/// first. A tensor holding NaN or Inf is kept as it is or stops everything, as the options say.
 fn first_pass(
     model: &Model,
     files: &[File],
     choices: &mut [Choice],
     options: &Options,
     control: &Control,
+    kept_scales: u64,
 ) -> Result<Absmax> {
-    // Each quantized tensor is read by this pass, for its scales when they are its rows' own, and
-    // for its values; a kept one is copied.
-    let reads = match options.granularity {
-        Granularity::PerChannel => 3,
-        Granularity::PerTensor => 2,
+    let per_channel = options.granularity == Granularity::PerChannel;
+    // The tensors whose scales are kept: the first, as long as their rows fit.
+    let mut rows = 0u64;
+    let kept_before = if per_channel {
+        model
+            .tensors
+            .iter()
+            .zip(choices.iter())
+            .position(|(tensor, choice)| {
+                if *choice == Choice::Quantize {
+                    rows += tensor.info.shape.get(0).unwrap_or(1);
+                }
+                rows > kept_scales
+            })
+            .unwrap_or(model.tensors.len())
+    } else {
+        0
     };
+    // Each quantized tensor is read by this pass, then for its values, and for its scales when
+    // they are its rows' own and not kept; a kept tensor is copied.
     let total: u64 = model
         .tensors
         .iter()
         .zip(choices.iter())
-        .map(|(t, c)| if *c == Choice::Quantize { reads } else { 1 } * t.info.byte_len())
+        .enumerate()
+        .map(|(index, (tensor, choice))| {
+            let reads = match choice {
+                Choice::Keep(_) => 1,
+                Choice::Quantize if per_channel && index >= kept_before => 3,
+                Choice::Quantize => 2,
+            };
+            reads * tensor.info.byte_len()
+        })
         .sum();
     control.bytes_total.store(total, Ordering::Relaxed);
-    let mut absmax = Vec::with_capacity(model.tensors.len());
-    for (tensor, choice) in model.tensors.iter().zip(choices.iter_mut()) {
+    let mut absmax = Absmax {
+        largest: Vec::with_capacity(model.tensors.len()),
+        kept: Vec::new(),
+        kept_ends: Vec::with_capacity(kept_before),
+        kept_before,
+    };
+    for (index, (tensor, choice)) in model.tensors.iter().zip(choices.iter_mut()).enumerate() {
         let mut largest = 0.0;
+        let keep_rows = index < kept_before;
         if *choice == Choice::Quantize {
-            match tensor_absmax(model, files, tensor, control)
+            match tensor_absmax(model, files, tensor, keep_rows, control)
                 .map_err(|e| Error::io(&model.shard_of(tensor).path, e))?
             {
-                Some(value) => largest = value,
+                Some((value, rows)) => {
+                    largest = value;
+                    let dtype = scale_dtype(tensor.info.dtype.known().unwrap_or(Dtype::F32));
+                    absmax
+                        .kept
+                        .extend(rows.iter().map(|&row| scale_for(dtype, row)));
+                }
                 None if options.non_finite == NonFinite::Skip => {
                     *choice = Choice::Keep(Kept::NonFinite);
                 }
@@ -525,9 +594,12 @@ fn first_pass(
                 }
             }
         }
-        absmax.push(largest);
+        absmax.largest.push(largest);
+        if keep_rows {
+            absmax.kept_ends.push(absmax.kept.len());
+        }
     }
-    Ok(Absmax(absmax))
+    Ok(absmax)
 }
 
 /// Where a quantized tensor's scales were written, to read them back.
@@ -801,36 +873,59 @@ fn map_rows<E: Element, T: Send>(
 /// Buffers of the int8 values written and read back.
 static INT8_BUFFERS: Recycled<Vec<u8>> = Recycled::new();
 
-/// A tensor's largest magnitude, or `None` if it holds NaN or Inf.
+/// A tensor's largest magnitude and, when `rows` says so, each row's; `None` if it holds NaN or
+/// Inf.
 fn tensor_absmax(
     model: &Model,
     files: &[File],
     tensor: &Tensor,
+    rows: bool,
     control: &Control,
-) -> io::Result<Option<f64>> {
-    by_element!(tensor, tensor_absmax_as(model, files, tensor, control))
+) -> io::Result<Option<(f64, Vec<f64>)>> {
+    by_element!(
+        tensor,
+        tensor_absmax_as(model, files, tensor, rows, control)
+    )
 }
 
 fn tensor_absmax_as<E: Element>(
     model: &Model,
     files: &[File],
     tensor: &Tensor,
+    rows: bool,
     control: &Control,
-) -> io::Result<Option<f64>> {
-    let (mut largest, mut finite) = (0.0f64, true);
+) -> io::Result<Option<(f64, Vec<f64>)>> {
+    let columns = row_length(tensor)?;
+    let (mut largest, mut finite, mut row_maxima) = (0.0f64, true, Vec::new());
     map_rows(
         model,
         files,
         tensor,
         control,
-        |_, values: &[E]| Ok(absmax_of(values)),
-        |(max, all_finite)| {
+        |_, values: &[E]| {
+            if !rows {
+                return Ok((absmax_of(values), Vec::new()));
+            }
+            let mut all_finite = true;
+            let maxima: Vec<f64> = values
+                .chunks(columns)
+                .map(|row| {
+                    let (max, finite) = absmax_of(row);
+                    all_finite &= finite;
+                    max
+                })
+                .collect();
+            let max = maxima.iter().copied().fold(0.0, f64::max);
+            Ok(((max, all_finite), maxima))
+        },
+        |((max, all_finite), maxima)| {
             largest = largest.max(max);
             finite &= all_finite;
+            row_maxima.extend(maxima);
             Ok(())
         },
     )?;
-    Ok(finite.then_some(largest))
+    Ok(finite.then_some((largest, row_maxima)))
 }
 
 /// Writes the scales of each row of a tensor, as stored in `dtype`.
@@ -865,7 +960,7 @@ fn write_row_scales_as<E: Element>(
         |_, values: &[E]| {
             let mut bytes = Vec::new();
             for row in values.chunks(columns) {
-                encode_scale(dtype, RowScales::Own(dtype).of(row), &mut bytes);
+                encode_scale(dtype, RowScales::Own(dtype).of(0, row), &mut bytes);
             }
             Ok(bytes)
         },
@@ -1047,16 +1142,20 @@ impl ShardContext<'_> {
                 }
                 Source::Scale(index) => {
                     let tensor = &model.tensors[index as usize];
+                    let dtype = specs.dtype(spec);
+                    let mut bytes = Vec::new();
                     match absmax.row_scales(model, index as usize, granularity) {
-                        RowScales::Shared(scale) => {
-                            let mut bytes = Vec::new();
-                            encode_scale(specs.dtype(spec), scale, &mut bytes);
-                            out.write_all(&bytes)
+                        RowScales::Shared(scale) => encode_scale(dtype, scale, &mut bytes),
+                        RowScales::Kept(scales) => {
+                            for &scale in scales {
+                                encode_scale(dtype, scale, &mut bytes);
+                            }
                         }
                         RowScales::Own(dtype) => {
-                            write_row_scales(model, files, tensor, dtype, out, control)
+                            return write_row_scales(model, files, tensor, dtype, out, control);
                         }
                     }
+                    out.write_all(&bytes)
                 }
                 Source::Weight(index) => {
                     let index = index as usize;
@@ -1189,11 +1288,16 @@ fn write_weight_as<E: Element>(
         files,
         tensor,
         control,
-        |_, values: &[E]| {
+        |first_row, values: &[E]| {
             let mut bytes = INT8_BUFFERS.take_filled(values.len());
             let mut chunk_sums = ErrorSums::default();
-            for (row, out) in values.chunks(columns).zip(bytes.chunks_mut(columns)) {
-                chunk_sums.merge(&E::quantize(row, scales.of(row), out, narrow));
+            for (offset, (row, out)) in values
+                .chunks(columns)
+                .zip(bytes.chunks_mut(columns))
+                .enumerate()
+            {
+                let scale = scales.of(first_row + offset, row);
+                chunk_sums.merge(&E::quantize(row, scale, out, narrow));
             }
             Ok((bytes, chunk_sums))
         },
@@ -1350,8 +1454,8 @@ pub fn preview(model: &Model, tensor: usize, granularity: Granularity) -> Result
         .map(|s| File::open(&s.path).map_err(|e| Error::io(&s.path, e)))
         .collect::<Result<_>>()?;
     let control = Control::default();
-    let Some(absmax) =
-        tensor_absmax(model, &files, entry, &control).map_err(|e| Error::io(path, e))?
+    let Some((absmax, _)) =
+        tensor_absmax(model, &files, entry, false, &control).map_err(|e| Error::io(path, e))?
     else {
         return Ok(None);
     };
@@ -1700,6 +1804,49 @@ mod tests {
                 );
             }
             assert_eq!(scale_for(dtype, 0.0), 0.0);
+        }
+    }
+
+    /// Scales kept from the first pass and scales worked out again from the rows give the same
+    /// file, per channel and per tensor.
+    #[test]
+    fn kept_and_recomputed_scales_write_the_same_file() {
+        use crate::demo::{Fill, SyntheticModel};
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("model.safetensors");
+        let normal = Fill::Normal {
+            mean: 0.0,
+            std: 1.0,
+        };
+        SyntheticModel::new(3)
+            .tensor("a.weight", Dtype::Bf16, &[300, 7], normal.clone())
+            .tensor("b.weight", Dtype::F32, &[5, 3], normal.clone())
+            .tensor("c.weight", Dtype::F64, &[70_000, 2], normal)
+            .write(&source)
+            .unwrap();
+        let model = Model::open(&source).unwrap();
+        for granularity in [Granularity::PerChannel, Granularity::PerTensor] {
+            let options = Options {
+                granularity,
+                ..Options::default()
+            };
+            // The model holds c (F64, 70,000 rows), b (5), then a (300): none kept, the first two, all.
+            let files: Vec<Vec<u8>> = [0, 70_005, KEPT_SCALES]
+                .into_iter()
+                .map(|kept| {
+                    let output = dir.path().join(format!("out-{kept}.safetensors"));
+                    let summary =
+                        quantize_keeping(&model, &output, &options, &Control::default(), kept)
+                            .unwrap();
+                    assert!(summary.verified);
+                    assert_eq!(summary.quantized.len(), 3);
+                    std::fs::read(&output).unwrap()
+                })
+                .collect();
+            assert!(
+                files[0] == files[1] && files[1] == files[2],
+                "{granularity:?}"
+            );
         }
     }
 

@@ -1,16 +1,21 @@
 //! A small random model (F32, BF16, F16 or F8_E4M3, so that both the f64 and the f32 row kernels
-//! run), quantized and written: the output must verify, and every value must be within half a
+//! run), quantized per channel or per tensor and written: the output must verify, and every value must be within half a
 //! scale (the quantizer checks it itself and reports `verified`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use stui::demo::{Fill, SyntheticModel};
 use stui::format::{Dtype, Model};
-use stui::quantize::{Control, NonFinite, Options, quantize};
+use stui::quantize::{Control, Granularity, NonFinite, Options, quantize};
 
 fuzz_target!(|input: (u8, u8, u8, Vec<f32>)| {
-    let (dtype, rows, columns, values) = input;
-    let dtype = [Dtype::F32, Dtype::Bf16, Dtype::F16, Dtype::F8E4M3][usize::from(dtype % 4)];
+    let (kind, rows, columns, values) = input;
+    let dtype = [Dtype::F32, Dtype::Bf16, Dtype::F16, Dtype::F8E4M3][usize::from(kind % 4)];
+    let granularity = if kind & 4 == 0 {
+        Granularity::PerChannel
+    } else {
+        Granularity::PerTensor
+    };
     let (rows, columns) = (u64::from(rows % 16) + 1, u64::from(columns % 16) + 1);
     if values.is_empty() {
         return;
@@ -29,6 +34,7 @@ fuzz_target!(|input: (u8, u8, u8, Vec<f32>)| {
     }
     let model = Model::open(&source).expect("a written model opens");
     let options = Options {
+        granularity,
         non_finite: NonFinite::Skip,
         ..Options::default()
     };

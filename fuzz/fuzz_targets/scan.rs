@@ -30,8 +30,14 @@ fuzz_target!(|data: &[u8]| {
         if let (Some(mean), Some(std)) = (m.mean(), m.std()) {
             assert!(m.min <= m.max);
             let slack = 1e-9 * m.min.abs().max(m.max.abs());
-            assert!(mean >= m.min - slack && mean <= m.max + slack, "{mean} {m:?}");
-            assert!(std >= 0.0 && std <= (m.max - m.min) * (1.0 + 1e-9) + slack, "{std} {m:?}");
+            assert!(
+                mean >= m.min - slack && mean <= m.max + slack,
+                "{mean} {m:?}"
+            );
+            assert!(
+                std >= 0.0 && std <= (m.max - m.min) * (1.0 + 1e-9) + slack,
+                "{std} {m:?}"
+            );
         }
     }
 });

@@ -482,30 +482,26 @@ fn rows_of_subnormal_values_still_verify() {
     }
 }
 
-/// Rows of one value, more of them than one run of rows holds, each with its own scale read back
-/// from the file a run at a time; a weight without values kept as it is.
+/// Rows of one value, more of them than one run of rows holds, each with its own scale, read back
+/// from the file a run at a time. A weight without values is kept as it is.
 #[test]
 fn narrow_and_empty_weights() {
     let dir = tempfile::tempdir().unwrap();
     let source = dir.path().join("narrow.safetensors");
-    let rows = 200_000;
-    SyntheticModel::new(5)
-        .tensor(
-            "layer.narrow.weight",
-            Dtype::F16,
-            &[rows, 1],
-            Fill::Normal {
-                mean: 0.0,
-                std: 3.0,
-            },
-        )
+    let values = Fill::Values(vec![3.0, -0.25, 0.0, 1e-3, -7.5, 65504.0, 6e-5]);
+    let shapes = [("layer.a.weight", 150_000), ("layer.b.weight", 70_000)];
+    let mut model = SyntheticModel::new(5);
+    for (name, rows) in shapes {
+        model = model.tensor(name, Dtype::F16, &[rows, 1], values.clone());
+    }
+    model
         .tensor("layer.empty.weight", Dtype::F32, &[0, 5], Fill::Zeros)
         .write(&source)
         .unwrap();
     let output = dir.path().join("out.safetensors");
     let summary = run(&source, &output, Granularity::PerChannel);
     assert!(summary.verified);
-    assert_eq!(summary.quantized.len(), 1);
+    assert_eq!(summary.quantized.len(), 2);
     let model = Model::open(&source).unwrap();
     assert!(
         summary
@@ -513,17 +509,24 @@ fn narrow_and_empty_weights() {
             .any(|(t, why)| model.tensors[t].name() == "layer.empty.weight"
                 && why == quantize::Kept::Empty)
     );
-    let bytes = std::fs::read(&output).unwrap();
-    let (_, _, x) = reference_values(&std::fs::read(&source).unwrap(), "layer.narrow.weight");
-    let (_, shape, q) = reference_values(&bytes, "layer.narrow.weight");
-    let (_, scale_shape, scales) = reference_values(&bytes, "layer.narrow.weight_scale");
-    assert_eq!(shape, [200_000, 1]);
-    assert_eq!(scale_shape, [200_000, 1]);
-    for ((x, q), scale) in x.iter().zip(&q).zip(&scales) {
-        assert!((x - q * scale).abs() <= scale * 0.5, "{x} vs {q} * {scale}");
-        // One value a row: it is its row's largest, so it lands at the end of the range (but
-        // for the rounding of scales too small for F16 to hold closely).
-        assert!(x.abs() < 1e-3 || q.abs() >= 126.0, "{x} -> {q}");
+    let (source, output) = (
+        std::fs::read(&source).unwrap(),
+        std::fs::read(&output).unwrap(),
+    );
+    for (name, rows) in shapes {
+        let (_, _, x) = reference_values(&source, name);
+        let (_, shape, q) = reference_values(&output, name);
+        let (_, scale_shape, scales) = reference_values(&output, &format!("{name}_scale"));
+        let rows = usize::try_from(rows).unwrap();
+        assert_eq!((x.len(), q.len(), scales.len()), (rows, rows, rows));
+        assert_eq!(shape, [rows, 1]);
+        assert_eq!(scale_shape, [rows, 1]);
+        for ((x, q), scale) in x.iter().zip(&q).zip(&scales) {
+            assert!((x - q * scale).abs() <= scale * 0.5, "{x} vs {q} * {scale}");
+            // One value a row: it is its row's largest, so it lands at the end of the range
+            // (but for the rounding of scales too small for F16 to hold closely).
+            assert!(x.abs() < 1e-3 || q.abs() >= 126.0, "{x} -> {q}");
+        }
     }
 }
 
