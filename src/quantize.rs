@@ -929,21 +929,7 @@ fn tensor_absmax_as<E: Element>(
 }
 
 /// Writes the scales of each row of a tensor, as stored in `dtype`.
-fn write_row_scales(
-    model: &Model,
-    files: &[File],
-    tensor: &Tensor,
-    dtype: Dtype,
-    out: &mut (impl Write + Send),
-    control: &Control,
-) -> io::Result<()> {
-    by_element!(
-        tensor,
-        write_row_scales_as(model, files, tensor, dtype, out, control)
-    )
-}
-
-fn write_row_scales_as<E: Element>(
+fn write_row_scales<E: Element>(
     model: &Model,
     files: &[File],
     tensor: &Tensor,
@@ -1152,7 +1138,10 @@ impl ShardContext<'_> {
                             }
                         }
                         RowScales::Own(dtype) => {
-                            return write_row_scales(model, files, tensor, dtype, out, control);
+                            return by_element!(
+                                tensor,
+                                write_row_scales(model, files, tensor, dtype, out, control)
+                            );
                         }
                     }
                     out.write_all(&bytes)
