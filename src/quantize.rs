@@ -462,20 +462,21 @@ fn quantize_keeping(
 /// file of one-column weights).
 const KEPT_SCALES: u64 = 2 << 20;
 
-/// What the first pass learned: each tensor's largest magnitude (0 for a tensor kept as it is),
-/// and the scales of the rows of the first tensors.
-struct Absmax {
-    largest: Vec<f64>,
-    /// Scales as stored, one run after another, of the tensors before `kept_before`.
-    kept: Vec<f64>,
-    /// Where the run of each tensor before `kept_before` ends in `kept`.
-    kept_ends: Vec<usize>,
-    kept_before: usize,
+/// What the first pass learned for the scales: per tensor, each tensor's largest magnitude (0
+/// for a tensor kept as it is); per channel, the scales of the rows of the first tensors.
+enum Absmax {
+    PerTensor(Vec<f64>),
+    PerChannel {
+        /// Scales as stored, one run after another, of the tensors before `kept_ends.len()`.
+        kept: Vec<f64>,
+        /// Where each of those tensors' run ends in `kept`.
+        kept_ends: Vec<u32>,
+    },
 }
 
 impl Absmax {
     /// How the rows of quantized `tensor` (an index among the model's) find their scales.
-    fn row_scales(&self, model: &Model, tensor: usize, granularity: Granularity) -> RowScales<'_> {
+    fn row_scales(&self, model: &Model, tensor: usize) -> RowScales<'_> {
         let dtype = scale_dtype(
             model.tensors[tensor]
                 .info
@@ -483,15 +484,14 @@ impl Absmax {
                 .known()
                 .unwrap_or(Dtype::F32),
         );
-        match granularity {
-            Granularity::PerTensor => RowScales::Shared(scale_for(dtype, self.largest[tensor])),
-            Granularity::PerChannel if tensor < self.kept_before => {
-                let start = tensor
-                    .checked_sub(1)
-                    .map_or(0, |before| self.kept_ends[before]);
-                RowScales::Kept(&self.kept[start..self.kept_ends[tensor]])
+        match self {
+            Absmax::PerTensor(largest) => RowScales::Shared(scale_for(dtype, largest[tensor])),
+            Absmax::PerChannel { kept, kept_ends } if tensor < kept_ends.len() => {
+                let end = |index: usize| kept_ends[index] as usize;
+                let start = tensor.checked_sub(1).map_or(0, end);
+                RowScales::Kept(&kept[start..end(tensor)])
             }
-            Granularity::PerChannel => RowScales::Own(dtype),
+            Absmax::PerChannel { .. } => RowScales::Own(dtype),
         }
     }
 }
@@ -529,23 +529,21 @@ fn first_pass(
     kept_scales: u64,
 ) -> Result<Absmax> {
     let per_channel = options.granularity == Granularity::PerChannel;
-    // The tensors whose scales are kept: the first, as long as their rows fit.
+    // The tensors whose scales are kept: the first, as long as their rows fit, up to the last
+    // one quantized.
     let mut rows = 0u64;
-    let kept_before = if per_channel {
-        model
-            .tensors
-            .iter()
-            .zip(choices.iter())
-            .position(|(tensor, choice)| {
-                if *choice == Choice::Quantize {
-                    rows += tensor.info.shape.get(0).unwrap_or(1);
+    let mut kept_before = 0;
+    if per_channel {
+        for (index, (tensor, choice)) in model.tensors.iter().zip(choices.iter()).enumerate() {
+            if *choice == Choice::Quantize {
+                rows += tensor.info.shape.get(0).unwrap_or(1);
+                if rows > kept_scales {
+                    break;
                 }
-                rows > kept_scales
-            })
-            .unwrap_or(model.tensors.len())
-    } else {
-        0
-    };
+                kept_before = index + 1;
+            }
+        }
+    }
     // Each quantized tensor is read by this pass, then for its values, and for its scales when
     // they are its rows' own and not kept; a kept tensor is copied.
     let total: u64 = model
@@ -563,25 +561,18 @@ fn first_pass(
         })
         .sum();
     control.bytes_total.store(total, Ordering::Relaxed);
-    let mut absmax = Absmax {
-        largest: Vec::with_capacity(model.tensors.len()),
-        kept: Vec::new(),
-        kept_ends: Vec::with_capacity(kept_before),
-        kept_before,
-    };
+    let (mut largest, mut kept, mut kept_ends) = (Vec::new(), Vec::new(), Vec::new());
     for (index, (tensor, choice)) in model.tensors.iter().zip(choices.iter_mut()).enumerate() {
-        let mut largest = 0.0;
         let keep_rows = index < kept_before;
+        let mut tensor_largest = 0.0;
         if *choice == Choice::Quantize {
             match tensor_absmax(model, files, tensor, keep_rows, control)
                 .map_err(|e| Error::io(&model.shard_of(tensor).path, e))?
             {
                 Some((value, rows)) => {
-                    largest = value;
+                    tensor_largest = value;
                     let dtype = scale_dtype(tensor.info.dtype.known().unwrap_or(Dtype::F32));
-                    absmax
-                        .kept
-                        .extend(rows.iter().map(|&row| scale_for(dtype, row)));
+                    kept.extend(rows.iter().map(|&row| scale_for(dtype, row)));
                 }
                 None if options.non_finite == NonFinite::Skip => {
                     *choice = Choice::Keep(Kept::NonFinite);
@@ -594,11 +585,20 @@ fn first_pass(
                 }
             }
         }
-        absmax.largest.push(largest);
-        if keep_rows {
-            absmax.kept_ends.push(absmax.kept.len());
+        if per_channel {
+            if keep_rows {
+                // At most `kept_scales` (a few million) scales are kept.
+                kept_ends.push(u32::try_from(kept.len()).unwrap_or(u32::MAX));
+            }
+        } else {
+            largest.push(tensor_largest);
         }
     }
+    let absmax = if per_channel {
+        Absmax::PerChannel { kept, kept_ends }
+    } else {
+        Absmax::PerTensor(largest)
+    };
     Ok(absmax)
 }
 
@@ -1130,7 +1130,7 @@ impl ShardContext<'_> {
                     let tensor = &model.tensors[index as usize];
                     let dtype = specs.dtype(spec);
                     let mut bytes = Vec::new();
-                    match absmax.row_scales(model, index as usize, granularity) {
+                    match absmax.row_scales(model, index as usize) {
                         RowScales::Shared(scale) => encode_scale(dtype, scale, &mut bytes),
                         RowScales::Kept(scales) => {
                             for &scale in scales {
@@ -1149,7 +1149,7 @@ impl ShardContext<'_> {
                 Source::Weight(index) => {
                     let index = index as usize;
                     let tensor = &model.tensors[index];
-                    let scales = absmax.row_scales(model, index, granularity);
+                    let scales = absmax.row_scales(model, index);
                     let error = write_weight(model, files, tensor, scales, out, control)?;
                     quantized.push(Quantized {
                         tensor: index,
