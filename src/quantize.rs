@@ -435,7 +435,11 @@ fn quantize_keeping(
         let written = context.write_shard(shard, target)?;
         bytes_after += written.bytes;
         verified &= written.verified;
-        quantized.extend(written.quantized);
+        if quantized.is_empty() {
+            quantized = written.quantized;
+        } else {
+            quantized.extend(written.quantized);
+        }
     }
     if sharded {
         let entries = write_index(model, output, &choices, options.granularity)?;
@@ -531,7 +535,7 @@ fn first_pass(
     let per_channel = options.granularity == Granularity::PerChannel;
     // The tensors whose scales are kept: the first, as long as their rows fit, up to the last
     // one quantized.
-    let mut rows = 0u64;
+    let (mut rows, mut kept_rows) = (0u64, 0u64);
     let mut kept_before = 0;
     if per_channel {
         for (index, (tensor, choice)) in model.tensors.iter().zip(choices.iter()).enumerate() {
@@ -540,12 +544,13 @@ fn first_pass(
                 if rows > kept_scales {
                     break;
                 }
-                kept_before = index + 1;
+                (kept_before, kept_rows) = (index + 1, rows);
             }
         }
     }
-    // Each quantized tensor is read by this pass, then for its values, and for its scales when
-    // they are its rows' own and not kept; a kept tensor is copied.
+    // Each quantized tensor is read by this pass, for its values, again to check what was
+    // written, and for its scales when they are its rows' own and not kept; a kept tensor is
+    // copied.
     let total: u64 = model
         .tensors
         .iter()
@@ -554,14 +559,17 @@ fn first_pass(
         .map(|(index, (tensor, choice))| {
             let reads = match choice {
                 Choice::Keep(_) => 1,
-                Choice::Quantize if per_channel && index >= kept_before => 3,
-                Choice::Quantize => 2,
+                Choice::Quantize if per_channel && index >= kept_before => 4,
+                Choice::Quantize => 3,
             };
             reads * tensor.info.byte_len()
         })
         .sum();
     control.bytes_total.store(total, Ordering::Relaxed);
-    let (mut largest, mut kept, mut kept_ends) = (Vec::new(), Vec::new(), Vec::new());
+    // Sized exactly: doubling lists of millions would hold both copies at once.
+    let mut kept = Vec::with_capacity(usize::try_from(kept_rows).unwrap_or(0));
+    let mut kept_ends = Vec::with_capacity(kept_before);
+    let mut largest = Vec::with_capacity(if per_channel { 0 } else { model.tensors.len() });
     for (index, (tensor, choice)) in model.tensors.iter().zip(choices.iter_mut()).enumerate() {
         let keep_rows = index < kept_before;
         let mut tensor_largest = 0.0;
@@ -1099,10 +1107,15 @@ impl ShardContext<'_> {
             config,
             control,
         } = *self;
-        let mut sources = Vec::new();
         // The model's tensors come in the order of their files.
         let first = model.tensors.partition_point(|t| t.shard < shard);
         let end = model.tensors.partition_point(|t| t.shard <= shard);
+        let weights = choices[first..end]
+            .iter()
+            .filter(|&&choice| choice == Choice::Quantize)
+            .count();
+        // Sized exactly: doubling lists of millions would hold both copies at once.
+        let mut sources = Vec::with_capacity(end - first + weights);
         for (index, choice) in choices.iter().enumerate().take(end).skip(first) {
             // `quantize` made sure that every index fits.
             let index32 = u32::try_from(index).unwrap_or(u32::MAX);
@@ -1120,7 +1133,7 @@ impl ShardContext<'_> {
         };
         let metadata = output_metadata(model.shards[shard].metadata.as_deref(), config);
         let layout = FileLayout::plan(&specs, Some(metadata))?;
-        let mut quantized = Vec::new();
+        let mut quantized = Vec::with_capacity(weights);
         write_atomically(target, |out| {
             layout.write(out, |spec, out| match specs.sources[spec] {
                 Source::Copy(index) => {

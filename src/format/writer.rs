@@ -158,11 +158,9 @@ impl<'a, S: Specs + ?Sized, M: Metadata<'a>> FileLayout<'a, S, M> {
         if (0..count).any(|i| specs.name(i).is("__metadata__")) {
             return Err(Error::Invalid("`__metadata__` cannot name a tensor".into()));
         }
-        let mut order: Vec<u32> = (0..count)
-            .map(|i| {
-                u32::try_from(i).map_err(|_| Error::Invalid("too many tensors for one file".into()))
-            })
-            .collect::<Result<_>>()?;
+        let count32 = u32::try_from(count)
+            .map_err(|_| Error::Invalid("too many tensors for one file".into()))?;
+        let mut order: Vec<u32> = (0..count32).collect();
         // Repeated names found by sorting, not through a set of the names: a header can hold a
         // million.
         order.sort_unstable_by(|&a, &b| specs.name(a as usize).cmp(&specs.name(b as usize)));
