@@ -57,6 +57,16 @@ pub enum Stage {
 }
 
 impl QuantizeDialog {
+    /// Tensors previewed at most: the first chosen. A preview reads its tensor twice and is kept
+    /// to be shown; a hostile model can have a million tensors to quantize.
+    pub const PREVIEWED: usize = 10_000;
+
+    /// Previews of the first chosen tensors, computed in the background.
+    fn preview(&self) -> Effect {
+        let previewed = self.chosen.len().min(Self::PREVIEWED);
+        Effect::Preview(self.chosen[..previewed].to_vec(), self.granularity)
+    }
+
     pub fn options(&self) -> quantize::Options {
         quantize::Options {
             granularity: self.granularity,
@@ -532,7 +542,7 @@ impl App {
                             Granularity::PerTensor => Granularity::PerChannel,
                         };
                         dialog.previews.clear();
-                        Some(Effect::Preview(dialog.chosen.clone(), dialog.granularity))
+                        Some(dialog.preview())
                     }
                     (Action::QuantizeWholeModel, Stage::Choosing | Stage::ConfirmReplace) => {
                         "the whole model".clone_into(&mut dialog.scope);
@@ -545,7 +555,7 @@ impl App {
                             })
                             .collect();
                         dialog.previews.clear();
-                        Some(Effect::Preview(dialog.chosen.clone(), dialog.granularity))
+                        Some(dialog.preview())
                     }
                     (Action::QuantizeConfirm, Stage::Choosing) if dialog.chosen.is_empty() => {
                         dialog.stage = Stage::Failed(
@@ -635,7 +645,7 @@ impl App {
                 quantize::choose(&self.model.tensors[t], &options) == quantize::Choice::Quantize
             })
             .collect();
-        let effect = Effect::Preview(dialog.chosen.clone(), dialog.granularity);
+        let effect = dialog.preview();
         self.quantize = Some(dialog);
         (true, Some(effect))
     }

@@ -258,6 +258,58 @@ fn the_quantize_dialog_previews_saves_and_reports() {
     assert!(matches!(effect, Some(Effect::Reopen(path)) if path == output));
 }
 
+/// With more tensors chosen than are previewed, the first are previewed and the dialog says so;
+/// the rows shown are the worst of those previewed, then the first not previewed yet.
+#[test]
+fn the_quantize_dialog_previews_the_first_of_many() {
+    use stui::format::Dtype;
+    use stui::quantize::Error8;
+    use stui::tui::app::{Effect, QuantizeDialog};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("many.safetensors");
+    let count = QuantizeDialog::PREVIEWED + 5;
+    let mut model = stui::demo::SyntheticModel::new(0);
+    for layer in 0..count {
+        model = model.tensor(
+            &format!("l.{layer}.weight"),
+            Dtype::F32,
+            &[1, 1],
+            stui::demo::Fill::Zeros,
+        );
+    }
+    model.write(&path).unwrap();
+    let mut app = App::new(Arc::new(Model::open(&path).unwrap()), Theme::new(false));
+    let (_, effect) = app.update(Action::Quantize);
+    let Some(Effect::Preview(previewed, granularity)) = effect else {
+        panic!("a preview")
+    };
+    assert_eq!(previewed.len(), QuantizeDialog::PREVIEWED);
+    let worst = previewed[7];
+    let error = |snr_db| {
+        Ok(Some(Error8 {
+            snr_db,
+            ..Error8::default()
+        }))
+    };
+    app.on_preview(previewed[3], granularity, error(40.0));
+    app.on_preview(worst, granularity, error(12.5));
+    let shown = screen(&mut app, 100, 30);
+    assert!(shown.contains("previews of the first 10000"), "{shown}");
+    let rows: Vec<&str> = shown
+        .lines()
+        .skip_while(|line| !line.contains("PREVIEW (worst first)"))
+        .skip(1)
+        .take(3)
+        .collect();
+    let name = |tensor: usize| app.model.tensors[tensor].name().to_owned();
+    assert!(rows[0].contains(&format!("{} ", name(worst))), "{rows:?}");
+    assert!(
+        rows[1].contains(&format!("{} ", name(previewed[3]))),
+        "{rows:?}"
+    );
+    assert!(rows[2].contains('…'), "{rows:?}");
+}
+
 #[test]
 fn a_diff_marks_changed_tensors_up_the_tree() {
     let dir = tempfile::tempdir().unwrap();

@@ -68,6 +68,15 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, dialog: &QuantizeDialog)
         ),
         theme.dim,
     ));
+    if dialog.chosen.len() > QuantizeDialog::PREVIEWED {
+        lines.push(Line::styled(
+            format!(
+                "previews of the first {} (the rest are measured as they are saved)",
+                QuantizeDialog::PREVIEWED
+            ),
+            theme.dim,
+        ));
+    }
     lines.push(stage_line(app, dialog));
     lines.push(Line::styled(
         format!(
@@ -76,8 +85,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, dialog: &QuantizeDialog)
         ),
         theme.title,
     ));
-    lines.extend(preview_lines(app, dialog));
-
+    let room = usize::from(inner(box_area).height).saturating_sub(lines.len());
+    lines.extend(preview_lines(app, dialog, room));
     frame.render_widget(Paragraph::new(lines), inner(box_area));
 }
 
@@ -122,46 +131,48 @@ fn stage_line(app: &App, dialog: &QuantizeDialog) -> Line<'static> {
     }
 }
 
-/// One line per chosen tensor, the worst SNR first, those not yet previewed last.
-fn preview_lines(app: &App, dialog: &QuantizeDialog) -> Vec<Line<'static>> {
+/// A line for each of the first `count` chosen tensors, the worst SNR first (failures before any
+/// SNR), those not yet previewed last in model order. Only the lines shown are made: thousands of
+/// tensors can be chosen.
+fn preview_lines(app: &App, dialog: &QuantizeDialog, count: usize) -> Vec<Line<'static>> {
     let theme = &app.theme;
-    let mut rows: Vec<(usize, Option<f64>, Line<'static>)> = dialog
-        .chosen
-        .iter()
-        .map(|&tensor| {
+    let rank = |tensor: usize| match dialog.previews.get(&tensor) {
+        None => (1, 0.0),
+        Some(Err(_) | Ok(None)) => (0, f64::NEG_INFINITY),
+        Some(Ok(Some(error))) => (0, error.snr_db),
+    };
+    let order = |a: &(usize, (u8, f64)), b: &(usize, (u8, f64))| {
+        (a.1.0.cmp(&b.1.0))
+            .then(a.1.1.total_cmp(&b.1.1))
+            .then(a.0.cmp(&b.0))
+    };
+    let mut shown: Vec<(usize, (u8, f64))> = Vec::with_capacity(count + 1);
+    for &tensor in dialog.chosen.iter().take(QuantizeDialog::PREVIEWED) {
+        let candidate = (tensor, rank(tensor));
+        if shown.len() == count
+            && shown
+                .last()
+                .is_none_or(|last| order(&candidate, last).is_ge())
+        {
+            continue;
+        }
+        let at = shown.partition_point(|row| order(row, &candidate).is_lt());
+        shown.insert(at, candidate);
+        shown.truncate(count);
+    }
+    shown
+        .into_iter()
+        .map(|(tensor, _)| {
             let name = escape(app.model.tensors[tensor].name()).into_owned();
             match dialog.previews.get(&tensor) {
-                None => (
-                    tensor,
-                    None,
-                    Line::styled(format!("{name:<52} …"), theme.dim),
-                ),
-                Some(Err(error)) => (
-                    tensor,
-                    Some(f64::NEG_INFINITY),
-                    Line::styled(format!("{name:<52} {error}"), theme.error),
-                ),
-                Some(Ok(None)) => (
-                    tensor,
-                    Some(f64::NEG_INFINITY),
-                    Line::styled(format!("{name:<52} ✖ holds NaN/Inf"), theme.error),
-                ),
-                Some(Ok(Some(error))) => (
-                    tensor,
-                    Some(error.snr_db),
-                    Line::from(format!(
-                        "{name:<52} {:>8.2} {:>11.3e} {:>9.3e}",
-                        error.snr_db, error.max_abs_error, error.relative_rms_error
-                    )),
-                ),
+                None => Line::styled(format!("{name:<52} …"), theme.dim),
+                Some(Err(error)) => Line::styled(format!("{name:<52} {error}"), theme.error),
+                Some(Ok(None)) => Line::styled(format!("{name:<52} ✖ holds NaN/Inf"), theme.error),
+                Some(Ok(Some(error))) => Line::from(format!(
+                    "{name:<52} {:>8.2} {:>11.3e} {:>9.3e}",
+                    error.snr_db, error.max_abs_error, error.relative_rms_error
+                )),
             }
         })
-        .collect();
-    rows.sort_by(|a, b| match (a.1, b.1) {
-        (Some(x), Some(y)) => x.total_cmp(&y),
-        (Some(_), None) => std::cmp::Ordering::Less,
-        (None, Some(_)) => std::cmp::Ordering::Greater,
-        (None, None) => a.0.cmp(&b.0),
-    });
-    rows.into_iter().map(|(_, _, line)| line).collect()
+        .collect()
 }
