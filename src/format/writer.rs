@@ -170,7 +170,7 @@ impl<'a, S: Specs + ?Sized, M: Metadata<'a>> FileLayout<'a, S, M> {
         {
             return Err(Error::Invalid(format!(
                 "tensor `{}` is given twice",
-                specs.name(pair[0] as usize)
+                crate::text::escape(&specs.name(pair[0] as usize).to_string())
             )));
         }
         // Names are unique, so a stable sort by rank keeps name order within a rank.
@@ -181,7 +181,7 @@ impl<'a, S: Specs + ?Sized, M: Metadata<'a>> FileLayout<'a, S, M> {
             let len = specs.byte_len(index).ok_or_else(|| {
                 Error::Invalid(format!(
                     "tensor `{}`: {} of shape {:?} does not fill a whole number of bytes",
-                    specs.name(index),
+                    crate::text::escape(&specs.name(index).to_string()),
                     specs.dtype(index),
                     specs.shape(index)
                 ))
