@@ -195,6 +195,19 @@ pub fn scale_dtype(source: Dtype) -> Dtype {
     }
 }
 
+/// The dtype of the scales of `tensor`, a float tensor to quantize.
+fn scales_dtype_of(tensor: &Tensor) -> Dtype {
+    scale_dtype(tensor.info.dtype.known().unwrap_or(Dtype::F32))
+}
+
+/// The shape of the scales of a weight of `shape`: one a row (`[out, 1]`) or one in all (`[1]`).
+fn scales_shape(shape: &Shape, granularity: Granularity) -> Shape {
+    match granularity {
+        Granularity::PerChannel => Shape::from([shape.get(0).unwrap_or(1), 1]),
+        Granularity::PerTensor => Shape::from([1]),
+    }
+}
+
 /// `value` as it reads back after storing in `dtype`.
 #[expect(
     clippy::cast_possible_truncation,
@@ -481,13 +494,7 @@ enum Absmax {
 impl Absmax {
     /// How the rows of quantized `tensor` (an index among the model's) find their scales.
     fn row_scales(&self, model: &Model, tensor: usize) -> RowScales<'_> {
-        let dtype = scale_dtype(
-            model.tensors[tensor]
-                .info
-                .dtype
-                .known()
-                .unwrap_or(Dtype::F32),
-        );
+        let dtype = scales_dtype_of(&model.tensors[tensor]);
         match self {
             Absmax::PerTensor(largest) => RowScales::Shared(scale_for(dtype, largest[tensor])),
             Absmax::PerChannel { kept, kept_ends } if tensor < kept_ends.len() => {
@@ -579,7 +586,7 @@ fn first_pass(
             {
                 Some((value, rows)) => {
                     tensor_largest = value;
-                    let dtype = scale_dtype(tensor.info.dtype.known().unwrap_or(Dtype::F32));
+                    let dtype = scales_dtype_of(tensor);
                     kept.extend(rows.iter().map(|&row| scale_for(dtype, row)));
                 }
                 None if options.non_finite == NonFinite::Skip => {
@@ -1056,23 +1063,20 @@ impl Specs for ShardSpecs<'_> {
     }
 
     fn dtype(&self, index: usize) -> Dtype {
-        let dtype = self.tensor(index).info.dtype.known();
+        let tensor = self.tensor(index);
         match self.sources[index] {
             // The model is valid: every dtype is known.
-            Source::Copy(_) => dtype.unwrap_or(Dtype::U8),
+            Source::Copy(_) => tensor.info.dtype.known().unwrap_or(Dtype::U8),
             Source::Weight(_) => Dtype::I8,
-            Source::Scale(_) => scale_dtype(dtype.unwrap_or(Dtype::F32)),
+            Source::Scale(_) => scales_dtype_of(tensor),
         }
     }
 
     fn shape(&self, index: usize) -> Shape {
         let shape = &self.tensor(index).info.shape;
-        match (self.sources[index], self.granularity) {
-            (Source::Copy(_) | Source::Weight(_), _) => shape.clone(),
-            (Source::Scale(_), Granularity::PerChannel) => {
-                Shape::from([shape.get(0).unwrap_or(1), 1])
-            }
-            (Source::Scale(_), Granularity::PerTensor) => Shape::from([1]),
+        match self.sources[index] {
+            Source::Copy(_) | Source::Weight(_) => shape.clone(),
+            Source::Scale(_) => scales_shape(shape, self.granularity),
         }
     }
 }
@@ -1461,7 +1465,7 @@ pub fn preview(model: &Model, tensor: usize, granularity: Granularity) -> Result
     else {
         return Ok(None);
     };
-    let dtype = scale_dtype(entry.info.dtype.known().unwrap_or(Dtype::F32));
+    let dtype = scales_dtype_of(entry);
     let scales = match granularity {
         Granularity::PerChannel => RowScales::Own(dtype),
         Granularity::PerTensor => RowScales::Shared(scale_for(dtype, absmax)),
@@ -1578,12 +1582,10 @@ fn write_index(
     for (index, tensor) in model.tensors.iter().enumerate() {
         if choices[index] == Choice::Quantize {
             let count = tensor.info.element_count().unwrap_or(0);
-            let dtype = scale_dtype(tensor.info.dtype.known().unwrap_or(Dtype::F32));
-            let scales = match granularity {
-                Granularity::PerChannel => tensor.info.shape.get(0).unwrap_or(1),
-                Granularity::PerTensor => 1,
-            };
-            total_size += count + scales * u64::from(dtype.bits() / 8);
+            let scales: u64 = scales_shape(&tensor.info.shape, granularity)
+                .iter()
+                .product();
+            total_size += count + scales * u64::from(scales_dtype_of(tensor).bits() / 8);
         } else {
             total_size += tensor.info.byte_len();
         }
