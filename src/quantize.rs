@@ -339,6 +339,13 @@ impl Summary {
             })
     }
 
+    /// The quantized tensor with the lowest SNR.
+    pub fn worst(&self) -> Option<&Quantized> {
+        self.quantized
+            .iter()
+            .min_by(|a, b| a.error.snr_db.total_cmp(&b.error.snr_db))
+    }
+
     /// The quantized tensors, the lowest SNR first.
     pub fn worst_first(&self) -> Vec<&Quantized> {
         let mut worst: Vec<&Quantized> = self.quantized.iter().collect();

@@ -1178,10 +1178,7 @@ impl Serialize for QuantizeJson<'_> {
         json.serialize_field("kept", &KeptList(self))?;
         json.serialize_field("bytes_before", &summary.bytes_before)?;
         json.serialize_field("bytes_after", &summary.bytes_after)?;
-        json.serialize_field(
-            "worst",
-            &summary.worst_first().first().map(|q| name(q.tensor)),
-        )?;
+        json.serialize_field("worst", &summary.worst().map(|q| name(q.tensor)))?;
         json.serialize_field("verified", &summary.verified)?;
         json.end()
     }
