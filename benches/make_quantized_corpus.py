@@ -6,7 +6,7 @@ usage: make_quantized_corpus.py SRC.safetensors OUT_DIR [--scheme=W4A16|FP8_BLOC
 
 SRC is `llama-like-bf16.safetensors` from ../shared/bench/make_corpus.py. Writes, for each
 scheme, OUT_DIR/<src stem>-<scheme>/ with model.safetensors and config.json, in the layout
-llm-compressor's model_free_ptq writes for the preset (scheme with ignore=["lm_head"]):
+llm-compressor writes for the preset with ignore=["lm_head"]:
 
   W4A16      every `*_proj.weight` of the decoder layers as `weight_packed` I32
              [out, in/8] (int4 codes + 8, eight per word, LSB first), `weight_scale` BF16
@@ -14,7 +14,8 @@ llm-compressor's model_free_ptq writes for the preset (scheme with ignore=["lm_h
   FP8_BLOCK  every `*_proj.weight` as `weight` F8_E4M3 [out, in] with `weight_scale` BF16
              [ceil(out/128), ceil(in/128)] (128x128 blocks).
 
-Embeddings, norms and lm_head are copied unchanged. The arithmetic is compressed-tensors'
+Embeddings, norms and lm_head are copied unchanged (as from llm-compressor's oneshot, which
+targets Linear modules; its model_free_ptq would quantize embed_tokens too). The arithmetic is compressed-tensors'
 own, step for step in BF16 as it runs on a BF16 weight (min/max observer, scale =
 absmax / (range/2) rounded to BF16, x / scale rounded to BF16, clamp, round half to even or
 cast to E4M3 with round half to even), so the output is byte-identical to the producer's.
@@ -90,8 +91,8 @@ def bf16_to_f32(bits):
 
 def f32_to_bf16(x, nan_bits=0xFFFF):
     """Round to nearest even, as torch rounds a float32 result into a bfloat16 tensor.
-    torch's NaN bits depend on the kernel path: its vectorized conversion (any tensor of
-    more than a few elements) writes 0xFFFF, its scalar one 0x7FC0."""
+    torch's NaN bits depend on its kernel path: 0xFFFF in a [128, 8] scale tensor, 0x7FC0
+    in a [1, 8] one (see --check); NaN scales are written as 0xFFFF."""
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
     rounded = ((u + (np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16))
     out = rounded.astype(np.uint16)
