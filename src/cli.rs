@@ -29,11 +29,11 @@ pub struct Cli {
     pub command: Option<Command>,
 
     /// Colours in the explorer: auto (off when `NO_COLOR` is set), always, never.
-    #[arg(long, value_enum, default_value_t = ColorMode::Auto, global = true)]
+    #[arg(long, value_enum, default_value_t = ColorMode::Auto)]
     pub color: ColorMode,
 
     /// Log frame times and input-to-frame latencies of the explorer to FILE (or set `STUI_LOG`).
-    #[arg(long, value_name = "FILE", env = "STUI_LOG", global = true)]
+    #[arg(long, value_name = "FILE", env = "STUI_LOG")]
     pub log: Option<PathBuf>,
 }
 

@@ -459,3 +459,37 @@ fn inspect_lists_a_run_of_single_tensor_layers_once() {
         "{text}"
     );
 }
+
+/// The explorer's options are in the explorer's help, and in no command's.
+#[test]
+fn each_option_is_in_the_help_of_the_commands_it_applies_to() {
+    use clap::CommandFactory;
+    let explorer_only = ["--diff", "--color", "--log", "STUI_LOG"];
+    let (_, help) = run(repo(), &["--help"]);
+    for option in explorer_only {
+        assert!(help.contains(option), "stui --help lacks {option}");
+    }
+    for command in stui::cli::Cli::command().get_subcommands() {
+        let name = command.get_name();
+        let (code, help) = run(repo(), &[name, "--help"]);
+        assert_eq!(code, 0);
+        for option in explorer_only {
+            assert!(
+                !help.contains(option),
+                "stui {name} --help offers {option}:\n{help}"
+            );
+        }
+        // And each option the command declares is in its help.
+        for argument in command.get_arguments() {
+            if let Some(long) = argument.get_long() {
+                assert!(help.contains(&format!("--{long}")), "{name}: --{long}");
+            }
+        }
+    }
+    let (code, text) = run(
+        repo(),
+        &["check", "--color", "never", "assets/demo.safetensors"],
+    );
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("unexpected argument '--color'"), "{text}");
+}
