@@ -6,9 +6,11 @@ use std::path::PathBuf;
 /// Explore and check .safetensors model files.
 ///
 /// PATH may be a .safetensors file, a sharded model's model.safetensors.index.json, or a folder
-/// holding either. `stui PATH` shows the model; the subcommands serve scripts and CI, each with
-/// --json output and exit codes: 0 when nothing is wrong, 1 when the model has problems, 2 when
-/// stui could not run (bad arguments, unreadable path).
+/// holding either. `stui PATH` shows the model in the explorer when standard output is a terminal,
+/// and otherwise prints the report of `stui inspect PATH` (of `stui diff PATH B` with --diff B).
+/// The subcommands serve scripts and CI, each with --json output and exit codes: 0 when nothing is
+/// wrong, 1 when the model has problems, 2 when stui could not run (bad arguments, unreadable
+/// path).
 #[derive(Debug, Parser)]
 #[command(
     name = "stui",
@@ -19,6 +21,11 @@ use std::path::PathBuf;
 pub struct Cli {
     /// The model to open: a .safetensors file, an index .json, or a folder.
     pub path: Option<PathBuf>,
+
+    /// Open the explorer even when standard output is not a terminal: it draws on the terminal
+    /// stui runs in, and stops with a message when there is none.
+    #[arg(long)]
+    pub tui: bool,
 
     /// In the explorer, compare the model with B: each tensor marked as changed (with the size
     /// of the change) or only in this model, the marks climbing the tree.

@@ -43,8 +43,9 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
         Some(Command::Quantize(args)) => quantize(&args, out),
         Some(Command::Hash(args)) => hash(&args, out),
         Some(Command::Diff(args)) => diff(&args, out),
-        None => match cli.path {
-            Some(path) => {
+        None => match (cli.path, cli.diff) {
+            (Some(a), Some(b)) => diff(&DiffArgs { a, b, json: false }, out),
+            (Some(path), None) => {
                 let args = InspectArgs {
                     path,
                     json: false,
@@ -55,7 +56,7 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
                 };
                 inspect(&args, out)
             }
-            None => anyhow::bail!("no model given; see `stui --help`"),
+            (None, _) => anyhow::bail!("no model given; see `stui --help`"),
         },
     };
     match result {
