@@ -9,8 +9,8 @@ use std::path::PathBuf;
 /// holding either. `stui PATH` shows the model in the explorer when standard output is a terminal,
 /// and otherwise prints the report of `stui inspect PATH` (of `stui diff PATH B` with --diff B).
 /// The subcommands serve scripts and CI, each with --json output and exit codes: 0 when nothing is
-/// wrong, 1 when the model has problems, 2 when stui could not run (bad arguments, unreadable
-/// path).
+/// wrong, 1 when the model has problems, 2 when stui could not run (bad arguments, a path that is
+/// not a model file or folder).
 #[derive(Debug, Parser)]
 #[command(
     name = "stui",

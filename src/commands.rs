@@ -5,14 +5,16 @@ use crate::analysis::{Histogram, Moments};
 use crate::cli::{
     CheckArgs, Cli, Command, DiffArgs, HashArgs, InspectArgs, QuantizeArgs, StatsArgs,
 };
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::finding::Severity;
 use crate::format::Model;
 use crate::jobs::{Scan, ScanEvent, ScanOptions, ScanOrder};
+use crate::paths;
 use crate::report::{Check, Inspect, Listing, Report};
 use crate::report::{StatsRow, StatsWriter};
 use crate::tree::LayerTree;
 use std::io::{self, Write};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
 
@@ -73,12 +75,12 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
 
 /// Why a command stopped: stui's own errors, or the output going away.
 enum Failure {
-    Stui(crate::error::Error),
+    Stui(Error),
     Output(io::Error),
 }
 
-impl From<crate::error::Error> for Failure {
-    fn from(error: crate::error::Error) -> Self {
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
         Failure::Stui(error)
     }
 }
@@ -89,11 +91,21 @@ impl From<io::Error> for Failure {
     }
 }
 
-fn open(path: &std::path::Path) -> Result<Model> {
+fn open(path: &Path) -> Result<Model> {
     Model::open(path)
 }
 
+/// A config named on the command line must be a file stui can read: anything else stops the
+/// command, where a config found beside the model that cannot be read is only a finding.
+fn check_config(config: Option<&Path>) -> Result<()> {
+    match config {
+        Some(path) => paths::look_at_file(path).map_err(|e| Error::io(path, e)),
+        None => Ok(()),
+    }
+}
+
 fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure> {
+    check_config(args.config.as_deref())?;
     let mut model = open(&args.path)?;
     let needle = args.filter.as_deref().map(str::to_lowercase);
     // The checks, the tree and the structural id each read the whole tensor list: side by side.
@@ -143,6 +155,7 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
 }
 
 fn check<W: Write>(args: &CheckArgs, out: &mut W) -> Result<Outcome, Failure> {
+    check_config(args.config.as_deref())?;
     let model = crate::arch::open_reviewed(&args.path, args.config.as_deref())?;
     let report = Check {
         model: &model,
@@ -306,8 +319,9 @@ impl<'m> InOrder<'m> {
 fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failure> {
     use crate::quantize::{Control, Granularity, NonFinite, Options};
     let model = open(&args.path)?;
-    if args.output.exists() && !args.yes {
-        return Err(Failure::Stui(crate::error::Error::Invalid(format!(
+    let existing = paths::look_at_output(&args.output).map_err(|e| Error::io(&args.output, e))?;
+    if existing.is_some() && !args.yes {
+        return Err(Failure::Stui(Error::Invalid(format!(
             "{} exists; pass --yes to replace it",
             crate::text::escape_path(&args.output)
         ))));
@@ -357,12 +371,12 @@ fn hash<W: Write>(args: &HashArgs, out: &mut W) -> Result<Outcome, Failure> {
         .map(|shard| {
             crate::hash::file_sha256(&shard.path)
                 .map(|digest| (shard.path.to_string_lossy().into_owned(), digest))
-                .map_err(|e| crate::error::Error::io(&shard.path, e))
+                .map_err(|e| Error::io(&shard.path, e))
         })
         .collect::<Result<_, _>>()?;
     let tensors = if args.per_tensor {
         let digests = crate::hash::tensor_sha256s(&model).map_err(|(tensor, error)| {
-            crate::error::Error::io(&model.shard_of(&model.tensors[tensor]).path, error)
+            Error::io(&model.shard_of(&model.tensors[tensor]).path, error)
         })?;
         Some(crate::report::TensorDigests {
             tensors: &model.tensors,

@@ -50,7 +50,7 @@ pub struct Options {
 pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
     let model = Arc::new(crate::arch::open_reviewed(path, None)?);
     let mut log = match &options.log {
-        Some(file) => Some(BufWriter::new(File::create(file).with_context(|| {
+        Some(file) => Some(BufWriter::new(open_log(file).with_context(|| {
             format!("cannot write the log {}", crate::text::escape_path(file))
         })?)),
         None => None,
@@ -81,6 +81,13 @@ pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
         let _ = log.flush();
     }
     outcome
+}
+
+/// Creates (or empties) the log file, which must be a regular file or not exist yet: a named
+/// pipe would wait for a reader, a device is no place for it.
+fn open_log(path: &Path) -> std::io::Result<File> {
+    crate::paths::look_at_output_file(path)?;
+    File::create(path)
 }
 
 /// Restores the terminal before a panic message is printed. Panics in scan workers are caught

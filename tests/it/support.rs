@@ -157,6 +157,15 @@ pub fn stui<S: AsRef<std::ffi::OsStr>>(
     command
 }
 
+/// Makes a named pipe at `path` (with the `mkfifo` every Unix has).
+pub fn make_fifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
 /// `command` run in a session of its own (`setsid`), where no terminal can be reached: no
 /// controlling terminal, and the standard streams that [`run_within`] gives. `None` where
 /// `setsid` is missing.
