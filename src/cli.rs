@@ -79,6 +79,12 @@ pub enum Command {
     ///
     /// Exits 0 when the models are identical, 1 when they differ.
     Diff(DiffArgs),
+    /// Print a shell completion script: bash, zsh, fish, elvish or powershell.
+    Completions(CompletionsArgs),
+    /// Print the manual page: stui(1), or stui-COMMAND(1) for one command.
+    ///
+    /// The page is roff, for `man`: `stui man | man -l -` shows it.
+    Man(ManArgs),
 }
 
 #[derive(Debug, Args)]
@@ -185,4 +191,17 @@ pub struct HashArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell the script is for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The command whose page to print (`check` prints stui-check(1)); stui(1) when omitted.
+    pub command: Option<String>,
 }

@@ -3,7 +3,8 @@
 
 use crate::analysis::{Histogram, Moments};
 use crate::cli::{
-    CheckArgs, Cli, Command, DiffArgs, HashArgs, InspectArgs, QuantizeArgs, StatsArgs,
+    CheckArgs, Cli, Command, CompletionsArgs, DiffArgs, HashArgs, InspectArgs, ManArgs,
+    QuantizeArgs, StatsArgs,
 };
 use crate::error::{Error, Result};
 use crate::finding::Severity;
@@ -45,6 +46,8 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
         Some(Command::Quantize(args)) => quantize(&args, out),
         Some(Command::Hash(args)) => hash(&args, out),
         Some(Command::Diff(args)) => diff(&args, out),
+        Some(Command::Completions(args)) => completions(&args, out),
+        Some(Command::Man(args)) => man(&args, out),
         None => match (cli.path, cli.diff) {
             (Some(a), Some(b)) => diff(&DiffArgs { a, b, json: false }, out),
             (Some(path), None) => {
@@ -415,6 +418,48 @@ fn diff<W: Write>(args: &DiffArgs, out: &mut W) -> Result<Outcome, Failure> {
     } else {
         Outcome::Problems
     })
+}
+
+fn completions<W: Write>(args: &CompletionsArgs, out: &mut W) -> Result<Outcome, Failure> {
+    use clap::CommandFactory;
+    use clap_complete::Generator;
+    let mut command = Cli::command();
+    command.set_bin_name("stui");
+    command.build();
+    args.shell.try_generate(&command, out)?;
+    Ok(Outcome::Clean)
+}
+
+fn man<W: Write>(args: &ManArgs, out: &mut W) -> Result<Outcome, Failure> {
+    use clap::CommandFactory;
+    let mut command = Cli::command();
+    // Names the commands' pages stui-inspect(1) and so on, as the main page lists them.
+    command.build();
+    let page = match &args.command {
+        None => command,
+        Some(name) => {
+            let commands: Vec<&clap::Command> = command
+                .get_subcommands()
+                .filter(|c| c.get_name() != "help")
+                .collect();
+            let Some(&page) = commands.iter().find(|c| c.get_name() == name) else {
+                let names: Vec<&str> = commands.iter().map(|c| c.get_name()).collect();
+                return Err(Failure::Stui(Error::Invalid(format!(
+                    "no command `{}`; the commands are {}",
+                    crate::text::escape(name),
+                    names.join(", ")
+                ))));
+            };
+            page.clone()
+        }
+    };
+    let source = format!("stui {}", env!("CARGO_PKG_VERSION"));
+    let mut out = io::BufWriter::new(out);
+    clap_mangen::Man::new(page)
+        .source(source)
+        .render(&mut out)?;
+    out.flush()?;
+    Ok(Outcome::Clean)
 }
 
 /// Writes a report, buffered, as JSON or text.

@@ -604,3 +604,86 @@ fn tui_without_any_terminal_fails_with_a_message() {
     );
     assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
 }
+
+/// Every subcommand's name, as `stui --help` lists them.
+fn subcommand_names() -> Vec<String> {
+    use clap::CommandFactory;
+    stui::cli::Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_owned())
+        .collect()
+}
+
+#[test]
+fn completions_for_every_shell_name_every_subcommand() {
+    let names = subcommand_names();
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_stui"))
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{shell}");
+        let script = String::from_utf8(output.stdout).unwrap();
+        for name in &names {
+            assert!(script.contains(name.as_str()), "{shell} lacks {name}");
+        }
+        assert!(
+            script.contains("per-tensor") && script.contains("tui"),
+            "{shell}"
+        );
+        // Where the shell is installed, it reads the script without a syntax error.
+        let check = match shell {
+            "bash" => Some(("bash", "-n")),
+            "zsh" => Some(("zsh", "-n")),
+            "fish" => Some(("fish", "--no-execute")),
+            _ => None,
+        };
+        if let Some((program, flag)) = check
+            && let Ok(mut child) = Command::new(program)
+                .arg(flag)
+                .stdin(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+        {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(script.as_bytes())
+                .unwrap();
+            let checked = child.wait_with_output().unwrap();
+            assert!(
+                checked.status.success(),
+                "{program} {flag}: {}",
+                String::from_utf8_lossy(&checked.stderr)
+            );
+        }
+    }
+}
+
+#[test]
+fn the_man_page_names_every_subcommand() {
+    let (code, page) = run(repo(), &["man"]);
+    assert_eq!(code, 0);
+    assert!(page.contains(".TH stui 1"), "{page}");
+    for name in subcommand_names() {
+        assert!(
+            page.contains(&format!("stui\\-{name}(1)")),
+            "stui(1) lacks {name}"
+        );
+        let (code, own) = run(repo(), &["man", &name]);
+        assert_eq!(code, 0, "{own}");
+        let version = env!("CARGO_PKG_VERSION");
+        assert!(
+            own.contains(&format!(".TH stui-{name} 1  \"stui {version}\"")),
+            "{own}"
+        );
+    }
+    let (code, text) = run(repo(), &["man", "nope"]);
+    assert_eq!(code, 2);
+    assert!(
+        text.contains("no command `nope`; the commands are inspect, check"),
+        "{text}"
+    );
+}
