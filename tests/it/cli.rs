@@ -680,6 +680,17 @@ fn the_man_page_names_every_subcommand() {
             "{own}"
         );
     }
+    // The README's install loop writes every command's page.
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let install: Vec<&str> = readme
+        .lines()
+        .find_map(|line| line.strip_prefix("for command in "))
+        .unwrap()
+        .split([' ', ';'])
+        .collect();
+    for name in subcommand_names() {
+        assert!(install.contains(&name.as_str()), "README: {install:?}");
+    }
     let (code, text) = run(repo(), &["man", "nope"]);
     assert_eq!(code, 2);
     assert!(
