@@ -332,7 +332,8 @@ pub fn review(model: &Model, explicit: Option<&Path>) -> (Option<Architecture>, 
         return (architecture, Vec::new());
     };
     let label = escape(&path.display().to_string()).into_owned();
-    let config = std::fs::read_to_string(&path)
+    let config = crate::paths::open_file(&path)
+        .and_then(std::io::read_to_string)
         .map_err(|error| error.to_string())
         .and_then(|text| serde_json::from_str::<Value>(&text).map_err(|e| e.to_string()));
     let findings = match (config, &architecture) {

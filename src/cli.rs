@@ -6,9 +6,11 @@ use std::path::PathBuf;
 /// Explore and check .safetensors model files.
 ///
 /// PATH may be a .safetensors file, a sharded model's model.safetensors.index.json, or a folder
-/// holding either. `stui PATH` shows the model; the subcommands serve scripts and CI, each with
-/// --json output and exit codes: 0 when nothing is wrong, 1 when the model has problems, 2 when
-/// stui could not run (bad arguments, unreadable path).
+/// holding either. `stui PATH` shows the model in the explorer when standard output is a terminal,
+/// and otherwise prints the report of `stui inspect PATH` (of `stui diff PATH B` with --diff B).
+/// The subcommands serve scripts and CI, each with --json output and exit codes: 0 when nothing is
+/// wrong, 1 when the model has problems, 2 when stui could not run (bad arguments, a path that is
+/// not a model file or folder).
 #[derive(Debug, Parser)]
 #[command(
     name = "stui",
@@ -20,6 +22,11 @@ pub struct Cli {
     /// The model to open: a .safetensors file, an index .json, or a folder.
     pub path: Option<PathBuf>,
 
+    /// Open the explorer even when standard output is not a terminal: it draws on the terminal
+    /// stui runs in, and stops with a message when there is none.
+    #[arg(long)]
+    pub tui: bool,
+
     /// In the explorer, compare the model with B: each tensor marked as changed (with the size
     /// of the change) or only in this model, the marks climbing the tree.
     #[arg(long, value_name = "B")]
@@ -29,11 +36,11 @@ pub struct Cli {
     pub command: Option<Command>,
 
     /// Colours in the explorer: auto (off when `NO_COLOR` is set), always, never.
-    #[arg(long, value_enum, default_value_t = ColorMode::Auto, global = true)]
+    #[arg(long, value_enum, default_value_t = ColorMode::Auto)]
     pub color: ColorMode,
 
     /// Log frame times and input-to-frame latencies of the explorer to FILE (or set `STUI_LOG`).
-    #[arg(long, value_name = "FILE", env = "STUI_LOG", global = true)]
+    #[arg(long, value_name = "FILE", env = "STUI_LOG")]
     pub log: Option<PathBuf>,
 }
 
@@ -72,6 +79,12 @@ pub enum Command {
     ///
     /// Exits 0 when the models are identical, 1 when they differ.
     Diff(DiffArgs),
+    /// Print a shell completion script: bash, zsh, fish, elvish or powershell.
+    Completions(CompletionsArgs),
+    /// Print the manual page: stui(1), or stui-COMMAND(1) for one command.
+    ///
+    /// The page is roff, for `man`: `stui man | man -l -` shows it.
+    Man(ManArgs),
 }
 
 #[derive(Debug, Args)]
@@ -178,4 +191,17 @@ pub struct HashArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell the script is for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The command whose page to print (`check` prints stui-check(1)); stui(1) when omitted.
+    pub command: Option<String>,
 }

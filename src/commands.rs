@@ -3,16 +3,19 @@
 
 use crate::analysis::{Histogram, Moments};
 use crate::cli::{
-    CheckArgs, Cli, Command, DiffArgs, HashArgs, InspectArgs, QuantizeArgs, StatsArgs,
+    CheckArgs, Cli, Command, CompletionsArgs, DiffArgs, HashArgs, InspectArgs, ManArgs,
+    QuantizeArgs, StatsArgs,
 };
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::finding::Severity;
 use crate::format::Model;
 use crate::jobs::{Scan, ScanEvent, ScanOptions, ScanOrder};
+use crate::paths;
 use crate::report::{Check, Inspect, Listing, Report};
 use crate::report::{StatsRow, StatsWriter};
 use crate::tree::LayerTree;
 use std::io::{self, Write};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
 
@@ -43,8 +46,11 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
         Some(Command::Quantize(args)) => quantize(&args, out),
         Some(Command::Hash(args)) => hash(&args, out),
         Some(Command::Diff(args)) => diff(&args, out),
-        None => match cli.path {
-            Some(path) => {
+        Some(Command::Completions(args)) => completions(&args, out),
+        Some(Command::Man(args)) => man(&args, out),
+        None => match (cli.path, cli.diff) {
+            (Some(a), Some(b)) => diff(&DiffArgs { a, b, json: false }, out),
+            (Some(path), None) => {
                 let args = InspectArgs {
                     path,
                     json: false,
@@ -55,7 +61,7 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
                 };
                 inspect(&args, out)
             }
-            None => anyhow::bail!("no model given; see `stui --help`"),
+            (None, _) => anyhow::bail!("no model given; see `stui --help`"),
         },
     };
     match result {
@@ -72,12 +78,12 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
 
 /// Why a command stopped: stui's own errors, or the output going away.
 enum Failure {
-    Stui(crate::error::Error),
+    Stui(Error),
     Output(io::Error),
 }
 
-impl From<crate::error::Error> for Failure {
-    fn from(error: crate::error::Error) -> Self {
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
         Failure::Stui(error)
     }
 }
@@ -88,11 +94,21 @@ impl From<io::Error> for Failure {
     }
 }
 
-fn open(path: &std::path::Path) -> Result<Model> {
+fn open(path: &Path) -> Result<Model> {
     Model::open(path)
 }
 
+/// A config named on the command line must be a file stui can read: anything else stops the
+/// command, where a config found beside the model that cannot be read is only a finding.
+fn check_config(config: Option<&Path>) -> Result<()> {
+    match config {
+        Some(path) => paths::look_at_file(path).map_err(|e| Error::io(path, e)),
+        None => Ok(()),
+    }
+}
+
 fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure> {
+    check_config(args.config.as_deref())?;
     let mut model = open(&args.path)?;
     let needle = args.filter.as_deref().map(str::to_lowercase);
     // The checks, the tree and the structural id each read the whole tensor list: side by side.
@@ -142,6 +158,7 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
 }
 
 fn check<W: Write>(args: &CheckArgs, out: &mut W) -> Result<Outcome, Failure> {
+    check_config(args.config.as_deref())?;
     let model = crate::arch::open_reviewed(&args.path, args.config.as_deref())?;
     let report = Check {
         model: &model,
@@ -305,8 +322,9 @@ impl<'m> InOrder<'m> {
 fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failure> {
     use crate::quantize::{Control, Granularity, NonFinite, Options};
     let model = open(&args.path)?;
-    if args.output.exists() && !args.yes {
-        return Err(Failure::Stui(crate::error::Error::Invalid(format!(
+    let existing = paths::look_at_output(&args.output).map_err(|e| Error::io(&args.output, e))?;
+    if existing.is_some() && !args.yes {
+        return Err(Failure::Stui(Error::Invalid(format!(
             "{} exists; pass --yes to replace it",
             crate::text::escape_path(&args.output)
         ))));
@@ -356,12 +374,12 @@ fn hash<W: Write>(args: &HashArgs, out: &mut W) -> Result<Outcome, Failure> {
         .map(|shard| {
             crate::hash::file_sha256(&shard.path)
                 .map(|digest| (shard.path.to_string_lossy().into_owned(), digest))
-                .map_err(|e| crate::error::Error::io(&shard.path, e))
+                .map_err(|e| Error::io(&shard.path, e))
         })
         .collect::<Result<_, _>>()?;
     let tensors = if args.per_tensor {
         let digests = crate::hash::tensor_sha256s(&model).map_err(|(tensor, error)| {
-            crate::error::Error::io(&model.shard_of(&model.tensors[tensor]).path, error)
+            Error::io(&model.shard_of(&model.tensors[tensor]).path, error)
         })?;
         Some(crate::report::TensorDigests {
             tensors: &model.tensors,
@@ -400,6 +418,48 @@ fn diff<W: Write>(args: &DiffArgs, out: &mut W) -> Result<Outcome, Failure> {
     } else {
         Outcome::Problems
     })
+}
+
+fn completions<W: Write>(args: &CompletionsArgs, out: &mut W) -> Result<Outcome, Failure> {
+    use clap::CommandFactory;
+    use clap_complete::Generator;
+    let mut command = Cli::command();
+    command.set_bin_name("stui");
+    command.build();
+    args.shell.try_generate(&command, out)?;
+    Ok(Outcome::Clean)
+}
+
+fn man<W: Write>(args: &ManArgs, out: &mut W) -> Result<Outcome, Failure> {
+    use clap::CommandFactory;
+    let mut command = Cli::command();
+    // Names the commands' pages stui-inspect(1) and so on, as the main page lists them.
+    command.build();
+    let page = match &args.command {
+        None => command,
+        Some(name) => {
+            let commands: Vec<&clap::Command> = command
+                .get_subcommands()
+                .filter(|c| c.get_name() != "help")
+                .collect();
+            let Some(&page) = commands.iter().find(|c| c.get_name() == name) else {
+                let names: Vec<&str> = commands.iter().map(|c| c.get_name()).collect();
+                return Err(Failure::Stui(Error::Invalid(format!(
+                    "no command `{}`; the commands are {}",
+                    crate::text::escape(name),
+                    names.join(", ")
+                ))));
+            };
+            page.clone()
+        }
+    };
+    let source = format!("stui {}", env!("CARGO_PKG_VERSION"));
+    let mut out = io::BufWriter::new(out);
+    clap_mangen::Man::new(page)
+        .source(source)
+        .render(&mut out)?;
+    out.flush()?;
+    Ok(Outcome::Clean)
 }
 
 /// Writes a report, buffered, as JSON or text.

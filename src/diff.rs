@@ -304,7 +304,8 @@ struct TensorBytes<'a> {
 impl<'a> TensorBytes<'a> {
     fn open(model: &'a Model, tensor: &Tensor) -> Result<Self, String> {
         let shard = model.shard_of(tensor);
-        let file = File::open(&shard.path).map_err(|e| format!("{}: {e}", shard.label))?;
+        let file =
+            crate::paths::open_file(&shard.path).map_err(|e| format!("{}: {e}", shard.label))?;
         Ok(TensorBytes {
             file,
             start: model.file_range(tensor).0,

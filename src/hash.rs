@@ -13,6 +13,7 @@
 //! same tensors and different values, or with their header entries in another order, share it.
 
 use crate::format::{Model, read_exact_at};
+use crate::paths::open_file;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use std::fs::File;
@@ -35,7 +36,7 @@ pub fn hex(digest: &[u8]) -> String {
 
 /// The SHA-256 of a whole file, as `sha256sum` prints it.
 pub fn file_sha256(path: &Path) -> io::Result<String> {
-    let mut file = File::open(path)?;
+    let mut file = open_file(path)?;
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; CHUNK];
     loop {
@@ -50,7 +51,7 @@ pub fn file_sha256(path: &Path) -> io::Result<String> {
 /// The SHA-256 of every tensor's bytes, computed in parallel, in the model's tensor order; or
 /// the first tensor that could not be read, and why.
 pub fn tensor_sha256s(model: &Model) -> Result<Vec<[u8; 32]>, (usize, io::Error)> {
-    let files: Vec<io::Result<File>> = model.shards.iter().map(|s| File::open(&s.path)).collect();
+    let files: Vec<io::Result<File>> = model.shards.iter().map(|s| open_file(&s.path)).collect();
     // Filled in place: collecting results would gather them in pieces and copy them once more.
     let mut digests = vec![[0u8; 32]; model.tensors.len()];
     digests

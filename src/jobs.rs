@@ -272,7 +272,7 @@ fn coordinate(
     let files: Vec<Option<File>> = model
         .shards
         .iter()
-        .map(|s| File::open(&s.path).ok())
+        .map(|s| crate::paths::open_file(&s.path).ok())
         .collect();
     let mut scannable_set = FixedBitSet::with_capacity(model.tensors.len());
     let (mut count, mut bytes) = (0, 0u64);

@@ -3,8 +3,9 @@
 //! The modules depend on each other in one direction only:
 //!
 //! - [`text`], [`finding`], [`error`]: shared vocabulary (escaping, findings with stable codes);
-//!   [`fault`]: panics on purpose where the fault tests ask (debug builds); [`recycle`]: buffers
-//!   handed on from chunk to chunk.
+//!   [`paths`]: what is at a path, looked at before any file is opened; [`fault`]: panics on
+//!   purpose where the fault tests ask (debug builds); [`recycle`]: buffers handed on from chunk
+//!   to chunk.
 //! - [`format`]: reading headers leniently, the reference's strict verdict, sharded models, and
 //!   the writer. Never reads tensor data when opening.
 //! - [`arch`]: the architecture recognised from names and shapes, checked against config.json.
@@ -30,6 +31,7 @@ pub mod finding;
 pub mod format;
 pub mod hash;
 pub mod jobs;
+pub mod paths;
 pub mod quantize;
 pub mod recycle;
 pub mod report;

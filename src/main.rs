@@ -1,4 +1,5 @@
 use clap::Parser;
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use stui::cli::{Cli, ColorMode};
 
@@ -7,6 +8,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if cli.command.is_none()
         && let Some(path) = &cli.path
+        && (cli.tui || std::io::stdout().is_terminal())
     {
         let color = match cli.color {
             ColorMode::Always => true,
@@ -26,9 +28,25 @@ fn main() -> ExitCode {
             }
         };
     }
+    // Without a terminal, `stui PATH` prints the report that `stui inspect PATH` (or, with
+    // --diff B, `stui diff PATH B`) prints.
+    let explorer_replaced = cli.command.is_none() && cli.path.is_some();
+    let replacement = if cli.diff.is_some() {
+        "diff"
+    } else {
+        "inspect"
+    };
     let mut stdout = std::io::stdout().lock();
     match stui::commands::run(cli, &mut stdout) {
-        Ok(outcome) => ExitCode::from(outcome.exit_code()),
+        Ok(outcome) => {
+            if explorer_replaced {
+                eprintln!(
+                    "stui: standard output is not a terminal, so this is the report of \
+                     `stui {replacement}`; --tui opens the explorer"
+                );
+            }
+            ExitCode::from(outcome.exit_code())
+        }
         Err(error) => {
             eprintln!("stui: {error:#}");
             ExitCode::from(2)

@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::format::mapped::with_mapped;
 use crate::format::writer::{FileLayout, Metadata, Name, Specs, write_atomically};
 use crate::format::{Dtype, Model, Shape, StringMap, Tensor, read_exact_at};
+use crate::paths::open_file;
 use crate::recycle::Recycled;
 use crate::text::escape;
 use multiversion::multiversion;
@@ -404,6 +405,12 @@ fn quantize_keeping(
         ));
     }
     let sharded = model.shards.len() > 1 || model.source != crate::format::model::Source::File;
+    let output_usable = if sharded {
+        crate::paths::look_at_output_folder(output)
+    } else {
+        crate::paths::look_at_output_file(output)
+    };
+    output_usable.map_err(|e| Error::io(output, e))?;
     let sources: std::collections::HashSet<PathBuf> =
         model.shards.iter().map(|s| canonical(&s.path)).collect();
     let targets: Vec<PathBuf> = if sharded {
@@ -422,7 +429,7 @@ fn quantize_keeping(
     let files: Vec<File> = model
         .shards
         .iter()
-        .map(|s| File::open(&s.path).map_err(|e| Error::io(&s.path, e)))
+        .map(|s| open_file(&s.path).map_err(|e| Error::io(&s.path, e)))
         .collect::<Result<_>>()?;
     let mut choices: Vec<Choice> = model.tensors.iter().map(|t| choose(t, options)).collect();
     if model.tensors.len() > u32::MAX as usize {
@@ -1205,7 +1212,7 @@ impl ShardContext<'_> {
             control,
             ..
         } = *self;
-        let written = File::open(target).map_err(|e| Error::io(target, e))?;
+        let written = open_file(target).map_err(|e| Error::io(target, e))?;
         let data_start = crate::format::LENGTH_PREFIX + layout.header_len();
         let specs = layout.specs();
         let mut begins = vec![0u64; specs.count()];
@@ -1464,7 +1471,7 @@ pub fn preview(model: &Model, tensor: usize, granularity: Granularity) -> Result
     let files: Vec<File> = model
         .shards
         .iter()
-        .map(|s| File::open(&s.path).map_err(|e| Error::io(&s.path, e)))
+        .map(|s| open_file(&s.path).map_err(|e| Error::io(&s.path, e)))
         .collect::<Result<_>>()?;
     let control = Control::default();
     let Some((absmax, _)) =
@@ -1664,7 +1671,7 @@ impl Serialize for WeightMap<'_> {
 /// one of the files written.
 fn index_reads_back(model: &Model, output: &Path, entries: usize) -> Result<bool> {
     let path = output.join(crate::format::index::INDEX_FILE_NAME);
-    let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
+    let file = open_file(&path).map_err(|e| Error::io(&path, e))?;
     let index = crate::format::index::ShardIndex::read(io::BufReader::new(file));
     Ok(index.findings.is_empty()
         && index.weight_map.len() == entries
@@ -1709,7 +1716,9 @@ fn copy_companions(model: &Model, output: &Path, ignore: &[&str], options: &Opti
         }
         let target = output.join(&name);
         if name == "config.json" {
-            let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+            let text = open_file(&path)
+                .and_then(io::read_to_string)
+                .map_err(|e| Error::io(&path, e))?;
             let mut config: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
                 Error::Invalid(format!("{}: {e}", escape(&path.display().to_string())))
             })?;
@@ -1723,7 +1732,7 @@ fn copy_companions(model: &Model, output: &Path, ignore: &[&str], options: &Opti
                 serde_json::to_string_pretty(&config).map_err(|e| Error::Invalid(e.to_string()))?;
             write_atomically(&target, |out| out.write_all(text.as_bytes()))?;
         } else {
-            let mut file = File::open(&path).map_err(|e| Error::io(&path, e))?;
+            let mut file = open_file(&path).map_err(|e| Error::io(&path, e))?;
             write_atomically(&target, |out| io::copy(&mut file, out).map(drop))?;
         }
     }

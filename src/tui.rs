@@ -10,6 +10,7 @@ pub mod app;
 mod event;
 pub mod keymap;
 pub mod outline;
+mod screen;
 pub mod theme;
 pub mod ui;
 
@@ -23,7 +24,7 @@ use anyhow::Context as _;
 use app::Effect;
 use event::Event;
 use ratatui::crossterm::event::{self as terminal, KeyEventKind, MouseEventKind};
-use ratatui::crossterm::execute;
+use screen::ScreenTerminal;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -43,21 +44,24 @@ pub struct Options {
     pub diff: Option<PathBuf>,
 }
 
-/// Opens the explorer on the model at `path` and runs it until the user leaves.
+/// Opens the explorer on the model at `path` and runs it until the user leaves. It draws on
+/// standard output when that is a terminal, else on the terminal stui runs in; without one it
+/// fails, as it does when a path is not one it can use, before it changes anything on screen.
 pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
     let model = Arc::new(crate::arch::open_reviewed(path, None)?);
     let mut log = match &options.log {
-        Some(file) => {
-            Some(BufWriter::new(File::create(file).with_context(|| {
-                format!("cannot write the log {}", file.display())
-            })?))
-        }
+        Some(file) => Some(BufWriter::new(open_log(file).with_context(|| {
+            format!("cannot write the log {}", crate::text::escape_path(file))
+        })?)),
         None => None,
     };
     let other = match &options.diff {
         Some(other) => Some(crate::arch::open_reviewed(other, None)?),
         None => None,
     };
+    let mut terminal = screen::take_over()?;
+    // Before the scan starts, so that its workers' panics are never printed over the screen.
+    install_restoring_panic_hook();
     let (sender, events) = event::start();
     if let Some(other) = other {
         let model = Arc::clone(&model);
@@ -70,23 +74,20 @@ pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
             })
             .context("cannot start the diff")?;
     }
-    let mut terminal = ratatui::init();
-    // Before the scan starts, so that its workers' panics are never printed over the screen.
-    install_restoring_panic_hook();
     let mut session = Session::open(model, options, &sender, 0);
-    let _ = execute!(std::io::stdout(), terminal::EnableMouseCapture);
     let outcome = event_loop(&mut terminal, &mut session, &sender, &events, log.as_mut());
-    restore();
+    screen::give_back();
     if let Some(log) = log.as_mut() {
         let _ = log.flush();
     }
     outcome
 }
 
-/// Leaves the terminal as it was: mouse capture off, main screen, cooked mode, cursor shown.
-fn restore() {
-    let _ = execute!(std::io::stdout(), terminal::DisableMouseCapture);
-    ratatui::restore();
+/// Creates (or empties) the log file, which must be a regular file or not exist yet: a named
+/// pipe would wait for a reader, a device is no place for it.
+fn open_log(path: &Path) -> std::io::Result<File> {
+    crate::paths::look_at_output_file(path)?;
+    File::create(path)
 }
 
 /// Restores the terminal before a panic message is printed. Panics in scan workers are caught
@@ -98,7 +99,7 @@ fn install_restoring_panic_hook() {
         if name.starts_with("stui-worker") || name.starts_with("stui-scan") {
             return;
         }
-        restore();
+        screen::give_back();
         previous(info);
     }));
 }
@@ -202,7 +203,7 @@ impl Session {
 }
 
 fn event_loop(
-    terminal: &mut ratatui::DefaultTerminal,
+    terminal: &mut ScreenTerminal,
     session: &mut Session,
     sender: &SyncSender<Event>,
     events: &std::sync::mpsc::Receiver<Event>,

@@ -32,7 +32,7 @@ impl SafetensorsFile {
     /// Reads the header of the file at `path`. Only I/O failures are errors: every problem with
     /// the file's contents is a finding.
     pub fn open(path: &Path) -> io::Result<SafetensorsFile> {
-        let file = File::open(path)?;
+        let file = crate::paths::open_file(path)?;
         let file_len = file.metadata()?.len();
         read(path, &file, file_len)
     }

@@ -57,8 +57,8 @@ impl Model {
     /// to read (no such path, unreadable, or a folder with no model); problems inside the files are
     /// findings.
     pub fn open(path: &Path) -> Result<Model> {
-        let meta = fs::metadata(path).map_err(|source| Error::io(path, source))?;
-        if meta.is_dir() {
+        let kind = crate::paths::look_at(path).map_err(|source| Error::io(path, source))?;
+        if kind == crate::paths::Kind::Folder {
             return Model::open_folder(path);
         }
         let is_index = path.extension().is_some_and(|ext| ext == "json");
@@ -113,7 +113,7 @@ impl Model {
     }
 
     fn open_index(path: &Path, source: Source) -> Result<Model> {
-        let file = fs::File::open(path).map_err(|source| Error::io(path, source))?;
+        let file = crate::paths::open_file(path).map_err(|source| Error::io(path, source))?;
         let index = ShardIndex::read(file);
         let folder = path.parent().unwrap_or(Path::new(""));
         let index_label = path

@@ -16,7 +16,6 @@ use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
 use std::cmp::Ordering;
 use std::fmt;
-use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
@@ -271,7 +270,7 @@ impl<'a, S: Specs + ?Sized, M: Metadata<'a>> FileLayout<'a, S, M> {
     /// as planned. A planned layout is valid by construction (unique names, lengths from shapes,
     /// offsets back to back from 0), so a file that matches it is valid too.
     pub fn differences(&self, path: &Path) -> Result<Option<String>> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let file = crate::paths::open_file(path).map_err(|e| Error::io(path, e))?;
         let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         if file_len != self.file_len() {
             return Ok(Some(format!(

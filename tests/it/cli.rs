@@ -459,3 +459,242 @@ fn inspect_lists_a_run_of_single_tensor_layers_once() {
         "{text}"
     );
 }
+
+/// The explorer's options are in the explorer's help, and in no command's.
+#[test]
+fn each_option_is_in_the_help_of_the_commands_it_applies_to() {
+    use clap::CommandFactory;
+    let explorer_only = ["--tui", "--diff", "--color", "--log", "STUI_LOG"];
+    let (_, help) = run(repo(), &["--help"]);
+    for option in explorer_only {
+        assert!(help.contains(option), "stui --help lacks {option}");
+    }
+    for command in stui::cli::Cli::command().get_subcommands() {
+        let name = command.get_name();
+        let (code, help) = run(repo(), &[name, "--help"]);
+        assert_eq!(code, 0);
+        for option in explorer_only {
+            assert!(
+                !help.contains(option),
+                "stui {name} --help offers {option}:\n{help}"
+            );
+        }
+        // And each option the command declares is in its help.
+        for argument in command.get_arguments() {
+            if let Some(long) = argument.get_long() {
+                assert!(help.contains(&format!("--{long}")), "{name}: --{long}");
+            }
+        }
+    }
+    let (code, text) = run(
+        repo(),
+        &["check", "--color", "never", "assets/demo.safetensors"],
+    );
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("unexpected argument '--color'"), "{text}");
+}
+
+/// Without a terminal on stdout (a pipe, a file, CI), `stui PATH` prints what `stui inspect PATH`
+/// prints, with its exit code, and says once on stderr how to get the explorer.
+#[test]
+fn without_a_terminal_stui_path_prints_the_inspect_report() {
+    let dir = broken_files();
+    std::fs::copy(support::demo_path(), dir.path().join("demo.safetensors")).unwrap();
+    for (model, code) in [("demo.safetensors", 0), ("truncated.safetensors", 1)] {
+        let limit = std::time::Duration::from_secs(20);
+        let report = support::run_within(support::stui(dir.path(), [model]), limit);
+        let inspect = support::run_within(support::stui(dir.path(), ["inspect", model]), limit);
+        assert_eq!(report.code, Some(code), "{report:?}");
+        assert_eq!(report.code, inspect.code);
+        assert!(report.stdout == inspect.stdout, "{report:?}");
+        assert!(
+            !report.stdout.contains(&0x1b),
+            "no escape bytes: {report:?}"
+        );
+        assert_eq!(
+            report.stderr,
+            "stui: standard output is not a terminal, so this is the report of `stui inspect`; \
+             --tui opens the explorer\n"
+        );
+        assert!(inspect.stderr.is_empty());
+    }
+    let limit = std::time::Duration::from_secs(20);
+    let args = ["demo.safetensors", "--diff", "truncated.safetensors"];
+    let report = support::run_within(support::stui(dir.path(), args), limit);
+    let diff = support::run_within(
+        support::stui(
+            dir.path(),
+            ["diff", "demo.safetensors", "truncated.safetensors"],
+        ),
+        limit,
+    );
+    assert_eq!((report.code, diff.code), (Some(1), Some(1)), "{report:?}");
+    assert!(report.stdout == diff.stdout);
+    assert!(
+        report.stderr.contains("the report of `stui diff`"),
+        "{report:?}"
+    );
+}
+
+/// A reader that stops early (`stui PATH | head`) ends the report quietly.
+#[test]
+fn a_reader_that_leaves_early_ends_the_report_quietly() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    // Thousands of tensors: more report than a pipe holds.
+    let model = (0..4000).fold(stui::demo::SyntheticModel::new(1), |model, i| {
+        model.tensor(
+            &format!("blocks.{i}.weight"),
+            Dtype::F32,
+            &[1 + i % 7],
+            Fill::Zeros,
+        )
+    });
+    model.write(&dir.path().join("model.safetensors")).unwrap();
+    let mut child = support::stui(dir.path(), ["model.safetensors", "--color", "always"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("file "), "{first}");
+    assert!(
+        !first.contains('\u{1b}'),
+        "no colour into a pipe: {first:?}"
+    );
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// `--tui` where there is no terminal at all (no terminal on any standard stream, no controlling
+/// terminal): a message and exit code 2, never a panic, nothing on stdout.
+#[test]
+fn tui_without_any_terminal_fails_with_a_message() {
+    let stui = support::stui(repo(), ["--tui", "assets/demo.safetensors"]);
+    let command = match support::without_terminal(&stui) {
+        Some(command) => command,
+        // Without `setsid`, this process must have no terminal itself.
+        None if std::fs::File::open("/dev/tty").is_err() => stui,
+        None => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "setsid is missing and this process has a terminal"
+            );
+            eprintln!("no setsid, and a terminal: the test of --tui without one cannot run here");
+            return;
+        }
+    };
+    let run = support::run_within(command, std::time::Duration::from_secs(10));
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(run.no_panic(), "{}", run.stderr);
+    assert!(run.stdout.is_empty(), "{run:?}");
+    assert!(
+        run.stderr.starts_with(
+            "stui: the explorer needs a terminal and there is none (standard output is not a \
+             terminal, and /dev/tty: "
+        ),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+}
+
+/// Every subcommand's name, as `stui --help` lists them.
+fn subcommand_names() -> Vec<String> {
+    use clap::CommandFactory;
+    stui::cli::Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_owned())
+        .collect()
+}
+
+#[test]
+fn completions_for_every_shell_name_every_subcommand() {
+    let names = subcommand_names();
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_stui"))
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{shell}");
+        let script = String::from_utf8(output.stdout).unwrap();
+        for name in &names {
+            assert!(script.contains(name.as_str()), "{shell} lacks {name}");
+        }
+        assert!(
+            script.contains("per-tensor") && script.contains("tui"),
+            "{shell}"
+        );
+        // Where the shell is installed, it reads the script without a syntax error.
+        let check = match shell {
+            "bash" => Some(("bash", "-n")),
+            "zsh" => Some(("zsh", "-n")),
+            "fish" => Some(("fish", "--no-execute")),
+            _ => None,
+        };
+        if let Some((program, flag)) = check
+            && let Ok(mut child) = Command::new(program)
+                .arg(flag)
+                .stdin(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+        {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(script.as_bytes())
+                .unwrap();
+            let checked = child.wait_with_output().unwrap();
+            assert!(
+                checked.status.success(),
+                "{program} {flag}: {}",
+                String::from_utf8_lossy(&checked.stderr)
+            );
+        }
+    }
+}
+
+#[test]
+fn the_man_page_names_every_subcommand() {
+    let (code, page) = run(repo(), &["man"]);
+    assert_eq!(code, 0);
+    assert!(page.contains(".TH stui 1"), "{page}");
+    for name in subcommand_names() {
+        assert!(
+            page.contains(&format!("stui\\-{name}(1)")),
+            "stui(1) lacks {name}"
+        );
+        let (code, own) = run(repo(), &["man", &name]);
+        assert_eq!(code, 0, "{own}");
+        let version = env!("CARGO_PKG_VERSION");
+        assert!(
+            own.contains(&format!(".TH stui-{name} 1  \"stui {version}\"")),
+            "{own}"
+        );
+    }
+    // The README's install loop writes every command's page.
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let install: Vec<&str> = readme
+        .lines()
+        .find_map(|line| line.strip_prefix("for command in "))
+        .unwrap()
+        .split([' ', ';'])
+        .collect();
+    for name in subcommand_names() {
+        assert!(install.contains(&name.as_str()), "README: {install:?}");
+    }
+    let (code, text) = run(repo(), &["man", "nope"]);
+    assert_eq!(code, 2);
+    assert!(
+        text.contains("no command `nope`; the commands are inspect, check"),
+        "{text}"
+    );
+}

@@ -8,6 +8,7 @@
 mod cli;
 mod conformance;
 mod hostile;
+mod paths;
 mod quantize;
 mod reference;
 mod sharded;

@@ -88,3 +88,104 @@ for name, q in output.items():
 print(f"checked {checked} quantized tensors")
 "#
 }
+
+/// How a run of a program ended.
+#[derive(Debug)]
+pub struct Run {
+    /// The exit code; `None` when a signal ended it.
+    pub code: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: String,
+}
+
+impl Run {
+    /// True when nothing says the program panicked.
+    pub fn no_panic(&self) -> bool {
+        !self.stderr.contains("panicked") && !self.stderr.contains("stack backtrace")
+    }
+}
+
+/// Runs `command` with standard input empty and standard output and error piped, and fails the
+/// test if it has not ended `limit` after it started (killing it), so that a hang fails at once.
+pub fn run_within(mut command: std::process::Command, limit: std::time::Duration) -> Run {
+    use std::io::Read;
+    use std::process::Stdio;
+    let started = std::time::Instant::now();
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut stdout, mut stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let out = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        stdout.read_to_end(&mut bytes).map(|_| bytes)
+    });
+    let err = std::thread::spawn(move || {
+        let mut text = String::new();
+        stderr.read_to_string(&mut text).map(|_| text)
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{command:?} was still running after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    Run {
+        code: status.code(),
+        stdout: out.join().unwrap().unwrap(),
+        stderr: err.join().unwrap().unwrap(),
+    }
+}
+
+/// A command that runs the stui binary in `dir` with `args`.
+pub fn stui<S: AsRef<std::ffi::OsStr>>(
+    dir: &Path,
+    args: impl IntoIterator<Item = S>,
+) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_stui"));
+    command
+        .args(args)
+        .current_dir(dir)
+        .env("RUST_BACKTRACE", "1");
+    command
+}
+
+/// Makes a named pipe at `path` (with the `mkfifo` every Unix has).
+pub fn make_fifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
+/// `command` run in a session of its own (`setsid`), where no terminal can be reached: no
+/// controlling terminal, and the standard streams that [`run_within`] gives. `None` where
+/// `setsid` is missing.
+pub fn without_terminal(command: &std::process::Command) -> Option<std::process::Command> {
+    std::process::Command::new("setsid")
+        .arg("--version")
+        .output()
+        .ok()?;
+    let mut detached = std::process::Command::new("setsid");
+    detached
+        .arg("-w")
+        .arg(command.get_program())
+        .args(command.get_args())
+        .envs(
+            command
+                .get_envs()
+                .filter_map(|(key, value)| Some((key, value?))),
+        );
+    if let Some(dir) = command.get_current_dir() {
+        detached.current_dir(dir);
+    }
+    Some(detached)
+}

@@ -235,3 +235,44 @@ fn a_panic_in_a_scan_worker_is_a_finding_and_the_explorer_goes_on() {
     tmux.wait_for("the shell prompt", |s| s.trim_end().ends_with('$'));
     assert_eq!(before, terminal_settings(&tmux, dir.path(), "after"));
 }
+
+#[test]
+fn with_stdout_redirected_the_report_goes_to_the_file_and_tui_draws_on_the_terminal() {
+    let Some(tmux) = Tmux::start(80, 24) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let before = terminal_settings(&tmux, dir.path(), "before");
+    let stui = env!("CARGO_BIN_EXE_stui");
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/demo.safetensors");
+    let (printed, drawn) = (dir.path().join("printed.txt"), dir.path().join("drawn.txt"));
+    tmux.send(&[
+        &format!("clear; {stui} {} > {}", demo.display(), printed.display()),
+        "Enter",
+    ]);
+    tmux.wait_for("the note on stderr", |s| {
+        s.contains("--tui opens the explorer")
+    });
+    let text = std::fs::read_to_string(&printed).unwrap();
+    assert!(text.starts_with("file "), "{text}");
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    tmux.send(&[
+        &format!(
+            "clear; {stui} --tui {} > {}",
+            demo.display(),
+            drawn.display()
+        ),
+        "Enter",
+    ]);
+    tmux.wait_for("the explorer", |s| s.contains("scan done"));
+    tmux.send(&["q"]);
+    tmux.wait_for("the shell prompt", |s| {
+        !s.contains("scan done") && s.trim_end().ends_with('$')
+    });
+    assert_eq!(
+        std::fs::read(&drawn).unwrap(),
+        b"",
+        "nothing but the report goes to stdout"
+    );
+    assert_eq!(before, terminal_settings(&tmux, dir.path(), "after"));
+}

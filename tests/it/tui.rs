@@ -132,6 +132,51 @@ fn help_and_metadata_popups() {
     both_sizes("metadata", &mut app);
 }
 
+/// Each heading of the help popup starts in the column of the keys listed under it, in either
+/// column of the popup, and no label is cut.
+#[test]
+fn help_headings_line_up_with_their_keys() {
+    let mut app = demo(true);
+    app.update(Action::ShowHelp);
+    for (width, height) in [(80, 24), (120, 40)] {
+        let terminal = draw(&mut app, width, height);
+        let buffer = terminal.backend().buffer();
+        let text = |x: u16, y: u16| buffer[(x, y)].symbol().to_owned();
+        // Headings are bold and uncoloured; keys are coloured; labels are plain.
+        let is_key = |x: u16, y: u16| buffer[(x, y)].fg == Color::Cyan && text(x, y) != " ";
+        let is_heading = |x: u16, y: u16| {
+            let cell = &buffer[(x, y)];
+            cell.modifier.contains(ratatui::style::Modifier::BOLD)
+                && cell.fg != Color::Cyan
+                && text(x, y) != " "
+        };
+        let (top, left) = (0..height)
+            .flat_map(|y| (0..width - 5).map(move |x| (y, x)))
+            .find(|&(y, x)| (x..x + 6).map(|x| text(x, y)).collect::<String>() == "┌ keys")
+            .unwrap();
+        let right = (left + 1..width).find(|&x| text(x, top) == "┐").unwrap();
+        let mut headings = Vec::new();
+        for y in top + 1..height - 1 {
+            for x in left + 1..right {
+                if is_heading(x, y) && !is_heading(x - 1, y) {
+                    let word: String = (x..right)
+                        .take_while(|&x| is_heading(x, y))
+                        .map(|x| text(x, y))
+                        .collect();
+                    assert!(
+                        is_key(x, y + 1) && !is_key(x - 1, y + 1),
+                        "{width}x{height}: `{word}` at column {x} is not over its keys"
+                    );
+                    headings.push(word);
+                }
+            }
+        }
+        assert_eq!(headings, ["tree", "findings", "search", "everywhere"]);
+        let screen = terminal.backend().to_string();
+        assert!(screen.contains("wheel scrolls, click selects"), "{screen}");
+    }
+}
+
 #[test]
 fn an_unreadable_file_gets_an_error_screen() {
     let dir = tempfile::tempdir().unwrap();

@@ -25,21 +25,25 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, popup: Popup) {
         Popup::Metadata => ("__metadata__", metadata_lines(app, rows)),
     };
     frame.render_widget(block(title, true, app), box_area);
-    // Long lists flow into as many columns as they need.
-    let columns = lines.len().div_ceil(rows).max(1);
-    let areas = inside.layout_vec(&Layout::horizontal(vec![
-        Constraint::Ratio(
-            1,
-            u32::try_from(columns).unwrap_or(1)
-        );
-        columns
-    ]));
-    for (chunk, area) in lines.chunks(rows).zip(areas) {
+    // Long lists flow into as many columns as they need, each as wide as its widest line and the
+    // last taking the rest, so that a long label is cut only when the popup is full.
+    let chunks: Vec<&[Line]> = lines.chunks(rows).collect();
+    let widths = chunks.iter().enumerate().map(|(i, chunk)| {
+        if i + 1 == chunks.len() {
+            Constraint::Fill(1)
+        } else {
+            let widest = chunk.iter().map(Line::width).max().unwrap_or(0);
+            Constraint::Length(u16::try_from(widest).unwrap_or(u16::MAX))
+        }
+    });
+    let areas = inside.layout_vec(&Layout::horizontal(widths).spacing(2));
+    for (chunk, area) in chunks.into_iter().zip(areas) {
         frame.render_widget(Paragraph::new(chunk.to_vec()), area);
     }
 }
 
 fn help_lines(app: &App) -> Vec<Line<'static>> {
+    // Headings start where the keys below them do, one column in from the popup's edge.
     let line = |keys: String, label: &str| {
         Line::from(vec![
             Span::styled(format!(" {keys:<12}"), app.theme.key),
@@ -78,7 +82,7 @@ fn help_lines(app: &App) -> Vec<Line<'static>> {
         ("everywhere", GLOBAL.iter().collect()),
     ];
     for (name, bindings) in sections {
-        lines.push(Line::styled(name.to_owned(), app.theme.title));
+        lines.push(Line::styled(format!(" {name}"), app.theme.title));
         for binding in bindings {
             let keys: Vec<String> = binding.keys.iter().map(|k| k.label()).collect();
             lines.push(line(keys.join(" "), binding.label));
