@@ -518,7 +518,9 @@ pub(super) fn check_group_scales(
     scale.check_shape(member, dtypes, &shape)
 }
 
-/// nvfp4-pack-quantized: `W = v · (fp8(weight_scale) / weight_global_scale)`, groups of 16.
+/// nvfp4-pack-quantized: `W = v · (fp8(weight_scale) / weight_global_scale)`, groups of 16,
+/// the quotient in F32 and the product rounded to BF16: the decompressor unpacks the codes
+/// to BF16 and casts its result back to their type (`nvfp4/base.py decompress`).
 #[derive(Clone, Debug)]
 pub struct Nvfp4<'a> {
     inner: Grouped<'a>,
@@ -535,7 +537,7 @@ impl<'a> Nvfp4<'a> {
     ) -> Result<Self, KernelError> {
         let global = scalar("weight_global_scale", &weight_global_scale, &[Dtype::F32])?;
         let scales = Source::Divided(Floats::new(weight_scale.bytes, FloatKind::E4M3), global);
-        let inner = fp4(
+        let mut inner = fp4(
             "weight_packed",
             &weight_packed,
             weight_packed.bytes,
@@ -545,6 +547,7 @@ impl<'a> Nvfp4<'a> {
             "weight_scale",
         )?;
         check_group_scales("weight_scale", &weight_scale, &inner, 16, &[Dtype::F8E4M3])?;
+        inner.rounding = Some(Half::Bf16);
         Ok(Nvfp4 { inner })
     }
 }
@@ -1174,7 +1177,7 @@ mod tests {
         let expected: Vec<f32> = (0..rows * cols)
             .map(|k| {
                 let s = e4m3_value(scale_codes[(k / cols) * 3 + (k % cols) / 16]) / global;
-                e2m1_value(codes[k]) * s
+                round_to(Dtype::Bf16, e2m1_value(codes[k]) * s)
             })
             .collect();
         assert_same(&dequantize_all(&kernel), &expected, cols);
