@@ -20,6 +20,7 @@ pub mod gptq;
 mod grouped;
 pub mod mlx;
 pub mod mx;
+pub mod quanto;
 
 pub use bits::Packing;
 

@@ -10,6 +10,7 @@ use stui::quant::kernels::compressed_tensors::{
     Mxfp4, Mxfp8, Naive, Nvfp4, Packed, PackedMembers, Strategy,
 };
 use stui::quant::kernels::mlx::{Affine, Float, Mode};
+use stui::quant::kernels::quanto::Quanto;
 use stui::quant::kernels::{Dequantize, KernelError, Stored};
 
 fn folder(name: &str) -> PathBuf {
@@ -259,6 +260,25 @@ fn bitsandbytes() {
         Ok(Box::new(Int8::new(
             get("weight").unwrap(),
             get("SCB").unwrap(),
+        )?))
+    });
+}
+
+#[test]
+fn optimum_quanto() {
+    check("quanto-qint8", Match::Bits, &|get, _| {
+        Ok(Box::new(Quanto::bytes(
+            get("weight._data").unwrap(),
+            get("weight._scale").unwrap(),
+        )?))
+    });
+    check("quanto-qint4", Match::Bits, &|get, shape| {
+        Ok(Box::new(Quanto::packed(
+            get("weight._data._data").unwrap(),
+            get("weight._scale").unwrap(),
+            get("weight._shift").unwrap(),
+            4,
+            [shape[0], shape[1]],
         )?))
     });
 }

@@ -47,6 +47,15 @@ pub enum Codes<'a> {
     Awq { bytes: &'a [u8], rows: usize },
     /// Nibbles of the flattened tensor, the first of each byte in the high half (bitsandbytes).
     FlatHighFirst(&'a [u8]),
+    /// optimum-quanto: the flattened tensor as a `[R, width]` matrix whose rows are stored in
+    /// `8 / bits` chunks of `chunk_rows` rows, chunk `k` at bit `bits · k` of `[chunk_rows,
+    /// width]` bytes.
+    Chunks {
+        bytes: &'a [u8],
+        bits: u32,
+        chunk_rows: usize,
+        width: usize,
+    },
 }
 
 /// Where AWQ puts output column `8c + k` among the eight nibbles of word `c`.
@@ -131,6 +140,8 @@ pub enum Source<'a> {
     Stored(Floats<'a>),
     /// Stored values divided by a constant (compressed-tensors' NVFP4 global scale).
     Divided(Floats<'a>, f32),
+    /// Stored values negated (a shift subtracted, as an exactly equal bias added).
+    Negated(Floats<'a>),
     /// Packed unsigned codes minus `offset` (packed zero points).
     Packed(PackedCodes<'a>),
     /// bitsandbytes' double quantization: `map[code[t]] · absmax[t / block] + offset`.
@@ -177,6 +188,7 @@ impl Source<'_> {
         match self {
             Source::Stored(floats) => floats.get(index),
             Source::Divided(floats, divisor) => floats.get(index) / divisor,
+            Source::Negated(floats) => -floats.get(index),
             Source::Packed(_) | Source::Constant(_) => unreachable!("read through Grid::get"),
             Source::Nested {
                 codes,
@@ -347,6 +359,20 @@ impl Grouped<'_> {
                 let shift = 4 * AWQ_NIBBLE[row % 8];
                 for (i, code) in out.iter_mut().enumerate() {
                     *code = nibble(word(bytes, i * stride + column) >> shift);
+                }
+            }
+            Codes::Chunks {
+                bytes,
+                bits,
+                chunk_rows,
+                width,
+            } => {
+                let start = row * cols;
+                for (i, code) in out.iter_mut().enumerate() {
+                    let (r, c) = ((start + i) / width, (start + i) % width);
+                    let shift = bits * u32::try_from(r / chunk_rows).unwrap_or(0);
+                    let byte = u32::from(bytes[(r % chunk_rows) * width + c]);
+                    *code = u8::try_from(byte >> shift & ((1 << bits) - 1)).unwrap_or(0);
                 }
             }
             Codes::FlatHighFirst(bytes) => {
