@@ -305,17 +305,34 @@ fn scalar(member: &'static str, stored: &Stored<'_>, dtypes: &[Dtype]) -> Result
 
 /// `[rows, cols]` or `[experts, rows, cols]` of a weight-like member: (experts, rows, cols).
 fn matrix(member: &'static str, stored: &Stored<'_>) -> Result<(usize, usize, usize), KernelError> {
-    match stored.shape.len() {
-        2 => Ok((1, stored.dim(0), stored.dim(1))),
-        3 => Ok((stored.dim(0), stored.dim(1), stored.dim(2))),
-        _ => Err(KernelError::new(
+    let dims = match stored.shape.len() {
+        2 => (1, stored.dim(0), stored.dim(1)),
+        3 => (stored.dim(0), stored.dim(1), stored.dim(2)),
+        _ => {
+            return Err(KernelError::new(
+                member,
+                format!("shape {:?}, expected 2 or 3 dimensions", stored.shape),
+            ));
+        }
+    };
+    // Logical sizes are products of these, and of up to 32 codes a stored element.
+    let fits = dims
+        .0
+        .checked_mul(dims.1)
+        .and_then(|n| n.checked_mul(dims.2))
+        .and_then(|n| n.checked_mul(32))
+        .is_some();
+    if fits {
+        Ok(dims)
+    } else {
+        Err(KernelError::new(
             member,
-            format!("shape {:?}, expected 2 or 3 dimensions", stored.shape),
-        )),
+            format!("shape {:?} is too large", stored.shape),
+        ))
     }
 }
 
-/// A shape with the experts' dimension in front when there are several... or one 3-D weight.
+/// `dims` with the experts' dimension in front, for a 3-D weight.
 fn with_experts(experts: Option<usize>, dims: &[usize]) -> Vec<usize> {
     experts.into_iter().chain(dims.iter().copied()).collect()
 }
