@@ -426,7 +426,13 @@ impl Grouped<'_> {
         let mut segments = Vec::new();
         let mut indexed = Vec::new();
         for (row, out) in rows.zip(out.chunks_exact_mut(cols.max(1))) {
-            self.unpack_row(row, &mut codes);
+            // Bytes are read where they lie; packed codes are unpacked first.
+            let codes: &[u8] = if let Codes::Bytes(bytes) = self.codes {
+                &bytes[row * cols..(row + 1) * cols]
+            } else {
+                self.unpack_row(row, &mut codes);
+                &codes
+            };
             let grid_row = self.grid_row(row);
             segments.clear();
             match &self.groups {
@@ -449,7 +455,7 @@ impl Grouped<'_> {
                 Groups::Indexed { index, count } => {
                     indexed.clear();
                     indexed.extend((0..*count).map(|g| self.parameters(row, grid_row, g)));
-                    for ((value, &code), &group) in out.iter_mut().zip(&codes).zip(index) {
+                    for ((value, &code), &group) in out.iter_mut().zip(codes).zip(index) {
                         let (s, z, b) = indexed[group as usize];
                         let c = self.code_value(code);
                         *value = match (self.biases.is_some(), self.rounding) {
@@ -462,7 +468,7 @@ impl Grouped<'_> {
                 }
             }
             if !segments.is_empty() {
-                self.run(&codes, out, &segments);
+                self.run(codes, out, &mut segments);
             }
             if let Some(factor) = self.factor {
                 scale_by(out, factor);
@@ -483,7 +489,13 @@ impl Grouped<'_> {
 
     /// A row's runs of groups, through one loop chosen for the code type, the rounding and
     /// the formula.
-    fn run(&self, codes: &[u8], out: &mut [f32], segments: &[Segment]) {
+    fn run(&self, codes: &[u8], out: &mut [f32], segments: &mut [Segment]) {
+        if let (Value::Unsigned { offset, .. }, None) = (self.value, &self.biases) {
+            // `u − (offset + z)`, one subtraction: exact, as every term is a small integer.
+            for segment in segments.iter_mut() {
+                segment.z += offset;
+            }
+        }
         match self.rounding {
             None => self.run_with(codes, out, segments, |x| x),
             Some(Half::Bf16) => self.run_with(codes, out, segments, |x| Half::Bf16.round(x)),
@@ -509,7 +521,11 @@ impl Grouped<'_> {
             };
         }
         match self.value {
-            Value::Unsigned { offset, .. } => with_value!(move |c: u8| f32::from(c) - offset),
+            Value::Unsigned { offset, .. } if bias => {
+                with_value!(move |c: u8| f32::from(c) - offset);
+            }
+            // The offset is in the segments' zero points (see `run`).
+            Value::Unsigned { .. } => with_value!(f32::from),
             Value::Signed => with_value!(|c: u8| f32::from(c.cast_signed())),
             Value::E4M3 => with_value!(e4m3),
             Value::E5M2 => with_value!(e5m2),
