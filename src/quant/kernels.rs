@@ -2,10 +2,17 @@
 //!
 //! A layout is built from its member tensors (borrowed bytes with their dtype and shape) and the
 //! scheme's parameters; its constructor checks every member against them and names the member
-//! and what is wrong. It then gives the logical weight's rows, dequantized exactly as the
-//! producer does (see [`grouped`] for the arithmetic), a block of rows at a time: callers stream,
-//! no whole tensor is ever dequantized into memory. It also counts the stored codes (levels used,
-//! codes clipped at the extremes) and lists the scales and zero points that break a group.
+//! and what is wrong. It then gives the logical weight's rows a block at a time (callers stream:
+//! no whole tensor is ever dequantized into memory), counts the stored codes (levels used, codes
+//! clipped at the extremes), and lists the scales and zero points that break a group.
+//!
+//! Values are the producer's own, bit for bit: its operations in its order, each rounded to
+//! the type it computes in. The torch producers compute in the scales' type (BF16 or F16 gives
+//! `bf16((q − zp) · s)`, F32 gives the F32 product), MLX rounds its product and then its sum to
+//! the scales' type, bitsandbytes computes in F32, compressed-tensors' NVFP4 rounds to BF16.
+//! A final cast to the model's dtype that a loader may add is not applied. The checkpoints of
+//! `tests/fixtures/quant`, written by the producers themselves, are checked against their own
+//! dequantization (`tests/it/quant_kernels.rs`).
 //!
 //! This module knows nothing of files, configs or names: recognising a scheme and finding its
 //! members is done above it.
@@ -13,6 +20,7 @@
 pub mod awq;
 mod bits;
 pub mod bnb;
+pub mod comfy;
 pub mod compressed_tensors;
 mod decode;
 pub mod fp8;
