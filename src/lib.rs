@@ -10,6 +10,7 @@
 //! - [`arch`]: the architecture recognised from names and shapes, checked against config.json.
 //! - [`tree`]: the layer tree built from dotted names, with totals on every node.
 //! - [`analysis`]: statistics, histograms and numeric findings from tensor bytes, every dtype.
+//! - [`layermap`]: the layer map, layers across and tensor kinds down, and what stands out in it.
 //! - [`jobs`]: the background scan that reads tensor data and streams results on a channel.
 //! - [`quantize`]: int8 quantization, written in the compressed-tensors layout.
 //! - [`diff`]: what changed between two checkpoints, tensor by tensor.
@@ -30,6 +31,7 @@ pub mod finding;
 pub mod format;
 pub mod hash;
 pub mod jobs;
+pub mod layermap;
 pub mod quantize;
 pub mod recycle;
 pub mod report;
