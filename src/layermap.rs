@@ -272,19 +272,52 @@ impl LayerMap {
             .filter(|&tensor| tensor != NONE)
     }
 
-    /// The cell of `row` in `column` by `measure`: a folded row shows its worst expert.
+    /// The cell of `row` in `column` by `measure`. A folded row shows its worst expert: one with
+    /// NaN/Inf or unreadable, or else the one furthest from the experts' median.
     pub fn cell(&self, values: &Values, row: Row, column: usize, measure: Measure) -> Cell {
-        let mut worst = Cell::MISSING;
-        for tensor in self.tensors(row, column) {
-            let cell = Cell {
-                tensor,
-                state: values.get(tensor as usize, measure),
-            };
-            if worst.tensor == NONE || cell.state.worse_than(worst.state, measure) {
+        let mut tensors = self.tensors(row, column);
+        let Some(first) = tensors.next() else {
+            return Cell::MISSING;
+        };
+        let state = |tensor: u32| values.get(tensor as usize, measure);
+        let first = Cell {
+            tensor: first,
+            state: state(first),
+        };
+        if row.expert.is_some() || self.kinds[row.kind as usize].experts.len() < 2 {
+            return first;
+        }
+        // The worst state (broken first, then values, then pending), and the measured experts.
+        let mut worst = first;
+        let mut measured: Vec<(u32, f32)> = Vec::new();
+        for cell in std::iter::once(first).chain(tensors.map(|tensor| Cell {
+            tensor,
+            state: state(tensor),
+        })) {
+            if let State::Value(value) = cell.state {
+                measured.push((cell.tensor, measure.judged(value)));
+            }
+            if cell.state.rank() > worst.state.rank() {
                 worst = cell;
             }
         }
-        worst
+        if !matches!(worst.state, State::Value(_)) {
+            return worst;
+        }
+        let mut judged: Vec<f32> = measured.iter().map(|&(_, v)| v).collect();
+        let middle = judged.len() / 2;
+        let centre = *judged.select_nth_unstable_by(middle, f32::total_cmp).1;
+        let mut furthest = (measured[0].0, -1.0f32);
+        for &(tensor, value) in &measured {
+            let distance = (value - centre).abs();
+            if distance > furthest.1 {
+                furthest = (tensor, distance);
+            }
+        }
+        Cell {
+            tensor: furthest.0,
+            state: state(furthest.0),
+        }
     }
 
     /// The row (among `rows`) and column where `tensor` is shown.
@@ -337,14 +370,18 @@ impl Measure {
         }
     }
 
-    /// Whether a larger value is the worse one (a low SNR is worse).
-    const fn higher_is_worse(self) -> bool {
-        !matches!(self, Measure::Snr)
-    }
-
     /// Whether values spread over orders of magnitude, so that outliers are judged by ratio.
     const fn is_magnitude(self) -> bool {
         matches!(self, Measure::Std | Measure::Absmax | Measure::Change)
+    }
+
+    /// The value outliers are judged on: its logarithm for measures of magnitude.
+    fn judged(self, value: f32) -> f32 {
+        if self.is_magnitude() {
+            value.max(f32::MIN_POSITIVE).ln()
+        } else {
+            value
+        }
     }
 }
 
@@ -379,27 +416,15 @@ pub enum State {
 }
 
 impl State {
-    /// Whether this state is worse than `other` for folding experts: problems first, then the
-    /// worst value.
-    fn worse_than(self, other: State, measure: Measure) -> bool {
-        let rank = |state: State| match state {
+    /// How much a state says, for folding experts: NaN/Inf and unreadable first, then values.
+    const fn rank(self) -> u8 {
+        match self {
             State::NonFinite => 5,
             State::Failed => 4,
             State::Value(_) => 3,
             State::Pending => 2,
             State::Unmeasured => 1,
             State::Missing => 0,
-        };
-        match (self, other) {
-            (State::Value(a), State::Value(b)) => {
-                let key = |v: f32| if measure == Measure::Mean { v.abs() } else { v };
-                if measure.higher_is_worse() {
-                    key(a) > key(b)
-                } else {
-                    key(a) < key(b)
-                }
-            }
-            _ => rank(self) > rank(other),
         }
     }
 }
@@ -644,8 +669,13 @@ mod tests {
         values.record(0, &Moments::of_f32(&[1.0, -1.0]));
         values.record(1, &Moments::of_f32(&[3.0, -3.0]));
         let row = map.rows(true, None)[0];
+        values.record(2, &Moments::of_f32(&[1.1, -1.1]));
         let cell = map.cell(&values, row, 0, Measure::Std);
-        assert_eq!((cell.tensor, cell.state), (1, State::Value(3.0)));
+        assert_eq!(
+            (cell.tensor, cell.state),
+            (1, State::Value(3.0)),
+            "the furthest from the median"
+        );
         values.record(2, &Moments::of_f32(&[f32::NAN, 0.0]));
         assert_eq!(
             map.cell(&values, row, 0, Measure::Std).state,

@@ -327,13 +327,8 @@ fn z_of(outlier: &Outlier) -> f32 {
     }
 }
 
-/// The value outliers are judged on: the logarithm for measures of magnitude.
 fn judged(value: f32, measure: Measure) -> f32 {
-    if measure.is_magnitude() {
-        value.max(f32::MIN_POSITIVE).ln()
-    } else {
-        value
-    }
+    measure.judged(value)
 }
 
 fn median(values: &mut [f32]) -> f32 {

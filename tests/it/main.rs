@@ -8,6 +8,7 @@
 mod cli;
 mod conformance;
 mod hostile;
+mod layermap;
 mod quantize;
 mod reference;
 mod sharded;

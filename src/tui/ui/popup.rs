@@ -47,7 +47,7 @@ fn help_lines(app: &App) -> Vec<Line<'static>> {
         ])
     };
     let mut lines = Vec::new();
-    let sections: [(&str, Vec<&Binding>); 4] = [
+    let sections: [(&str, Vec<&Binding>); 5] = [
         (
             "tree",
             BINDINGS
@@ -73,6 +73,19 @@ fn help_lines(app: &App) -> Vec<Line<'static>> {
             BINDINGS
                 .iter()
                 .filter(|b| b.context == Context::Search)
+                .collect(),
+        ),
+        // As for the findings, only the map's keys that the tree does not share.
+        (
+            "layer map",
+            BINDINGS
+                .iter()
+                .filter(|b| b.context == Context::Map)
+                .filter(|b| {
+                    !BINDINGS.iter().any(|t| {
+                        t.context == Context::Tree && t.action == b.action && t.keys == b.keys
+                    })
+                })
                 .collect(),
         ),
         ("everywhere", GLOBAL.iter().collect()),
