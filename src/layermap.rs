@@ -76,7 +76,7 @@ impl Kind {
 }
 
 /// A row of the map as shown: a kind, or one expert of a kind (an index into its experts).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Row {
     pub kind: u32,
     pub expert: Option<u32>,
@@ -289,13 +289,14 @@ impl LayerMap {
         }
         // The worst state (broken first, then values, then pending), and the measured experts.
         let mut worst = first;
-        let mut measured: Vec<(u32, f32)> = Vec::new();
+        let mut measured: Vec<(u32, f32)> =
+            Vec::with_capacity(self.kinds[row.kind as usize].experts.len());
         for cell in std::iter::once(first).chain(tensors.map(|tensor| Cell {
             tensor,
             state: state(tensor),
         })) {
             if let State::Value(value) = cell.state {
-                measured.push((cell.tensor, measure.judged(value)));
+                measured.push((cell.tensor, value));
             }
             if cell.state.rank() > worst.state.rank() {
                 worst = cell;
@@ -304,19 +305,21 @@ impl LayerMap {
         if !matches!(worst.state, State::Value(_)) {
             return worst;
         }
-        let mut judged: Vec<f32> = measured.iter().map(|&(_, v)| v).collect();
-        let middle = judged.len() / 2;
-        let centre = *judged.select_nth_unstable_by(middle, f32::total_cmp).1;
-        let mut furthest = (measured[0].0, -1.0f32);
+        let middle = measured.len() / 2;
+        let centre = measured
+            .select_nth_unstable_by(middle, |a, b| a.1.total_cmp(&b.1))
+            .1
+            .1;
+        let mut furthest = (measured[0], -1.0f32);
         for &(tensor, value) in &measured {
-            let distance = (value - centre).abs();
+            let distance = measure.distance(value, centre);
             if distance > furthest.1 {
-                furthest = (tensor, distance);
+                furthest = ((tensor, value), distance);
             }
         }
         Cell {
-            tensor: furthest.0,
-            state: state(furthest.0),
+            tensor: furthest.0.0,
+            state: State::Value(furthest.0.1),
         }
     }
 
@@ -373,6 +376,18 @@ impl Measure {
     /// Whether values spread over orders of magnitude, so that outliers are judged by ratio.
     const fn is_magnitude(self) -> bool {
         matches!(self, Measure::Std | Measure::Absmax | Measure::Change)
+    }
+
+    /// How far `value` is from `centre`: by ratio for measures of magnitude (as their logarithms
+    /// would be, without taking them), by difference for the others.
+    fn distance(self, value: f32, centre: f32) -> f32 {
+        if !self.is_magnitude() {
+            return (value - centre).abs();
+        }
+        if centre <= 0.0 || value <= 0.0 {
+            return if value == centre { 0.0 } else { f32::INFINITY };
+        }
+        (value / centre).max(centre / value)
     }
 
     /// The value outliers are judged on: its logarithm for measures of magnitude.

@@ -2,10 +2,9 @@
 //! cells, cells far from their row's median, dead, constant and copied experts, bands of layers
 //! off their rows), each of which is also a finding.
 
-use super::{LayerMap, Measure, NONE, Row, State, Values};
+use super::{Cell, LayerMap, Measure, NONE, Row, State, Values};
 use crate::finding::{Code, Finding};
 use crate::text::escape;
-use std::collections::BTreeMap;
 
 /// Cells whose robust z-score is at least this far from their row's median stand out.
 pub const OUTLIER_Z: f32 = 6.0;
@@ -110,6 +109,8 @@ pub struct Outlier {
 /// The scale and the list of what stands out, for one measure over some rows.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Analysis {
+    /// Every cell of the rows analysed, row after row.
+    pub cells: Vec<Cell>,
     pub scale: Option<Scale>,
     /// NaN/Inf and unreadable cells first, then cells by how far out they are, then experts and
     /// bands.
@@ -130,15 +131,12 @@ impl Analysis {
         same_bytes: Option<SameBytes<'_>>,
     ) -> Analysis {
         let width = map.columns.len();
-        let mut grid: Vec<State> = Vec::with_capacity(rows.len() * width);
-        let mut tensors: Vec<u32> = Vec::with_capacity(rows.len() * width);
-        for &row in rows {
-            for column in 0..width {
-                let cell = map.cell(values, row, column, measure);
-                grid.push(cell.state);
-                tensors.push(cell.tensor);
-            }
-        }
+        let cells: Vec<Cell> = rows
+            .iter()
+            .flat_map(|&row| (0..width).map(move |column| map.cell(values, row, column, measure)))
+            .collect();
+        let grid: Vec<State> = cells.iter().map(|cell| cell.state).collect();
+        let tensors: Vec<u32> = cells.iter().map(|cell| cell.tensor).collect();
         let scale = Scale::of(grid.iter().filter_map(|state| match state {
             State::Value(value) => Some(*value),
             _ => None,
@@ -167,7 +165,11 @@ impl Analysis {
         outliers.append(&mut deviants);
         outliers.extend(experts(map, rows, values, same_bytes));
         outliers.extend(bands(&z, width));
-        Analysis { scale, outliers }
+        Analysis {
+            cells,
+            scale,
+            outliers,
+        }
     }
 
     /// The findings these outliers make, but NaN/Inf and unreadable cells, which the scan's own
@@ -480,14 +482,13 @@ fn experts(
     let found = gather_experts(map, rows, values);
     let mut outliers = Vec::new();
     let mut layer: Vec<(u32, &Expert)> = Vec::new();
-    let mut keys: Vec<(&str, usize)> = found.keys().map(|&(s, c, _)| (s, c)).collect();
-    keys.dedup();
-    for (stack, column) in keys {
+    for group in found.chunk_by(|a, b| (a.0.0, a.0.1) == (b.0.0, b.0.1)) {
+        let column = group[0].0.1;
         layer.clear();
         layer.extend(
-            found
-                .range((stack, column, 0)..=(stack, column, u32::MAX))
-                .map(|(&(_, _, number), expert)| (number, expert)),
+            group
+                .iter()
+                .map(|((_, _, number), expert)| (*number, expert)),
         );
         let dead = |e: &Expert| e.dead;
         let constant = |e: &Expert| e.constant && !e.dead;
@@ -515,20 +516,36 @@ fn experts(
     outliers
 }
 
-/// What each expert's tensors hold, by `(stack, column, expert number)`.
+/// What each expert's tensors hold, by `(stack, column, expert number)`, in that order.
 fn gather_experts<'m>(
     map: &'m LayerMap,
     rows: &[Row],
     values: &Values,
-) -> BTreeMap<(&'m str, usize, u32), Expert> {
-    let mut found: BTreeMap<(&str, usize, u32), Expert> = BTreeMap::new();
+) -> Vec<((&'m str, usize, u32), Expert)> {
+    let mut found: foldhash::HashMap<(&str, usize, u32), Expert> = foldhash::HashMap::default();
     let width = map.columns.len();
+    // Where each kind (folded) or expert of a kind is shown.
+    let shown_at: foldhash::HashMap<Row, usize> = rows
+        .iter()
+        .enumerate()
+        .map(|(index, &row)| (row, index))
+        .collect();
     for (kind_id, kind) in map.kinds.iter().enumerate() {
+        let kind_id = u32::try_from(kind_id).unwrap_or(u32::MAX);
         for (index, &number) in kind.experts.iter().enumerate() {
             let row = kind.first_row as usize + index;
-            let shown = rows.iter().position(|r| {
-                r.kind as usize == kind_id && r.expert.is_none_or(|e| e as usize == index)
-            });
+            let expert = Row {
+                kind: kind_id,
+                expert: Some(u32::try_from(index).unwrap_or(u32::MAX)),
+            };
+            let folded = Row {
+                kind: kind_id,
+                expert: None,
+            };
+            let shown = shown_at
+                .get(&expert)
+                .or_else(|| shown_at.get(&folded))
+                .copied();
             for column in 0..width {
                 let tensor = map.cells[row * width + column];
                 if tensor == NONE {
@@ -560,6 +577,8 @@ fn gather_experts<'m>(
             }
         }
     }
+    let mut found: Vec<_> = found.into_iter().collect();
+    found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     found
 }
 

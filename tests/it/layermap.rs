@@ -155,7 +155,7 @@ fn the_planted_faults_are_outliers_and_findings() {
     app.update(Action::ToggleMap);
     let view = app.map.as_mut().unwrap();
     assert_eq!(view.map.columns.len(), 61);
-    let outliers = view.analysis(&app.values).outliers.clone();
+    let outliers = view.analysis(&app.values, true).outliers.clone();
     let named = |o: &stui::layermap::Outlier| app.model.tensors[o.tensor as usize].name();
     assert!(matches!(outliers[0].problem, Problem::NonFinite));
     assert_eq!(
@@ -389,4 +389,44 @@ fn stats_map_json_gives_the_grid_as_numbers() {
     for code in ["values-nan", "layer-outlier", "expert-dead"] {
         assert!(codes.contains(&code), "{codes:?}");
     }
+}
+
+#[test]
+fn the_quantize_preview_s_snr_becomes_a_measure() {
+    let mut app = open(Path::new("assets/demo.safetensors"), true);
+    scan(&mut app);
+    app.update(Action::ToggleMap);
+    let measures = |app: &mut App| {
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            app.update(Action::MapMeasure);
+            let measure = app.map.as_ref().unwrap().measure;
+            if !seen.contains(&measure) {
+                seen.push(measure);
+            }
+        }
+        seen
+    };
+    assert_eq!(measures(&mut app).len(), 4, "no diff, no preview");
+    let tensor = (0..app.model.tensors.len())
+        .find(|&t| app.model.tensors[t].name() == "model.layers.1.mlp.up_proj.weight")
+        .unwrap();
+    let error = stui::quantize::Error8 {
+        snr_db: 38.5,
+        max_abs_error: 1e-3,
+        relative_rms_error: 1e-2,
+        max_error_in_scales: 0.5,
+    };
+    app.on_preview(
+        tensor,
+        stui::quantize::Granularity::PerChannel,
+        Ok(Some(error)),
+    );
+    assert!(measures(&mut app).contains(&Measure::Snr));
+    while app.map.as_ref().unwrap().measure != Measure::Snr {
+        app.update(Action::MapMeasure);
+    }
+    assert_eq!(app.values.get(tensor, Measure::Snr), State::Value(38.5));
+    let screen = text(&mut app, 80, 24);
+    assert!(screen.contains("layer map · snr"), "{screen}");
 }

@@ -4,6 +4,7 @@
 use super::{Action, App, Focus};
 use crate::layermap::{Analysis, LayerMap, Measure, Row, Values};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 #[derive(Debug)]
 pub struct MapView {
@@ -14,17 +15,25 @@ pub struct MapView {
     /// Rows whose label contains this (case-insensitive).
     pub filter: String,
     pub rows: Vec<Row>,
+    /// The widest label of `rows`, in columns.
+    pub label_width: usize,
     /// `(row, column)` of the cursor among `rows` and the map's columns.
     pub cursor: (usize, usize),
     /// The first row and column on screen (set when drawing).
     pub offset: (usize, usize),
     /// The outlier the cursor was last sent to by `n`/`N`.
     problem: Option<usize>,
-    /// The analysis, and the values' generation, measure and rows it was made for.
-    analysis: Option<(u64, Analysis)>,
+    /// The analysis, the values' generation it was made for and when; forgotten when the
+    /// measure or the rows change.
+    analysis: Option<(u64, Instant, Analysis)>,
+    /// The generation and time of the analysis while it is taken out to draw.
+    taken: Option<(u64, Instant)>,
 }
 
 impl MapView {
+    /// How often the outliers are worked out again while the scan streams.
+    pub const REANALYSED: Duration = Duration::from_millis(500);
+
     /// The map of `names` (the model's tensors, in order), folded when it has experts.
     pub fn new<'a>(names: impl IntoIterator<Item = &'a str>) -> MapView {
         let map = LayerMap::build(
@@ -34,7 +43,9 @@ impl MapView {
                 .map(|(i, name)| (u32::try_from(i).unwrap_or(u32::MAX), name)),
         );
         let rows = map.rows(true, None);
+        let label_width = label_width(&map, &rows);
         MapView {
+            label_width,
             map,
             measure: Measure::Std,
             folded: true,
@@ -44,20 +55,44 @@ impl MapView {
             offset: (0, 0),
             problem: None,
             analysis: None,
+            taken: None,
         }
     }
 
-    /// The scale and outliers of the rows shown, worked out again only when something changed.
-    pub fn analysis(&mut self, values: &Values) -> &Analysis {
-        let stale = self
-            .analysis
-            .as_ref()
-            .is_none_or(|(generation, _)| *generation != values.generation);
+    /// The scale and outliers of the rows shown, worked out again when values came in since, but
+    /// while the scan streams (not `settled`) at most every [`MapView::REANALYSED`]: on a model of
+    /// a hundred thousand tensors it takes tens of milliseconds.
+    pub fn analysis(&mut self, values: &Values, settled: bool) -> &Analysis {
+        let stale = self.analysis.as_ref().is_none_or(|(generation, at, _)| {
+            *generation != values.generation && (settled || at.elapsed() >= Self::REANALYSED)
+        });
         if stale {
             let analysis = Analysis::of(&self.map, &self.rows, values, self.measure, None);
-            self.analysis = Some((values.generation, analysis));
+            self.analysis = Some((values.generation, Instant::now(), analysis));
         }
-        &self.analysis.get_or_insert_with(Default::default).1
+        &self
+            .analysis
+            .get_or_insert_with(|| (0, Instant::now(), Analysis::default()))
+            .2
+    }
+
+    /// The analysis, taken out to draw with while the view's offsets change; whether its cells
+    /// are those of the current values. Put it back with [`MapView::put_back`].
+    pub fn take_analysis(&mut self, values: &Values, settled: bool) -> (Analysis, bool) {
+        self.analysis(values, settled);
+        match self.analysis.take() {
+            Some((generation, at, analysis)) => {
+                self.taken = Some((generation, at));
+                (analysis, generation == values.generation)
+            }
+            None => (Analysis::default(), false),
+        }
+    }
+
+    pub fn put_back(&mut self, analysis: Analysis) {
+        if let Some((generation, at)) = self.taken.take() {
+            self.analysis = Some((generation, at, analysis));
+        }
     }
 
     /// Forgets the analysis: the measure or the rows changed.
@@ -89,6 +124,7 @@ impl MapView {
         let needle = self.filter.to_lowercase();
         let filter = (!needle.is_empty()).then_some(needle.as_str());
         self.rows = self.map.rows(self.folded, filter);
+        self.label_width = label_width(&self.map, &self.rows);
         self.cursor.0 = self.cursor.0.min(self.rows.len().saturating_sub(1));
         self.changed();
     }
@@ -115,7 +151,7 @@ impl MapView {
 
     /// Sends the cursor to the next (or previous) outlier; whether there was one.
     pub fn jump_to_problem(&mut self, values: &Values, forward: bool) -> bool {
-        let count = self.analysis(values).outliers.len();
+        let count = self.analysis(values, true).outliers.len();
         if count == 0 {
             return false;
         }
@@ -125,7 +161,7 @@ impl MapView {
             (None, true) => 0,
             (None, false) => count - 1,
         };
-        let outlier = &self.analysis(values).outliers[next];
+        let outlier = &self.analysis(values, true).outliers[next];
         self.cursor = (outlier.row, outlier.column);
         self.problem = Some(next);
         true
@@ -138,6 +174,13 @@ impl MapView {
             self.cursor = at;
         }
     }
+}
+
+fn label_width(map: &LayerMap, rows: &[Row]) -> usize {
+    rows.iter()
+        .map(|&row| crate::text::display_width(&crate::text::escape(&map.label(row))))
+        .max()
+        .unwrap_or(0)
 }
 
 impl App {

@@ -18,8 +18,8 @@ use super::{block, inner};
 use crate::layermap::analysis::Described;
 use crate::layermap::{Analysis, Glyphs, Problem, State};
 use crate::report::{layer_numbers, legend, value_text};
-use crate::text::{display_width, escape};
-use crate::tui::app::{App, MapView};
+use crate::text::escape;
+use crate::tui::app::{App, MapView, ScanState};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
@@ -32,13 +32,14 @@ pub fn render(frame: &mut Frame, area: Rect, app: &mut App) {
     let Some(mut view) = app.map.take() else {
         return;
     };
-    let analysis = view.analysis(&app.values).clone();
+    let settled = app.scan != ScanState::Running;
+    let (analysis, fresh) = view.take_analysis(&app.values, settled);
     let outliers_area = if area.width >= SIDE_BY_SIDE {
         let [picture, side] = area.layout(&Layout::horizontal([
             Constraint::Percentage(62),
             Constraint::Percentage(38),
         ]));
-        render_picture(frame, picture, app, &mut view, &analysis);
+        render_picture(frame, picture, app, &mut view, (&analysis, fresh));
         side
     } else {
         let below = u16::try_from(analysis.outliers.len().clamp(1, 4) + 2).unwrap_or(6);
@@ -46,10 +47,11 @@ pub fn render(frame: &mut Frame, area: Rect, app: &mut App) {
             Constraint::Min(8),
             Constraint::Length(below),
         ]));
-        render_picture(frame, picture, app, &mut view, &analysis);
+        render_picture(frame, picture, app, &mut view, (&analysis, fresh));
         under
     };
     render_outliers(frame, outliers_area, app, &view, &analysis);
+    view.put_back(analysis);
     app.map = Some(view);
 }
 
@@ -58,7 +60,7 @@ fn render_picture(
     area: Rect,
     app: &App,
     view: &mut MapView,
-    analysis: &Analysis,
+    (analysis, fresh): (&Analysis, bool),
 ) {
     let theme = &app.theme;
     let map = &view.map;
@@ -80,13 +82,7 @@ fn render_picture(
             Constraint::Min(1),
             Constraint::Length(strip_line),
         ]));
-    let label_width = view
-        .rows
-        .iter()
-        .map(|&row| display_width(&escape(&map.label(row))))
-        .max()
-        .unwrap_or(0)
-        .clamp(8, usize::from(inside.width / 2));
+    let label_width = view.label_width.clamp(8, usize::from(inside.width / 2));
     let cells_x = inside.x + u16::try_from(label_width + 1).unwrap_or(0);
     let visible_columns = usize::from(inside.right().saturating_sub(cells_x)).max(1);
     let visible_rows = usize::from(grid.height).max(1);
@@ -137,7 +133,12 @@ fn render_picture(
         };
         buffer.set_stringn(inside.x, y, &label, label_width, label_style);
         for (x, column) in (cells_x..).zip(columns.clone()) {
-            let state = map.cell(&app.values, row, column, view.measure).state;
+            // The analysis holds every cell when it is fresh; otherwise those on screen are
+            // looked up.
+            let state = match analysis.cells.get(index * map.columns.len() + column) {
+                Some(cell) if fresh => cell.state,
+                _ => map.cell(&app.values, row, column, view.measure).state,
+            };
             let (glyph, level) = glyphs.of(state, analysis.scale.as_ref());
             let mut style = match (state, level) {
                 (State::NonFinite | State::Failed, _) => theme.broken,
