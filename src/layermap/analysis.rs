@@ -21,7 +21,8 @@ const MIN_LAYERS: usize = 4;
 const LISTED: usize = 1_000;
 
 /// How values map to shades: linear, or logarithmic when positive values span two orders of
-/// magnitude or more.
+/// magnitude or more. A linear scale of a measure of magnitude starts at zero, and one of the
+/// mean is centred on zero, so that values a hair apart do not look worlds apart.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Scale {
     pub log: bool,
@@ -30,15 +31,35 @@ pub struct Scale {
 }
 
 impl Scale {
-    /// The scale of `values` (non-finite ones ignored); `None` when there is none.
-    pub fn of(values: impl IntoIterator<Item = f32>) -> Option<Scale> {
+    /// The scale of `values` by `measure` (non-finite values ignored); `None` when there is none.
+    pub fn of(values: impl IntoIterator<Item = f32>, measure: Measure) -> Option<Scale> {
         let (mut low, mut high) = (f32::INFINITY, f32::NEG_INFINITY);
         for value in values.into_iter().filter(|v| v.is_finite()) {
             low = low.min(value);
             high = high.max(value);
         }
-        (low <= high).then(|| Scale {
-            log: low > 0.0 && high / low >= 100.0,
+        if low > high {
+            return None;
+        }
+        if low > 0.0 && high / low >= 100.0 {
+            return Some(Scale {
+                log: true,
+                low,
+                high,
+            });
+        }
+        let (low, high) = match measure {
+            Measure::Std | Measure::Absmax | Measure::Change | Measure::Zeros => {
+                (low.min(0.0), high)
+            }
+            Measure::Mean => {
+                let reach = low.abs().max(high.abs());
+                (-reach, reach)
+            }
+            Measure::Snr => (low, high),
+        };
+        Some(Scale {
+            log: false,
             low,
             high,
         })
@@ -51,7 +72,7 @@ impl Scale {
         } else if self.high > self.low {
             (value - self.low) / (self.high - self.low)
         } else {
-            0.5
+            0.0
         };
         let last = levels.saturating_sub(1);
         if position.is_nan() {
@@ -137,10 +158,13 @@ impl Analysis {
             .collect();
         let grid: Vec<State> = cells.iter().map(|cell| cell.state).collect();
         let tensors: Vec<u32> = cells.iter().map(|cell| cell.tensor).collect();
-        let scale = Scale::of(grid.iter().filter_map(|state| match state {
-            State::Value(value) => Some(*value),
-            _ => None,
-        }));
+        let scale = Scale::of(
+            grid.iter().filter_map(|state| match state {
+                State::Value(value) => Some(*value),
+                _ => None,
+            }),
+            measure,
+        );
         let mut broken = Vec::new();
         for (at, state) in grid.iter().enumerate() {
             let problem = match state {
@@ -633,17 +657,24 @@ mod tests {
 
     #[test]
     fn scales_are_linear_or_logarithmic_from_the_data() {
-        let linear = Scale::of([0.5, 1.0, 2.0]).unwrap();
+        let linear = Scale::of([0.5, 1.0, 2.0], Measure::Snr).unwrap();
         assert!(!linear.log);
         assert_eq!(linear.level(0.5, 4), 0);
         assert_eq!(linear.level(2.0, 4), 3);
         assert_eq!(linear.level(1.25, 4), 2);
-        let log = Scale::of([0.001, 0.01, 1.0, f32::NAN]).unwrap();
+        let log = Scale::of([0.001, 0.01, 1.0, f32::NAN], Measure::Std).unwrap();
         assert!(log.log);
         assert_eq!((log.low, log.high), (0.001, 1.0));
         assert_eq!(log.level(0.01, 3), 1);
-        assert!(Scale::of([f32::NAN]).is_none());
-        assert_eq!(Scale::of([3.0, 3.0]).unwrap().level(3.0, 5), 2);
+        assert!(Scale::of([f32::NAN], Measure::Std).is_none());
+        let close = Scale::of([0.0199, 0.0201], Measure::Std).unwrap();
+        assert_eq!((close.low, close.level(0.0199, 4)), (0.0, 3), "from zero");
+        let mean = Scale::of([-0.5, 0.25], Measure::Mean).unwrap();
+        assert_eq!((mean.low, mean.high, mean.level(0.0, 4)), (-0.5, 0.5, 2));
+        assert_eq!(
+            Scale::of([0.0, 0.0], Measure::Zeros).unwrap().level(0.0, 4),
+            0
+        );
     }
 
     /// `layers` layers of `kinds`, each with `experts` experts of one kind, std 1 but where
