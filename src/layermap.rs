@@ -177,6 +177,11 @@ impl LayerMap {
             rows = rows.saturating_add(u32::try_from(kind.rows()).unwrap_or(u32::MAX));
         }
         let width = columns.len();
+        // Names can make a grid far larger than the model (a new kind in each new layer): such
+        // names are no stack of layers, and the map of them is left empty.
+        if (rows as usize).saturating_mul(width) > placed.len().saturating_mul(2) + (1 << 20) {
+            return LayerMap::default();
+        }
         let mut cells = vec![NONE; rows as usize * width];
         for &(kind, expert, layer, tensor) in &placed {
             let kind = &built[kind as usize];
@@ -675,6 +680,18 @@ mod tests {
         let filtered = map.rows(true, Some("attn"));
         assert_eq!(filtered.len(), 1);
         assert_eq!(map.position(&folded, 4), Some((2, 1)));
+    }
+
+    #[test]
+    fn names_that_make_no_grid_make_an_empty_map() {
+        let names: Vec<String> = (0..2_000).map(|i| format!("a.{i}.kind{i}")).collect();
+        let map = LayerMap::build(
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (u32::try_from(i).unwrap(), n.as_str())),
+        );
+        assert!(map.columns.is_empty() && map.kinds.is_empty() && map.strip.is_empty());
     }
 
     #[test]

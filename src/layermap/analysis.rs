@@ -156,18 +156,16 @@ impl Analysis {
             .iter()
             .flat_map(|&row| (0..width).map(move |column| map.cell(values, row, column, measure)))
             .collect();
-        let grid: Vec<State> = cells.iter().map(|cell| cell.state).collect();
-        let tensors: Vec<u32> = cells.iter().map(|cell| cell.tensor).collect();
         let scale = Scale::of(
-            grid.iter().filter_map(|state| match state {
-                State::Value(value) => Some(*value),
+            cells.iter().filter_map(|cell| match cell.state {
+                State::Value(value) => Some(value),
                 _ => None,
             }),
             measure,
         );
         let mut broken = Vec::new();
-        for (at, state) in grid.iter().enumerate() {
-            let problem = match state {
+        for (at, cell) in cells.iter().enumerate() {
+            let problem = match cell.state {
                 State::NonFinite => Problem::NonFinite,
                 State::Failed => Problem::Failed,
                 _ => continue,
@@ -177,12 +175,12 @@ impl Analysis {
                     problem,
                     row: at / width,
                     column: at % width,
-                    tensor: tensors[at],
+                    tensor: cell.tensor,
                 });
             }
         }
         broken.sort_by_key(|outlier| matches!(outlier.problem, Problem::Failed));
-        let (mut deviants, z) = deviants(&grid, &tensors, width, measure);
+        let (mut deviants, z) = deviants(&cells, width, measure);
         deviants.sort_by(|a, b| z_of(b).total_cmp(&z_of(a)));
         deviants.truncate(LISTED);
         let mut outliers = broken;
@@ -363,12 +361,7 @@ fn median(values: &mut [f32]) -> f32 {
 }
 
 /// Cells far from their row's median, and every cell's robust z-score (NaN where none).
-fn deviants(
-    grid: &[State],
-    tensors: &[u32],
-    width: usize,
-    measure: Measure,
-) -> (Vec<Outlier>, Vec<f32>) {
+fn deviants(grid: &[Cell], width: usize, measure: Measure) -> (Vec<Outlier>, Vec<f32>) {
     let mut z_scores = vec![f32::NAN; grid.len()];
     let mut found = Vec::new();
     if width == 0 {
@@ -378,8 +371,8 @@ fn deviants(
     let mut deviations = Vec::with_capacity(width);
     for (row, cells) in grid.chunks(width).enumerate() {
         judged_values.clear();
-        judged_values.extend(cells.iter().filter_map(|state| match state {
-            State::Value(value) => Some(judged(*value, measure)),
+        judged_values.extend(cells.iter().filter_map(|cell| match cell.state {
+            State::Value(value) => Some(judged(value, measure)),
             _ => None,
         }));
         if judged_values.len() < MIN_LAYERS {
@@ -400,8 +393,8 @@ fn deviants(
         } else {
             centre
         };
-        for (column, state) in cells.iter().enumerate() {
-            let State::Value(value) = *state else {
+        for (column, cell) in cells.iter().enumerate() {
+            let State::Value(value) = cell.state else {
                 continue;
             };
             let z = 0.6745 * (judged(value, measure) - centre) / spread;
@@ -417,7 +410,7 @@ fn deviants(
                     },
                     row,
                     column,
-                    tensor: tensors[row * width + column],
+                    tensor: cell.tensor,
                 });
             }
         }

@@ -430,3 +430,18 @@ fn the_quantize_preview_s_snr_becomes_a_measure() {
     let screen = text(&mut app, 80, 24);
     assert!(screen.contains("layer map · snr"), "{screen}");
 }
+
+#[test]
+fn the_map_in_tiny_terminals_does_not_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = open(&planted(dir.path()), true);
+    app.update(Action::ToggleMap);
+    app.update(Action::MapExperts);
+    for (width, height) in [(0, 0), (20, 8), (30, 9), (40, 10), (60, 12), (119, 14)] {
+        for _ in 0..3 {
+            app.update(Action::Right);
+            app.update(Action::Down);
+            screen(&mut app, width, height);
+        }
+    }
+}

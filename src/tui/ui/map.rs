@@ -223,6 +223,9 @@ fn cursor_text(app: &App, view: &MapView) -> String {
                 )
             }
         }
+        None if map.columns.is_empty() => {
+            "no stack of numbered layers in the tensor names".to_owned()
+        }
         None => "no rows (/ filters them)".to_owned(),
     }
 }
@@ -232,7 +235,8 @@ fn render_strip(frame: &mut Frame, area: Rect, app: &App, view: &MapView, analys
     let theme = &app.theme;
     let glyphs = Glyphs::UNICODE;
     let mut spans = vec![Span::styled("outside layers:", theme.dim)];
-    for &tensor in &view.map.strip {
+    // A line shows a few; a model can hold thousands of tensors outside layers.
+    for &tensor in view.map.strip.iter().take(usize::from(area.width / 4)) {
         let state = app.values.get(tensor as usize, view.measure);
         let (glyph, level) = glyphs.of(state, analysis.scale.as_ref());
         let style = match (state, level) {
