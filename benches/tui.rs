@@ -1,7 +1,9 @@
-//! Explorer speed: one frame of a 100,000-tensor model with the tree fully open, and rebuilding
-//! the tree after a search keystroke, on ratatui's test backend (200x60).
+//! Explorer speed: one frame of a 100,000-tensor model with the tree fully open, rebuilding the
+//! tree after a search keystroke, and the layer map (built on first `M`, then frames with a row
+//! per expert and folded), on ratatui's test backend (200x60).
 //!
-//! `cargo bench --bench tui [-- FILE]`: FILE defaults to a generated 100,000-tensor model.
+//! `cargo bench --bench tui [-- PATH]`: PATH defaults to a generated 100,000-tensor model; the
+//! DeepSeek-V3 layout (`make_deepseek_layout.py DIR`, header only) is the map's reference.
 
 #![expect(clippy::print_stdout, reason = "a benchmark reports on stdout")]
 
@@ -10,8 +12,10 @@ use ratatui::backend::TestBackend;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use stui::analysis::Moments;
 use stui::demo::{Fill, SyntheticModel};
 use stui::format::{Dtype, Model};
+use stui::jobs::ScanEvent;
 use stui::tui::action::Action;
 use stui::tui::app::App;
 use stui::tui::{Theme, ui};
@@ -71,6 +75,13 @@ fn main() -> anyhow::Result<()> {
         app.update(Action::SearchType(c));
         keystrokes.push(start.elapsed());
     }
+    app.update(Action::SearchCancel);
+    // The explorer's one cost of the map when opening: a few numbers a tensor.
+    let start = Instant::now();
+    let values = stui::layermap::Values::new(model.tensors.len());
+    let values_made = start.elapsed();
+    drop(values);
+    let map = layer_map(&mut app, &mut terminal)?;
     println!("tensors                         {}", model.tensors.len());
     println!(
         "app built (tree + outline)      {:>8.2} ms",
@@ -86,5 +97,95 @@ fn main() -> anyhow::Result<()> {
         median(keystrokes.clone()).as_secs_f64() * 1e3,
         keystrokes.len()
     );
+    println!(
+        "map values made (in App::new)   {:>8.2} ms",
+        values_made.as_secs_f64() * 1e3
+    );
+    map.print();
     Ok(())
+}
+
+/// Timings of the layer map.
+struct MapTimes {
+    built: Duration,
+    rows: (usize, usize),
+    columns: usize,
+    first_frame: Duration,
+    expanded: Vec<Duration>,
+    folded: Vec<Duration>,
+}
+
+impl MapTimes {
+    fn print(&self) {
+        println!(
+            "layer map built (first M)       {:>8.2} ms, {} layers, {} rows a row per expert, {} folded",
+            self.built.as_secs_f64() * 1e3,
+            self.columns,
+            self.rows.0,
+            self.rows.1
+        );
+        println!(
+            "map first frame (outliers)      {:>8.2} ms",
+            self.first_frame.as_secs_f64() * 1e3
+        );
+        for (what, frames) in [
+            ("map frame, a row per expert", &self.expanded),
+            ("map frame, experts folded", &self.folded),
+        ] {
+            println!(
+                "{what:<32}{:>8.2} ms median of {}",
+                median(frames.clone()).as_secs_f64() * 1e3,
+                frames.len()
+            );
+        }
+    }
+}
+
+/// Opens the map, gives every tensor statistics (as a finished scan would), and draws it: a
+/// row per expert, then folded, moving the cursor between frames.
+fn layer_map(app: &mut App, terminal: &mut Terminal<TestBackend>) -> anyhow::Result<MapTimes> {
+    let start = Instant::now();
+    app.update(Action::ToggleMap);
+    let built = start.elapsed();
+    for tensor in 0..app.model.tensors.len() {
+        let spread = 0.01 + (tensor % 97) as f32 * 1e-4;
+        app.on_scan(ScanEvent::Stats {
+            tensor,
+            moments: Moments::of_f32(&[-spread, 0.0, spread]),
+        });
+    }
+    app.update(Action::MapExperts);
+    let rows_expanded = app.map.as_ref().map_or(0, |view| view.rows.len());
+    let columns = app.map.as_ref().map_or(0, |view| view.map.columns.len());
+    let start = Instant::now();
+    terminal.draw(|frame| ui::render(frame, app))?;
+    let first_frame = start.elapsed();
+    let frames = |app: &mut App, terminal: &mut Terminal<TestBackend>| {
+        let mut times = Vec::new();
+        for round in 0..40 {
+            app.update(match round % 4 {
+                0 => Action::Down,
+                1 => Action::Right,
+                2 => Action::PageDown,
+                _ => Action::Left,
+            });
+            let start = Instant::now();
+            terminal.draw(|frame| ui::render(frame, app))?;
+            times.push(start.elapsed());
+        }
+        anyhow::Ok(times)
+    };
+    let expanded = frames(app, terminal)?;
+    app.update(Action::MapExperts);
+    let rows_folded = app.map.as_ref().map_or(0, |view| view.rows.len());
+    terminal.draw(|frame| ui::render(frame, app))?;
+    let folded = frames(app, terminal)?;
+    Ok(MapTimes {
+        built,
+        rows: (rows_expanded, rows_folded),
+        columns,
+        first_frame,
+        expanded,
+        folded,
+    })
 }

@@ -125,6 +125,7 @@ pub struct CheckArgs {
 }
 
 #[derive(Debug, Args)]
+#[expect(clippy::struct_excessive_bools, reason = "each is a command-line flag")]
 pub struct StatsArgs {
     /// The model: a .safetensors file, an index .json, or a folder.
     pub path: PathBuf,
@@ -137,6 +138,29 @@ pub struct StatsArgs {
     /// Worker threads (default: one per core).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    /// Print the layer map instead of the table: layers across, tensor kinds down, each cell
+    /// shaded by --measure, with the outliers.
+    #[arg(long)]
+    pub map: bool,
+    /// What the map's cells show.
+    #[arg(long, value_enum, default_value_t = MapMeasure::Std, requires = "map")]
+    pub measure: MapMeasure,
+    /// In the map: one row per expert, rather than each kind's worst expert.
+    #[arg(long, requires = "map")]
+    pub experts: bool,
+    /// Draw the map with plain ASCII characters rather than shade blocks.
+    #[arg(long, requires = "map")]
+    pub ascii: bool,
+}
+
+/// What the layer map's cells show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum MapMeasure {
+    Std,
+    Absmax,
+    Mean,
+    /// The share of elements that are zero.
+    Zeros,
 }
 
 #[derive(Debug, Args)]

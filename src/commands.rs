@@ -3,16 +3,17 @@
 
 use crate::analysis::{Histogram, Moments};
 use crate::cli::{
-    CheckArgs, Cli, Command, CompletionsArgs, DiffArgs, HashArgs, InspectArgs, ManArgs,
+    CheckArgs, Cli, Command, CompletionsArgs, DiffArgs, HashArgs, InspectArgs, ManArgs, MapMeasure,
     QuantizeArgs, StatsArgs,
 };
 use crate::error::{Error, Result};
 use crate::finding::Severity;
 use crate::format::Model;
 use crate::jobs::{Scan, ScanEvent, ScanOptions, ScanOrder};
+use crate::layermap::{Analysis, Glyphs, LayerMap, Measure, Values};
 use crate::paths;
 use crate::report::{Check, Inspect, Listing, Report};
-use crate::report::{StatsRow, StatsWriter};
+use crate::report::{MapReport, StatsRow, StatsWriter};
 use crate::tree::LayerTree;
 use std::io::{self, Write};
 use std::path::Path;
@@ -198,6 +199,11 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
         output.finding(finding)?;
     }
     let mut rows = InOrder::new(&model, &chosen, args.json);
+    // A few numbers a tensor, for the layer map and its findings.
+    let mut values = Values::new(model.tensors.len());
+    // With --map, the findings printed under it (as bounded as the model's).
+    let mut scan_findings = crate::finding::Findings::new();
+    scan_findings.append(model.findings.clone());
     let (sender, receiver) = mpsc::sync_channel(crate::jobs::EVENT_QUEUE);
     let scan = Scan::start(Arc::clone(&model), chosen.clone(), options, sender);
     let bar = progress_bar();
@@ -205,15 +211,27 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
     for event in receiver {
         match event {
             ScanEvent::Started { .. } => {}
-            ScanEvent::Stats { tensor, moments } => rows.pending(tensor).moments = Some(moments),
+            ScanEvent::Stats { tensor, moments } => {
+                values.record(tensor, &moments);
+                rows.pending(tensor).moments = Some(moments);
+            }
             ScanEvent::Histogram { tensor, histogram } => {
                 rows.pending(tensor).histogram = Some(histogram);
             }
             ScanEvent::Failed { tensor, finding } => {
+                values.record_failed(tensor);
                 rows.pending(tensor).failed = true;
                 output.finding(&finding)?;
+                if args.map {
+                    scan_findings.push(finding);
+                }
             }
-            ScanEvent::Finding(finding) => output.finding(&finding)?,
+            ScanEvent::Finding(finding) => {
+                output.finding(&finding)?;
+                if args.map {
+                    scan_findings.push(finding);
+                }
+            }
             ScanEvent::Progress(progress) => {
                 bar.set_length(progress.bytes_total);
                 bar.set_position(progress.bytes_done);
@@ -230,15 +248,97 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
     let elapsed = bar.elapsed().as_secs_f64();
     scan.wait();
     rows.write_rest(&mut output)?;
+    let map = LayerMap::build(
+        chosen
+            .iter()
+            .map(|&t| (index32(t), model.tensors[t].name())),
+    );
+    let map_findings = map_findings(&model, &map, &values);
+    for finding in &map_findings {
+        output.finding(finding)?;
+    }
+    scan_findings.extend(map_findings);
     let outcome = if output.any_broken() || output.any_errors() {
         Outcome::Problems
     } else {
         Outcome::Clean
     };
     let mut out = io::BufWriter::with_capacity(1 << 16, out);
-    output.finish(&mut out, &model, scanned, elapsed)?;
+    if args.map {
+        let report = MapReport {
+            model: &model,
+            map: &map,
+            rows: &[],
+            values: &values,
+            measure: Measure::Std,
+            analysis: &Analysis::default(),
+            findings: &scan_findings,
+            bytes_scanned: scanned,
+        };
+        write_map(report, args, &mut out)?;
+    } else {
+        output.finish(&mut out, &model, scanned, elapsed)?;
+    }
     out.flush()?;
     Ok(outcome)
+}
+
+/// Compares two tensors' bytes, for the layer map's copies of experts.
+fn same_bytes_in(model: &Model) -> impl Fn(u32, u32) -> Option<bool> + '_ {
+    let read = std::sync::atomic::AtomicU64::new(0);
+    move |a, b| {
+        let tensor = |t: u32| &model.tensors[t as usize];
+        crate::diff::same_bytes(model, tensor(a), model, tensor(b), &read).ok()
+    }
+}
+
+/// The layer map's findings: its outliers by std over every expert.
+fn map_findings(model: &Model, map: &LayerMap, values: &Values) -> Vec<crate::finding::Finding> {
+    let expanded = map.rows(false, None);
+    let same_bytes = same_bytes_in(model);
+    Analysis::of(map, &expanded, values, Measure::Std, Some(&same_bytes)).findings(
+        map,
+        &expanded,
+        Measure::Std,
+        |t| model.tensors[t as usize].name(),
+    )
+}
+
+/// `stats --map`: `report` has the model, the map, its values and findings; its rows, measure
+/// and analysis come from the arguments.
+fn write_map(report: MapReport, args: &StatsArgs, out: &mut dyn Write) -> io::Result<()> {
+    let shown = report.map.rows(!args.experts, None);
+    let measure = match args.measure {
+        MapMeasure::Std => Measure::Std,
+        MapMeasure::Absmax => Measure::Absmax,
+        MapMeasure::Mean => Measure::Mean,
+        MapMeasure::Zeros => Measure::Zeros,
+    };
+    let same_bytes = same_bytes_in(report.model);
+    let analysis = Analysis::of(
+        report.map,
+        &shown,
+        report.values,
+        measure,
+        Some(&same_bytes),
+    );
+    let report = MapReport {
+        rows: &shown,
+        measure,
+        analysis: &analysis,
+        ..report
+    };
+    if args.json {
+        report.write_json(out)
+    } else if args.ascii {
+        report.write_text(out, &Glyphs::ASCII)
+    } else {
+        report.write_text(out, &Glyphs::UNICODE)
+    }
+}
+
+fn index32(tensor: usize) -> u32 {
+    u32::try_from(tensor).unwrap_or(u32::MAX)
 }
 
 /// What the scan has sent about a tensor whose row is not written yet.

@@ -321,8 +321,9 @@ impl<'a> TensorBytes<'a> {
     }
 }
 
-/// Whether two tensors' bytes are identical, read a chunk at a time.
-fn same_bytes(
+/// Whether two tensors' bytes are identical, read a chunk at a time, counting the bytes read
+/// in `progress`.
+pub fn same_bytes(
     a: &Model,
     ta: &Tensor,
     b: &Model,

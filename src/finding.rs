@@ -112,6 +112,11 @@ codes! {
     ValuesExtreme => "values-extreme", "a float weight holds values of magnitude over the set limit (1e4 by default)";
     ValuesGarbage => "values-garbage", "a float tensor holds values over 1e30, which look like uninitialised memory";
     LayerOutlier => "layer-outlier", "a tensor's std or absmax is over 10x (or under 1/10) the median of the same tensor in the other layers";
+    MapOutlier => "map-outlier", "a tensor's std stands out from the same tensor's in the other layers: a robust z-score (by median absolute deviation) of 6 or more, and 1.5x to 10x off the median";
+    LayerBand => "layer-band", "a run of layers whose tensors' std is off the other layers' for most tensor kinds";
+    ExpertDead => "expert-dead", "every tensor of an expert of a mixture-of-experts layer is all zeros";
+    ExpertConstant => "expert-constant", "every tensor of an expert holds one repeated nonzero value";
+    ExpertCopy => "expert-copy", "an expert's tensors are byte-identical to another expert's of the same layer";
     DataUnreadable => "data-unreadable", "a tensor's bytes could not be read (the file shrank, was replaced, or an I/O error)";
     ScanFailed => "scan-failed", "stui failed while computing a tensor's statistics (a bug: please report it)";
 }

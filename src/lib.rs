@@ -11,6 +11,7 @@
 //! - [`arch`]: the architecture recognised from names and shapes, checked against config.json.
 //! - [`tree`]: the layer tree built from dotted names, with totals on every node.
 //! - [`analysis`]: statistics, histograms and numeric findings from tensor bytes, every dtype.
+//! - [`layermap`]: the layer map, layers across and tensor kinds down, and what stands out in it.
 //! - [`jobs`]: the background scan that reads tensor data and streams results on a channel.
 //! - [`quant`]: quantized weights dequantized exactly, layout by layout.
 //! - [`quantize`]: int8 quantization, written in the compressed-tensors layout.
@@ -32,6 +33,7 @@ pub mod finding;
 pub mod format;
 pub mod hash;
 pub mod jobs;
+pub mod layermap;
 pub mod paths;
 pub mod quant;
 pub mod quantize;

@@ -15,6 +15,9 @@ use serde_json::ser::{Formatter, PrettyFormatter};
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
+mod map;
+pub use map::{MapReport, layer_numbers, legend, value_text};
+
 /// A headless command's output, as text for people or JSON for scripts.
 pub trait Report {
     fn write_text(&self, out: &mut dyn Write) -> io::Result<()>;

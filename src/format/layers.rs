@@ -14,7 +14,7 @@ const ODD_SHARE: usize = 10;
 
 /// A name split at its first numeric part: `model.layers.12.mlp.w` is `model.layers`, 12,
 /// `mlp.w`.
-fn split_at_layer(name: &str) -> Option<(&str, u64, &str)> {
+pub fn split_at_layer(name: &str) -> Option<(&str, u64, &str)> {
     let mut start = 0;
     for part in name.split('.') {
         let end = start + part.len();

@@ -47,5 +47,16 @@ pub enum Action {
     /// After saving: open the new file in place.
     OpenResult,
     ClosePopup,
+    /// Open the layer map, or go back from it to the tree.
+    ToggleMap,
+    /// In the layer map: the cursor a column left or right.
+    Left,
+    Right,
+    /// In the layer map: the next measure the cells show.
+    MapMeasure,
+    /// In the layer map: a row per expert, or each kind's experts folded into one row.
+    MapExperts,
+    /// In the layer map: select the tensor under the cursor in the tree.
+    MapJump,
     Quit,
 }

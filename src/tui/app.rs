@@ -12,7 +12,11 @@ use crate::tree::{LayerTree, NodeId, ROOT};
 use foldhash::HashMap;
 
 use super::outline::Outline;
+use crate::layermap::Values;
+
+mod map;
 use crate::quantize::{self, Error8, Granularity};
+pub use map::MapView;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -288,6 +292,11 @@ pub struct App {
     /// Where the tree's rows are on screen, `(x, y, width, height)` (set when drawing), for clicks.
     pub tree_area: Option<(u16, u16, u16, u16)>,
     pub diff: Option<DiffView>,
+    /// The layer map, built when first opened (or when the scan ends, for its findings).
+    pub map: Option<MapView>,
+    pub map_open: bool,
+    /// A few numbers a tensor for the layer map, as the scan reports them.
+    pub values: Values,
     /// The dtype mix of each group shown so far, which takes a walk over its tensors to compute.
     mixes: std::cell::RefCell<HashMap<NodeId, crate::tree::DtypeMix>>,
     /// The structural id and the architecture recognised, worked out when first shown: each
@@ -330,6 +339,9 @@ impl App {
             page: 10,
             tree_area: None,
             diff: None,
+            map: None,
+            map_open: false,
+            values: Values::new(model.tensors.len()),
             mixes: std::cell::RefCell::default(),
             identity: std::cell::OnceCell::new(),
             model,
@@ -356,6 +368,8 @@ impl App {
             Context::Popup
         } else if self.searching {
             Context::Search
+        } else if self.map_open {
+            Context::Map
         } else if self.focus == Focus::Findings {
             Context::Findings
         } else {
@@ -440,6 +454,9 @@ impl App {
     }
 
     fn apply(&mut self, action: Action) -> bool {
+        if let Some(changed) = self.apply_map(action) {
+            return changed;
+        }
         let page = isize::try_from(self.page).unwrap_or(10);
         let (outline, tree) = (&mut self.outline, &self.tree);
         match action {
@@ -464,7 +481,12 @@ impl App {
             | Action::QuantizeSkipNonFinite
             | Action::QuantizeConfirm
             | Action::QuantizeCancel
-            | Action::OpenResult => false,
+            | Action::OpenResult
+            | Action::Left
+            | Action::Right
+            | Action::MapMeasure
+            | Action::MapExperts
+            | Action::MapJump => false,
             Action::StartSearch
             | Action::SearchType(_)
             | Action::SearchDelete
@@ -495,6 +517,7 @@ impl App {
                 self.finding_selected = 0;
                 true
             }
+            Action::ToggleMap => self.toggle_map(),
             Action::NextProblem => self.jump_to_problem(true),
             Action::PreviousProblem => self.jump_to_problem(false),
             Action::JumpToFinding => self.jump_to_finding(),
@@ -657,6 +680,9 @@ impl App {
         granularity: Granularity,
         result: Result<Option<Error8>, String>,
     ) -> bool {
+        if let Ok(Some(error)) = &result {
+            self.values.record_snr(tensor, error.snr_db);
+        }
         match self.quantize.as_mut() {
             Some(dialog) if dialog.granularity == granularity => {
                 dialog.previews.insert(tensor, result);
@@ -679,6 +705,9 @@ impl App {
     }
 
     fn apply_search(&mut self, action: Action) -> bool {
+        if self.map_open {
+            return self.apply_map_search(action);
+        }
         match action {
             Action::StartSearch => self.searching = true,
             Action::SearchType(c) => {
@@ -805,6 +834,7 @@ impl App {
             }
             ScanEvent::Stats { tensor, moments } => {
                 self.status[tensor] = ScanStatus::Done;
+                self.values.record(tensor, &moments);
                 let shown = self.selected_tensor();
                 self.outcomes
                     .insert(tensor, Outcome::Moments(moments), shown);
@@ -817,6 +847,7 @@ impl App {
             ScanEvent::Failed { tensor, finding } => {
                 let again = self.status[tensor] == ScanStatus::Failed;
                 self.status[tensor] = ScanStatus::Failed;
+                self.values.record_failed(tensor);
                 let shown = self.selected_tensor();
                 self.outcomes
                     .insert(tensor, Outcome::Failed(finding.message.clone()), shown);
@@ -837,6 +868,7 @@ impl App {
             ScanEvent::Done(progress) => {
                 self.progress = Some(progress);
                 self.scan = ScanState::Done;
+                self.add_map_findings();
                 true
             }
             ScanEvent::Cancelled => {
@@ -898,6 +930,15 @@ impl App {
                     marks.changed += u32::from(changed);
                     marks.only_here += u32::from(removed);
                 }
+            }
+            match &entry.status {
+                Status::Same => self.values.record_change(tensor, 0.0),
+                Status::Changed(changed) => {
+                    if let Some(change) = &changed.change {
+                        self.values.record_change(tensor, change.relative_l2);
+                    }
+                }
+                _ => {}
             }
             view.status[tensor] = Some(entry.status.clone());
         }

@@ -11,6 +11,7 @@ pub enum Context {
     Search,
     Popup,
     Quantize,
+    Map,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,7 +81,7 @@ const fn bind(
     }
 }
 
-use Context::{Findings, Popup, Quantize, Search, Tree};
+use Context::{Findings, Map, Popup, Quantize, Search, Tree};
 use KeyCode::{Backspace, Down, End, Enter, Esc, Home, Left, PageDown, PageUp, Right, Tab, Up};
 
 pub static BINDINGS: &[Binding] = &[
@@ -199,6 +200,81 @@ pub static BINDINGS: &[Binding] = &[
         false,
     ),
     bind(Tree, &[Key::Code(Tab)], Action::FocusNext, "findings", true),
+    // Not hinted in the footer, which is full at 80 columns; the help lists it.
+    bind(
+        Tree,
+        &[Key::Char('M')],
+        Action::ToggleMap,
+        "layer map",
+        false,
+    ),
+    bind(Map, &[Key::Char('M')], Action::ToggleMap, "tree", true),
+    bind(
+        Map,
+        &[Key::Code(Up), Key::Char('k')],
+        Action::Up,
+        "up",
+        false,
+    ),
+    bind(
+        Map,
+        &[Key::Code(Down), Key::Char('j')],
+        Action::Down,
+        "down",
+        false,
+    ),
+    bind(
+        Map,
+        &[Key::Code(Left), Key::Char('h')],
+        Action::Left,
+        "left",
+        false,
+    ),
+    bind(
+        Map,
+        &[Key::Code(Right), Key::Char('l')],
+        Action::Right,
+        "right",
+        false,
+    ),
+    bind(Map, &[Key::Code(PageUp)], Action::PageUp, "page up", false),
+    bind(
+        Map,
+        &[Key::Code(PageDown)],
+        Action::PageDown,
+        "page down",
+        false,
+    ),
+    bind(Map, &[Key::Code(Tab)], Action::MapMeasure, "measure", true),
+    bind(
+        Map,
+        &[Key::Code(Enter)],
+        Action::MapJump,
+        "go to tensor",
+        true,
+    ),
+    bind(
+        Map,
+        &[Key::Char('n')],
+        Action::NextProblem,
+        "next outlier",
+        true,
+    ),
+    bind(
+        Map,
+        &[Key::Char('N')],
+        Action::PreviousProblem,
+        "previous outlier",
+        false,
+    ),
+    bind(Map, &[Key::Char('e')], Action::MapExperts, "experts", true),
+    bind(
+        Map,
+        &[Key::Char('/')],
+        Action::StartSearch,
+        "filter rows",
+        true,
+    ),
     bind(
         Findings,
         &[Key::Code(Up), Key::Char('k')],
@@ -361,7 +437,7 @@ pub fn lookup(context: Context, event: &KeyEvent) -> Option<Action> {
     let own = BINDINGS.iter().filter(|b| b.context == context);
     let global = GLOBAL
         .iter()
-        .filter(|_| matches!(context, Context::Tree | Context::Findings));
+        .filter(|_| matches!(context, Context::Tree | Context::Findings | Context::Map));
     if let Some(binding) = own
         .chain(global)
         .find(|b| b.keys.iter().any(|k| k.matches(event)))
@@ -380,7 +456,7 @@ pub fn lookup(context: Context, event: &KeyEvent) -> Option<Action> {
 pub fn hints(context: Context) -> Vec<(String, &'static str)> {
     let global = GLOBAL
         .iter()
-        .filter(|_| matches!(context, Context::Tree | Context::Findings));
+        .filter(|_| matches!(context, Context::Tree | Context::Findings | Context::Map));
     BINDINGS
         .iter()
         .filter(|b| b.context == context)
@@ -449,11 +525,12 @@ mod tests {
             Context::Findings,
             Context::Search,
             Context::Popup,
+            Context::Map,
         ] {
             let mut seen = Vec::new();
             let global = GLOBAL
                 .iter()
-                .filter(|_| matches!(context, Context::Tree | Context::Findings));
+                .filter(|_| matches!(context, Context::Tree | Context::Findings | Context::Map));
             for binding in BINDINGS
                 .iter()
                 .filter(|b| b.context == context)

@@ -19,6 +19,14 @@ pub struct Theme {
     pub bar: Style,
     pub key: Style,
     pub matched: Style,
+    /// The layer map's shades, low to high: colours that keep their order in monochrome.
+    pub ramp: [Style; 4],
+    /// A layer map cell far from its row.
+    pub outlier: Style,
+    /// A layer map cell holding NaN or Inf, or unreadable.
+    pub broken: Style,
+    /// The layer map's cursor.
+    pub cursor: Style,
 }
 
 impl Theme {
@@ -39,6 +47,15 @@ impl Theme {
                 bar: Style::new().fg(Color::Cyan),
                 key: Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD),
                 matched: Style::new().fg(Color::Magenta).add_modifier(Modifier::BOLD),
+                ramp: [
+                    Style::new().fg(Color::Blue),
+                    Style::new().fg(Color::Cyan),
+                    Style::new().fg(Color::Green),
+                    Style::new().fg(Color::Yellow),
+                ],
+                outlier: Style::new().fg(Color::Magenta).add_modifier(Modifier::BOLD),
+                broken: Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+                cursor: Style::new().add_modifier(Modifier::REVERSED),
             }
         } else {
             let bold = Style::new().add_modifier(Modifier::BOLD);
@@ -57,6 +74,10 @@ impl Theme {
                 bar: Style::new(),
                 key: bold,
                 matched: Style::new().add_modifier(Modifier::UNDERLINED),
+                ramp: [Style::new(); 4],
+                outlier: Style::new().add_modifier(Modifier::REVERSED),
+                broken: bold.add_modifier(Modifier::REVERSED),
+                cursor: bold.add_modifier(Modifier::UNDERLINED),
             }
         }
     }

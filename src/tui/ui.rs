@@ -9,12 +9,14 @@
 //! │ footer: key hints from the keymap                                          │
 //! ```
 //!
+//! The layer map (`M`) takes the place of the tree, the details and the findings.
 //! Popups (help, metadata) draw over the middle. A file with no readable tensor shows its
 //! findings and what the file seems to be in place of the tree.
 
 mod details;
 mod findings;
 mod histogram;
+mod map;
 mod popup;
 mod quantize;
 mod status;
@@ -45,7 +47,9 @@ pub fn render(frame: &mut Frame, app: &mut App) {
         Constraint::Length(1),
     ]));
     status::render_header(frame, header, app);
-    if app.model.tensors.is_empty() && !app.model.is_valid() {
+    if app.map_open {
+        map::render(frame, body.union(findings_area), app);
+    } else if app.model.tensors.is_empty() && !app.model.is_valid() {
         findings::render_unreadable(frame, body, app);
     } else {
         let [left, right] = body.layout(&Layout::horizontal([
@@ -61,7 +65,9 @@ pub fn render(frame: &mut Frame, app: &mut App) {
         details::render(frame, details_area, app);
         histogram::render(frame, histogram_area, app);
     }
-    findings::render(frame, findings_area, app);
+    if !app.map_open {
+        findings::render(frame, findings_area, app);
+    }
     status::render_status(frame, status_area, app);
     status::render_footer(frame, footer, app);
     if let Some(kind) = app.popup {

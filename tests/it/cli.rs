@@ -7,7 +7,7 @@ use stui::demo::Fill;
 use stui::format::Dtype;
 
 /// Runs stui in `dir` and renders what it did: exit code, stdout and stderr.
-fn run(dir: &Path, args: &[&str]) -> (i32, String) {
+pub fn run(dir: &Path, args: &[&str]) -> (i32, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_stui"))
         .args(args)
         .current_dir(dir)

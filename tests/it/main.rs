@@ -8,6 +8,7 @@
 mod cli;
 mod conformance;
 mod hostile;
+mod layermap;
 mod paths;
 mod quant_kernels;
 mod quantize;

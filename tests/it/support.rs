@@ -189,3 +189,66 @@ pub fn without_terminal(command: &std::process::Command) -> Option<std::process:
     }
     Some(detached)
 }
+
+/// A 61-layer model of small F32 tensors with four experts a layer, and planted faults: layer
+/// 30's `mlp.down_proj.weight` has ten times the std of the others, expert 2 of layer 40 is all
+/// zeros, and layer 50's `self_attn.q_proj.weight` holds a NaN.
+pub fn planted_layers() -> SyntheticModel {
+    let weight = |std| Fill::Normal { mean: 0.0, std };
+    let mut model = SyntheticModel::new(61).tensor(
+        "model.embed_tokens.weight",
+        Dtype::F32,
+        &[64, 16],
+        weight(0.02),
+    );
+    for layer in 0..61 {
+        let p = format!("model.layers.{layer}.");
+        model = model
+            .tensor(
+                &format!("{p}input_layernorm.weight"),
+                Dtype::F32,
+                &[16],
+                Fill::Normal {
+                    mean: 1.0,
+                    std: 0.02,
+                },
+            )
+            .tensor(
+                &format!("{p}self_attn.q_proj.weight"),
+                Dtype::F32,
+                &[16, 16],
+                weight(0.02),
+            )
+            .tensor(
+                &format!("{p}mlp.down_proj.weight"),
+                Dtype::F32,
+                &[16, 32],
+                weight(if layer == 30 { 0.2 } else { 0.02 }),
+            );
+        for expert in 0..4 {
+            let fill = if layer == 40 && expert == 2 {
+                Fill::Zeros
+            } else {
+                weight(0.02)
+            };
+            model = model.tensor(
+                &format!("{p}mlp.experts.{expert}.up_proj.weight"),
+                Dtype::F32,
+                &[8, 16],
+                fill,
+            );
+        }
+    }
+    model
+        .plant("model.layers.50.self_attn.q_proj.weight", 3, f64::NAN)
+        .tensor(
+            "model.norm.weight",
+            Dtype::F32,
+            &[16],
+            Fill::Normal {
+                mean: 1.0,
+                std: 0.02,
+            },
+        )
+        .tensor("lm_head.weight", Dtype::F32, &[64, 16], weight(0.02))
+}

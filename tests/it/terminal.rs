@@ -194,6 +194,36 @@ fn terminal_settings(tmux: &Tmux, dir: &Path, label: &str) -> String {
     std::fs::read_to_string(&file).unwrap()
 }
 
+#[test]
+fn the_layer_map_in_a_real_terminal_and_enter_lands_on_the_tensor() {
+    let Some(tmux) = Tmux::start(80, 24) else {
+        return;
+    };
+    explore_demo(&tmux, "");
+    tmux.wait_for("the scan to finish", |s| s.contains("scan done"));
+    tmux.send(&["M"]);
+    let screen = tmux.wait_for("the layer map", |s| s.contains("layer map · std"));
+    assert!(
+        screen.contains("mlp.down_proj.weight") && screen.contains("0123"),
+        "kinds down, layers across:\n{screen}"
+    );
+    tmux.send(&["j", "l", "l"]);
+    let screen = tmux.wait_for("the cursor on layer 2's down_proj", |s| {
+        s.contains("layer 2 · model.layers.2.mlp.down_proj.weight")
+    });
+    assert!(screen.contains("NaN/Inf"), "{screen}");
+    tmux.send(&["Enter"]);
+    let screen = tmux.wait_for("the tree", |s| !s.contains("layer map ·"));
+    assert!(
+        screen.contains("down_proj.weight") && screen.contains("NaN 3"),
+        "Enter selects the tensor in the tree, its statistics shown:\n{screen}"
+    );
+    tmux.send(&["q"]);
+    tmux.wait_for("the shell prompt", |s| {
+        !s.contains("scan done") && s.contains("$ ")
+    });
+}
+
 /// Runs the explorer on the demo in `tmux`'s shell, after `prefix` (a command and variables).
 fn explore_demo(tmux: &Tmux, prefix: &str) {
     let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/demo.safetensors");

@@ -132,6 +132,30 @@ fn help_and_metadata_popups() {
     both_sizes("metadata", &mut app);
 }
 
+/// In the layer map, the help lists the map's own keys and those that work everywhere, so that
+/// it fits 80x24 without cutting a label.
+#[test]
+fn help_in_the_layer_map() {
+    let mut app = demo(true);
+    app.update(Action::ToggleMap);
+    app.update(Action::ShowHelp);
+    both_sizes("help_in_map", &mut app);
+    let screen = draw(&mut app, 80, 24).backend().to_string();
+    for label in [
+        "layer map",
+        "measure",
+        "go to tensor",
+        "everywhere",
+        "wheel scrolls, click selects",
+    ] {
+        assert!(screen.contains(label), "`{label}` missing:\n{screen}");
+    }
+    assert!(
+        !screen.contains("half page up"),
+        "the tree's keys are listed in the map:\n{screen}"
+    );
+}
+
 /// Each heading of the help popup starts in the column of the keys listed under it, in either
 /// column of the popup, and no label is cut.
 #[test]

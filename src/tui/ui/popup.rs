@@ -51,36 +51,47 @@ fn help_lines(app: &App) -> Vec<Line<'static>> {
         ])
     };
     let mut lines = Vec::new();
-    let sections: [(&str, Vec<&Binding>); 4] = [
-        (
-            "tree",
+    // The map lists its own keys and the tree's views theirs: both at once do not fit 80x24.
+    let mut sections: Vec<(&str, Vec<&Binding>)> = if app.map_open {
+        vec![(
+            "layer map",
             BINDINGS
                 .iter()
-                .filter(|b| b.context == Context::Tree)
+                .filter(|b| b.context == Context::Map)
                 .collect(),
-        ),
-        // Moving in the findings list uses the tree's keys; only its own are listed.
-        (
-            "findings",
-            BINDINGS
-                .iter()
-                .filter(|b| b.context == Context::Findings)
-                .filter(|b| {
-                    !BINDINGS
-                        .iter()
-                        .any(|t| t.context == Context::Tree && t.action == b.action)
-                })
-                .collect(),
-        ),
-        (
-            "search",
-            BINDINGS
-                .iter()
-                .filter(|b| b.context == Context::Search)
-                .collect(),
-        ),
-        ("everywhere", GLOBAL.iter().collect()),
-    ];
+        )]
+    } else {
+        vec![
+            (
+                "tree",
+                BINDINGS
+                    .iter()
+                    .filter(|b| b.context == Context::Tree)
+                    .collect(),
+            ),
+            // Moving in the findings list uses the tree's keys; only its own are listed.
+            (
+                "findings",
+                BINDINGS
+                    .iter()
+                    .filter(|b| b.context == Context::Findings)
+                    .filter(|b| {
+                        !BINDINGS
+                            .iter()
+                            .any(|t| t.context == Context::Tree && t.action == b.action)
+                    })
+                    .collect(),
+            ),
+            (
+                "search",
+                BINDINGS
+                    .iter()
+                    .filter(|b| b.context == Context::Search)
+                    .collect(),
+            ),
+        ]
+    };
+    sections.push(("everywhere", GLOBAL.iter().collect()));
     for (name, bindings) in sections {
         lines.push(Line::styled(format!(" {name}"), app.theme.title));
         for binding in bindings {

@@ -88,7 +88,11 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
     let mut spans = Vec::new();
     if app.searching {
         spans.push(Span::styled(" /", theme.key));
-        spans.push(Span::raw(crate::text::escape(&app.search).into_owned()));
+        let typed = match &app.map {
+            Some(view) if app.map_open => &view.filter,
+            _ => &app.search,
+        };
+        spans.push(Span::raw(crate::text::escape(typed).into_owned()));
         spans.push(Span::styled("▏", theme.key));
     }
     for (key, label) in keymap::hints(app.context()) {

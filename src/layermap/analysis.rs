@@ -1,0 +1,799 @@
+//! What the map shows beside its picture: the scale of a measure, and what stands out (NaN/Inf
+//! cells, cells far from their row's median, dead, constant and copied experts, bands of layers
+//! off their rows), each of which is also a finding.
+
+use super::{Cell, LayerMap, Measure, NONE, Row, State, Values};
+use crate::finding::{Code, Finding};
+use crate::text::escape;
+
+/// Cells whose robust z-score is at least this far from their row's median stand out.
+pub const OUTLIER_Z: f32 = 6.0;
+/// For measures of magnitude, a cell must also be this many times off its row's median.
+const OUTLIER_RATIO: f32 = 1.5;
+/// A layer is in a band when the median z-score of its cells, over the rows, is this far out.
+const BAND_Z: f32 = 3.0;
+/// Cells this many times off their row's median are the scan's `layer-outlier` findings.
+const LAYER_OUTLIER_RATIO: f32 = 10.0;
+/// Rows with fewer measured layers than this have no outliers: no median to speak of.
+const MIN_LAYERS: usize = 4;
+/// At most this many cells of each kind of problem are listed (a hostile model can have a
+/// million NaN tensors); the findings of the scan count them all.
+const LISTED: usize = 1_000;
+
+/// How values map to shades: linear, or logarithmic when positive values span two orders of
+/// magnitude or more. A linear scale of a measure of magnitude starts at zero, and one of the
+/// mean is centred on zero, so that values a hair apart do not look worlds apart.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scale {
+    pub log: bool,
+    pub low: f32,
+    pub high: f32,
+}
+
+impl Scale {
+    /// The scale of `values` by `measure` (non-finite values ignored); `None` when there is none.
+    pub fn of(values: impl IntoIterator<Item = f32>, measure: Measure) -> Option<Scale> {
+        let (mut low, mut high) = (f32::INFINITY, f32::NEG_INFINITY);
+        for value in values.into_iter().filter(|v| v.is_finite()) {
+            low = low.min(value);
+            high = high.max(value);
+        }
+        if low > high {
+            return None;
+        }
+        if low > 0.0 && high / low >= 100.0 {
+            return Some(Scale {
+                log: true,
+                low,
+                high,
+            });
+        }
+        let (low, high) = match measure {
+            Measure::Std | Measure::Absmax | Measure::Change | Measure::Zeros => {
+                (low.min(0.0), high)
+            }
+            Measure::Mean => {
+                let reach = low.abs().max(high.abs());
+                (-reach, reach)
+            }
+            Measure::Snr => (low, high),
+        };
+        Some(Scale {
+            log: false,
+            low,
+            high,
+        })
+    }
+
+    /// The shade of `value`, from 0 to `levels - 1`.
+    pub fn level(&self, value: f32, levels: usize) -> usize {
+        let position = if self.log {
+            (value.max(self.low).ln() - self.low.ln()) / (self.high.ln() - self.low.ln())
+        } else if self.high > self.low {
+            (value - self.low) / (self.high - self.low)
+        } else {
+            0.0
+        };
+        let last = levels.saturating_sub(1);
+        if position.is_nan() {
+            return 0;
+        }
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "clamped to 0..=last first"
+        )]
+        let level = (position.clamp(0.0, 1.0) * levels as f32) as usize;
+        level.min(last)
+    }
+}
+
+/// Why a cell or an expert stands out.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Problem {
+    NonFinite,
+    Failed,
+    /// Far from its row's median by the measure.
+    Deviant {
+        value: f32,
+        median: f32,
+        z: f32,
+    },
+    /// Every tensor of these experts (numbers) of one layer is all zeros.
+    DeadExperts(Vec<u32>),
+    /// Every tensor of these experts holds one repeated nonzero value.
+    ConstantExperts(Vec<u32>),
+    /// `(expert, original)`: experts with the same statistics, tensor by tensor, as another
+    /// expert of the layer; `confirmed` when their bytes were compared and found equal.
+    Copies {
+        pairs: Vec<(u32, u32)>,
+        confirmed: bool,
+    },
+    /// Layers (from, to: columns) whose cells are off their rows' medians, most rows alike.
+    Band {
+        last: usize,
+        rows: usize,
+        z: f32,
+    },
+}
+
+/// One thing the map lists, at a place of the grid: `row` among the rows analysed (the stack's
+/// first row for a band), `column`, and the tensor shown there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outlier {
+    pub problem: Problem,
+    pub row: usize,
+    pub column: usize,
+    pub tensor: u32,
+}
+
+/// The scale and the list of what stands out, for one measure over some rows.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Analysis {
+    /// Every cell of the rows analysed, row after row.
+    pub cells: Vec<Cell>,
+    pub scale: Option<Scale>,
+    /// NaN/Inf and unreadable cells first, then cells by how far out they are, then experts and
+    /// bands.
+    pub outliers: Vec<Outlier>,
+}
+
+/// Compares two tensors' bytes: `Some(true)` when equal.
+pub type SameBytes<'a> = &'a dyn Fn(u32, u32) -> Option<bool>;
+
+impl Analysis {
+    /// Works out the scale and the outliers of `rows` by `measure`. `same_bytes`, when given,
+    /// confirms copies of experts found by their statistics.
+    pub fn of(
+        map: &LayerMap,
+        rows: &[Row],
+        values: &Values,
+        measure: Measure,
+        same_bytes: Option<SameBytes<'_>>,
+    ) -> Analysis {
+        let width = map.columns.len();
+        let cells: Vec<Cell> = rows
+            .iter()
+            .flat_map(|&row| (0..width).map(move |column| map.cell(values, row, column, measure)))
+            .collect();
+        let scale = Scale::of(
+            cells.iter().filter_map(|cell| match cell.state {
+                State::Value(value) => Some(value),
+                _ => None,
+            }),
+            measure,
+        );
+        let mut broken = Vec::new();
+        for (at, cell) in cells.iter().enumerate() {
+            let problem = match cell.state {
+                State::NonFinite => Problem::NonFinite,
+                State::Failed => Problem::Failed,
+                _ => continue,
+            };
+            if broken.len() < LISTED {
+                broken.push(Outlier {
+                    problem,
+                    row: at / width,
+                    column: at % width,
+                    tensor: cell.tensor,
+                });
+            }
+        }
+        broken.sort_by_key(|outlier| matches!(outlier.problem, Problem::Failed));
+        let (mut deviants, z) = deviants(&cells, width, measure);
+        deviants.sort_by(|a, b| z_of(b).total_cmp(&z_of(a)));
+        deviants.truncate(LISTED);
+        let mut outliers = broken;
+        outliers.append(&mut deviants);
+        outliers.extend(experts(map, rows, values, same_bytes));
+        outliers.extend(bands(&z, width));
+        Analysis {
+            cells,
+            scale,
+            outliers,
+        }
+    }
+
+    /// The findings these outliers make, but NaN/Inf and unreadable cells, which the scan's own
+    /// findings report.
+    pub fn findings<'n>(
+        &self,
+        map: &LayerMap,
+        rows: &[Row],
+        measure: Measure,
+        name_of: impl Fn(u32) -> &'n str,
+    ) -> Vec<Finding> {
+        let mut findings = Vec::new();
+        for outlier in &self.outliers {
+            let label = map.label(rows[outlier.row]);
+            let label = escape(&label);
+            let layer = map.columns[outlier.column];
+            let tensor = (outlier.tensor != NONE).then(|| name_of(outlier.tensor));
+            let finding = match &outlier.problem {
+                Problem::NonFinite | Problem::Failed => continue,
+                // Ten times off or more is `layer-outlier`'s, which the scan reports.
+                Problem::Deviant { value, median, .. }
+                    if measure.is_magnitude()
+                        && !(median / LAYER_OUTLIER_RATIO..median * LAYER_OUTLIER_RATIO)
+                            .contains(value) =>
+                {
+                    continue;
+                }
+                Problem::Deviant { .. } => Finding::info(
+                    Code::MapOutlier,
+                    format!("{}", Described(outlier, map, rows, measure)),
+                ),
+                Problem::DeadExperts(_) => Finding::warning(
+                    Code::ExpertDead,
+                    format!("layer {layer}: {}", Described(outlier, map, rows, measure)),
+                ),
+                Problem::ConstantExperts(_) => Finding::warning(
+                    Code::ExpertConstant,
+                    format!("layer {layer}: {}", Described(outlier, map, rows, measure)),
+                ),
+                Problem::Copies { .. } => Finding::warning(
+                    Code::ExpertCopy,
+                    format!(
+                        "layer {layer} of `{label}`: {}",
+                        Described(outlier, map, rows, measure)
+                    ),
+                ),
+                Problem::Band { .. } => Finding::warning(
+                    Code::LayerBand,
+                    format!("{}", Described(outlier, map, rows, measure)),
+                ),
+            };
+            findings.push(match tensor {
+                Some(name) if !matches!(outlier.problem, Problem::Band { .. }) => {
+                    finding.for_tensor(name)
+                }
+                _ => finding,
+            });
+        }
+        findings
+    }
+}
+
+/// An outlier in words: what is wrong, without the tensor's name.
+#[derive(Debug)]
+pub struct Described<'a>(
+    pub &'a Outlier,
+    pub &'a LayerMap,
+    pub &'a [Row],
+    pub Measure,
+);
+
+impl std::fmt::Display for Described<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Described(outlier, map, rows, measure) = *self;
+        let numbers = |list: &[u32]| {
+            let shown: Vec<String> = list.iter().take(8).map(u32::to_string).collect();
+            let more = list.len().saturating_sub(shown.len());
+            if more > 0 {
+                format!("{} and {more} more", shown.join(", "))
+            } else {
+                shown.join(", ")
+            }
+        };
+        let experts = |list: &[u32]| {
+            if list.len() == 1 {
+                format!("expert {}", list[0])
+            } else {
+                format!("{} experts ({})", list.len(), numbers(list))
+            }
+        };
+        match &outlier.problem {
+            Problem::NonFinite => f.write_str("holds NaN or Inf"),
+            Problem::Failed => f.write_str("could not be read"),
+            Problem::Deviant { value, median, z } => {
+                let name = measure.name();
+                let label = map.label(rows[outlier.row]);
+                let label = escape(&label);
+                let layer = map.columns[outlier.column];
+                if measure.is_magnitude() && *median > 0.0 {
+                    write!(
+                        f,
+                        "{name} {value:.3e} in layer {layer} is {:.1}x the median {median:.3e} of `{label}` (robust z {z:.1})",
+                        value / median
+                    )
+                } else {
+                    write!(
+                        f,
+                        "{name} {value:.3e} in layer {layer} is far from the median {median:.3e} of `{label}` (robust z {z:.1})"
+                    )
+                }
+            }
+            Problem::DeadExperts(list) => {
+                write!(f, "{} all zeros", experts(list))
+            }
+            Problem::ConstantExperts(list) => {
+                write!(f, "{} one repeated value", experts(list))
+            }
+            Problem::Copies { pairs, confirmed } => {
+                let shown: Vec<String> = pairs
+                    .iter()
+                    .take(4)
+                    .map(|(expert, original)| format!("expert {expert} = expert {original}"))
+                    .collect();
+                let more = pairs.len().saturating_sub(shown.len());
+                let how = if *confirmed {
+                    "byte for byte"
+                } else {
+                    "by their statistics"
+                };
+                write!(f, "copied experts ({how}): {}", shown.join(", "))?;
+                if more > 0 {
+                    write!(f, " and {more} more")?;
+                }
+                Ok(())
+            }
+            Problem::Band { last, rows, z } => {
+                let (first, last) = (map.columns[outlier.column], map.columns[*last]);
+                let layers = if first == last {
+                    format!("layer {first}")
+                } else {
+                    format!("layers {first}-{last}")
+                };
+                write!(
+                    f,
+                    "{layers}: most of {rows} rows off their medians by {} (median robust z {z:.1})",
+                    measure.name()
+                )
+            }
+        }
+    }
+}
+
+fn z_of(outlier: &Outlier) -> f32 {
+    match outlier.problem {
+        Problem::Deviant { z, .. } => z.abs(),
+        _ => 0.0,
+    }
+}
+
+fn judged(value: f32, measure: Measure) -> f32 {
+    measure.judged(value)
+}
+
+fn median(values: &mut [f32]) -> f32 {
+    let middle = values.len() / 2;
+    *values.select_nth_unstable_by(middle, f32::total_cmp).1
+}
+
+/// Cells far from their row's median, and every cell's robust z-score (NaN where none).
+fn deviants(grid: &[Cell], width: usize, measure: Measure) -> (Vec<Outlier>, Vec<f32>) {
+    let mut z_scores = vec![f32::NAN; grid.len()];
+    let mut found = Vec::new();
+    if width == 0 {
+        return (found, z_scores);
+    }
+    let mut judged_values = Vec::with_capacity(width);
+    let mut deviations = Vec::with_capacity(width);
+    for (row, cells) in grid.chunks(width).enumerate() {
+        judged_values.clear();
+        judged_values.extend(cells.iter().filter_map(|cell| match cell.state {
+            State::Value(value) => Some(judged(value, measure)),
+            _ => None,
+        }));
+        if judged_values.len() < MIN_LAYERS {
+            continue;
+        }
+        let centre = median(&mut judged_values);
+        deviations.clear();
+        deviations.extend(judged_values.iter().map(|v| (v - centre).abs()));
+        let floor = if measure.is_magnitude() {
+            0.01
+        } else {
+            let magnitudes: Vec<f32> = judged_values.iter().map(|v| v.abs()).collect();
+            (median(&mut magnitudes.clone()) * 1e-3).max(1e-12)
+        };
+        let spread = median(&mut deviations).max(floor);
+        let raw_median = if measure.is_magnitude() {
+            centre.exp()
+        } else {
+            centre
+        };
+        for (column, cell) in cells.iter().enumerate() {
+            let State::Value(value) = cell.state else {
+                continue;
+            };
+            let z = 0.6745 * (judged(value, measure) - centre) / spread;
+            z_scores[row * width + column] = z;
+            let far_enough = !measure.is_magnitude()
+                || (judged(value, measure) - centre).abs() >= OUTLIER_RATIO.ln();
+            if z.abs() >= OUTLIER_Z && far_enough {
+                found.push(Outlier {
+                    problem: Problem::Deviant {
+                        value,
+                        median: raw_median,
+                        z,
+                    },
+                    row,
+                    column,
+                    tensor: cell.tensor,
+                });
+            }
+        }
+    }
+    (found, z_scores)
+}
+
+/// Runs of layers where most rows are off their medians the same way.
+fn bands(z_scores: &[f32], width: usize) -> Vec<Outlier> {
+    if width < MIN_LAYERS {
+        return Vec::new();
+    }
+    let rows = z_scores.len() / width;
+    let mut column_z = Vec::with_capacity(width);
+    let mut per_column = Vec::with_capacity(rows);
+    for column in 0..width {
+        per_column.clear();
+        per_column.extend(
+            (0..rows)
+                .map(|row| z_scores[row * width + column])
+                .filter(|z| !z.is_nan()),
+        );
+        let counted = per_column.len();
+        let z = if counted >= 3 {
+            median(&mut per_column)
+        } else {
+            0.0
+        };
+        column_z.push((z, counted));
+    }
+    let mut found = Vec::new();
+    let mut column = 0;
+    while column < width {
+        let (z, _) = column_z[column];
+        if z.abs() < BAND_Z {
+            column += 1;
+            continue;
+        }
+        let first = column;
+        while column + 1 < width
+            && column_z[column + 1].0.abs() >= BAND_Z
+            && column_z[column + 1].0.signum() == z.signum()
+        {
+            column += 1;
+        }
+        let counted = column_z[first..=column]
+            .iter()
+            .map(|&(_, n)| n)
+            .min()
+            .unwrap_or(0);
+        let mut band_z: Vec<f32> = column_z[first..=column].iter().map(|&(z, _)| z).collect();
+        found.push(Outlier {
+            problem: Problem::Band {
+                last: column,
+                rows: counted,
+                z: median(&mut band_z),
+            },
+            row: 0,
+            column: first,
+            tensor: NONE,
+        });
+        column += 1;
+    }
+    found
+}
+
+/// What every tensor of one expert of one layer holds.
+struct Expert {
+    /// The expert's tensors, kind by kind.
+    tensors: Vec<u32>,
+    /// Its statistics' bits, kind by kind; `None` once one tensor is not scanned.
+    signature: Option<Vec<u32>>,
+    dead: bool,
+    constant: bool,
+    /// The first row that shows it.
+    row: Option<usize>,
+}
+
+/// Dead, constant and copied experts, one outlier per layer and problem.
+fn experts(
+    map: &LayerMap,
+    rows: &[Row],
+    values: &Values,
+    same_bytes: Option<SameBytes<'_>>,
+) -> Vec<Outlier> {
+    let found = gather_experts(map, rows, values);
+    let mut outliers = Vec::new();
+    let mut layer: Vec<(u32, &Expert)> = Vec::new();
+    for group in found.chunk_by(|a, b| (a.0.0, a.0.1) == (b.0.0, b.0.1)) {
+        let column = group[0].0.1;
+        layer.clear();
+        layer.extend(
+            group
+                .iter()
+                .map(|((_, _, number), expert)| (*number, expert)),
+        );
+        let dead = |e: &Expert| e.dead;
+        let constant = |e: &Expert| e.constant && !e.dead;
+        for (pick, problem) in [
+            (
+                &dead as &dyn Fn(&Expert) -> bool,
+                Problem::DeadExperts as fn(Vec<u32>) -> Problem,
+            ),
+            (&constant, Problem::ConstantExperts),
+        ] {
+            let picked: Vec<&(u32, &Expert)> = layer.iter().filter(|(_, e)| pick(e)).collect();
+            if let Some((_, first)) = picked.first() {
+                outliers.push(Outlier {
+                    problem: problem(picked.iter().map(|(n, _)| *n).collect()),
+                    row: first.row.unwrap_or(0),
+                    column,
+                    tensor: first.tensors[0],
+                });
+            }
+        }
+        if let Some(copies) = copies(&layer, column, same_bytes) {
+            outliers.push(copies);
+        }
+    }
+    outliers
+}
+
+/// What each expert's tensors hold, by `(stack, column, expert number)`, in that order.
+fn gather_experts<'m>(
+    map: &'m LayerMap,
+    rows: &[Row],
+    values: &Values,
+) -> Vec<((&'m str, usize, u32), Expert)> {
+    let mut found: foldhash::HashMap<(&str, usize, u32), Expert> = foldhash::HashMap::default();
+    let width = map.columns.len();
+    // Where each kind (folded) or expert of a kind is shown.
+    let shown_at: foldhash::HashMap<Row, usize> = rows
+        .iter()
+        .enumerate()
+        .map(|(index, &row)| (row, index))
+        .collect();
+    for (kind_id, kind) in map.kinds.iter().enumerate() {
+        let kind_id = u32::try_from(kind_id).unwrap_or(u32::MAX);
+        for (index, &number) in kind.experts.iter().enumerate() {
+            let row = kind.first_row as usize + index;
+            let expert = Row {
+                kind: kind_id,
+                expert: Some(u32::try_from(index).unwrap_or(u32::MAX)),
+            };
+            let folded = Row {
+                kind: kind_id,
+                expert: None,
+            };
+            let shown = shown_at
+                .get(&expert)
+                .or_else(|| shown_at.get(&folded))
+                .copied();
+            for column in 0..width {
+                let tensor = map.cells[row * width + column];
+                if tensor == NONE {
+                    continue;
+                }
+                let expert = found
+                    .entry((kind.stack.as_str(), column, number))
+                    .or_insert_with(|| Expert {
+                        tensors: Vec::new(),
+                        signature: Some(Vec::new()),
+                        dead: true,
+                        constant: true,
+                        row: None,
+                    });
+                expert.tensors.push(tensor);
+                expert.row = expert.row.or(shown);
+                if let Some(stats) = values.stats(tensor as usize) {
+                    let [std, absmax, _, zeros] = stats;
+                    expert.dead &= zeros == 1.0;
+                    expert.constant &= std == 0.0 && absmax > 0.0;
+                    if let Some(signature) = &mut expert.signature {
+                        signature.extend(stats.map(f32::to_bits));
+                    }
+                } else {
+                    expert.dead = false;
+                    expert.constant = false;
+                    expert.signature = None;
+                }
+            }
+        }
+    }
+    let mut found: Vec<_> = found.into_iter().collect();
+    found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    found
+}
+
+/// Experts of one layer with the same statistics, tensor by tensor, as an expert before them,
+/// their bytes compared by `same_bytes` when given.
+fn copies(
+    layer: &[(u32, &Expert)],
+    column: usize,
+    same_bytes: Option<SameBytes<'_>>,
+) -> Option<Outlier> {
+    let mut candidates: Vec<(u32, &Expert, &[u32])> = layer
+        .iter()
+        .filter(|(_, e)| !e.dead && !e.constant)
+        .filter_map(|&(n, e)| Some((n, e, e.signature.as_deref()?)))
+        .collect();
+    candidates.sort_by(|a, b| a.2.cmp(b.2).then(a.0.cmp(&b.0)));
+    let mut pairs = Vec::new();
+    let mut first_copy = None;
+    for group in candidates.chunk_by(|a, b| a.2 == b.2) {
+        let (original_number, original, _) = group[0];
+        for &(number, copy, _) in &group[1..] {
+            let equal = same_bytes.is_none_or(|same| {
+                copy.tensors.len() == original.tensors.len()
+                    && copy
+                        .tensors
+                        .iter()
+                        .zip(&original.tensors)
+                        .all(|(&a, &b)| same(a, b) == Some(true))
+            });
+            if equal {
+                pairs.push((number, original_number));
+                first_copy = first_copy.or(Some((copy.row.unwrap_or(0), copy.tensors[0])));
+            }
+        }
+    }
+    let (row, tensor) = first_copy?;
+    Some(Outlier {
+        problem: Problem::Copies {
+            pairs,
+            confirmed: same_bytes.is_some(),
+        },
+        row,
+        column,
+        tensor,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::Moments;
+
+    #[test]
+    fn scales_are_linear_or_logarithmic_from_the_data() {
+        let linear = Scale::of([0.5, 1.0, 2.0], Measure::Snr).unwrap();
+        assert!(!linear.log);
+        assert_eq!(linear.level(0.5, 4), 0);
+        assert_eq!(linear.level(2.0, 4), 3);
+        assert_eq!(linear.level(1.25, 4), 2);
+        let log = Scale::of([0.001, 0.01, 1.0, f32::NAN], Measure::Std).unwrap();
+        assert!(log.log);
+        assert_eq!((log.low, log.high), (0.001, 1.0));
+        assert_eq!(log.level(0.01, 3), 1);
+        assert!(Scale::of([f32::NAN], Measure::Std).is_none());
+        let close = Scale::of([0.0199, 0.0201], Measure::Std).unwrap();
+        assert_eq!((close.low, close.level(0.0199, 4)), (0.0, 3), "from zero");
+        let mean = Scale::of([-0.5, 0.25], Measure::Mean).unwrap();
+        assert_eq!((mean.low, mean.high, mean.level(0.0, 4)), (-0.5, 0.5, 2));
+        assert_eq!(
+            Scale::of([0.0, 0.0], Measure::Zeros).unwrap().level(0.0, 4),
+            0
+        );
+    }
+
+    /// `layers` layers of `kinds`, each with `experts` experts of one kind, std 1 but where
+    /// `std_of` says otherwise.
+    fn model(
+        layers: u32,
+        experts: u32,
+        std_of: impl Fn(&str) -> Option<f32>,
+    ) -> (LayerMap, Values, Vec<String>) {
+        let mut names = Vec::new();
+        for layer in 0..layers {
+            for kind in ["attn.q.weight", "mlp.down.weight", "norm.weight"] {
+                names.push(format!("layers.{layer}.{kind}"));
+            }
+            for expert in 0..experts {
+                names.push(format!("layers.{layer}.moe.experts.{expert}.w.weight"));
+            }
+        }
+        let map = LayerMap::build(
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (u32::try_from(i).unwrap(), n.as_str())),
+        );
+        let mut values = Values::new(names.len());
+        for (tensor, name) in names.iter().enumerate() {
+            // Each tensor's own values, so that no two experts are copies by accident.
+            let jitter = 1.0 + tensor as f32 * 1e-4;
+            let std = std_of(name).unwrap_or(1.0) * jitter;
+            values.record(tensor, &Moments::of_f32(&[-std, std]));
+        }
+        (map, values, names)
+    }
+
+    #[test]
+    fn finds_the_tensor_far_from_its_row() {
+        let (map, values, names) = model(12, 0, |name| {
+            (name == "layers.7.mlp.down.weight").then_some(4.0)
+        });
+        let rows = map.rows(false, None);
+        let analysis = Analysis::of(&map, &rows, &values, Measure::Std, None);
+        assert_eq!(analysis.outliers.len(), 1, "{:?}", analysis.outliers);
+        let outlier = &analysis.outliers[0];
+        assert_eq!(names[outlier.tensor as usize], "layers.7.mlp.down.weight");
+        assert!(matches!(outlier.problem, Problem::Deviant { z, .. } if z > 50.0));
+        let findings = analysis.findings(&map, &rows, Measure::Std, |t| &names[t as usize]);
+        assert_eq!(findings[0].code, Code::MapOutlier);
+        assert!(
+            findings[0]
+                .message
+                .starts_with("std 4.009e0 in layer 7 is 4.0x the median 1.002e0"),
+            "{}",
+            findings[0].message
+        );
+    }
+
+    #[test]
+    fn finds_dead_constant_and_copied_experts() {
+        let (map, mut values, names) = model(5, 4, |_| None);
+        let index_of = |name: &str| names.iter().position(|n| n == name).unwrap();
+        values.record(
+            index_of("layers.2.moe.experts.1.w.weight"),
+            &Moments::of_f32(&[0.0, 0.0]),
+        );
+        values.record(
+            index_of("layers.3.moe.experts.2.w.weight"),
+            &Moments::of_f32(&[0.5, 0.5]),
+        );
+        let original = values.stats(index_of("layers.4.moe.experts.0.w.weight"));
+        let copy = index_of("layers.4.moe.experts.3.w.weight");
+        values.record(copy, &Moments::of_f32(&[-1.0004, 1.0004]));
+        assert_ne!(values.stats(copy), original);
+        let source = index_of("layers.4.moe.experts.0.w.weight");
+        values.record(copy, &Moments::of_f32(&[-1.0, 1.0]));
+        values.record(source, &Moments::of_f32(&[-1.0, 1.0]));
+        let rows = map.rows(true, None);
+        let analysis = Analysis::of(&map, &rows, &values, Measure::Std, None);
+        let problems: Vec<(&Problem, u64)> = analysis
+            .outliers
+            .iter()
+            .filter(|o| !matches!(o.problem, Problem::Deviant { .. }))
+            .map(|o| (&o.problem, map.columns[o.column]))
+            .collect();
+        assert_eq!(
+            problems,
+            [
+                (&Problem::DeadExperts(vec![1]), 2),
+                (&Problem::ConstantExperts(vec![2]), 3),
+                (
+                    &Problem::Copies {
+                        pairs: vec![(3, 0)],
+                        confirmed: false
+                    },
+                    4
+                ),
+            ]
+        );
+        let differ: &dyn Fn(u32, u32) -> Option<bool> = &|_, _| Some(false);
+        let confirmed = Analysis::of(&map, &rows, &values, Measure::Std, Some(differ));
+        assert!(
+            !confirmed
+                .outliers
+                .iter()
+                .any(|o| matches!(o.problem, Problem::Copies { .. }))
+        );
+    }
+
+    #[test]
+    fn finds_a_band_of_layers() {
+        let (map, values, _) = model(20, 0, |name| {
+            let layer: u32 = name.split('.').nth(1)?.parse().ok()?;
+            (12..15).contains(&layer).then_some(3.0)
+        });
+        let rows = map.rows(false, None);
+        let analysis = Analysis::of(&map, &rows, &values, Measure::Std, None);
+        let bands: Vec<String> = analysis
+            .outliers
+            .iter()
+            .filter(|o| matches!(o.problem, Problem::Band { .. }))
+            .map(|o| Described(o, &map, &rows, Measure::Std).to_string())
+            .collect();
+        assert_eq!(bands.len(), 1);
+        assert!(
+            bands[0].starts_with("layers 12-14: most of 3 rows"),
+            "{}",
+            bands[0]
+        );
+    }
+}
