@@ -6,7 +6,8 @@ use std::path::PathBuf;
 /// Explore and check .safetensors model files.
 ///
 /// PATH may be a .safetensors file, a sharded model's model.safetensors.index.json, or a folder
-/// holding either. `stui PATH` shows the model; the subcommands serve scripts and CI, each with
+/// holding either; or a Hub repository, ORG/NAME[@REVISION][/PATH], read from the local Hugging
+/// Face cache (a local path of the same spelling wins). `stui PATH` shows the model; the subcommands serve scripts and CI, each with
 /// --json output and exit codes: 0 when nothing is wrong, 1 when the model has problems, 2 when
 /// stui could not run (bad arguments, unreadable path).
 #[derive(Debug, Parser)]
@@ -17,7 +18,7 @@ use std::path::PathBuf;
     arg_required_else_help = true
 )]
 pub struct Cli {
-    /// The model to open: a .safetensors file, an index .json, or a folder.
+    /// The model to open: a .safetensors file, an index .json, a folder, or ORG/NAME[@REVISION].
     pub path: Option<PathBuf>,
 
     /// In the explorer, compare the model with B: each tensor marked as changed (with the size
@@ -72,6 +73,11 @@ pub enum Command {
     ///
     /// Exits 0 when the models are identical, 1 when they differ.
     Diff(DiffArgs),
+    /// List the models of the local Hugging Face cache that hold safetensors files: each
+    /// repository's revisions, size, and whether its shards are all there.
+    ///
+    /// Any of them opens with `stui ORG/NAME[@REVISION]`. The cache is only read, never written.
+    Cache(CacheArgs),
 }
 
 #[derive(Debug, Args)]
@@ -175,6 +181,13 @@ pub struct HashArgs {
     /// Also hash every tensor's bytes (in parallel).
     #[arg(long)]
     pub per_tensor: bool,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CacheArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,

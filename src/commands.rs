@@ -3,7 +3,7 @@
 
 use crate::analysis::{Histogram, Moments};
 use crate::cli::{
-    CheckArgs, Cli, Command, DiffArgs, HashArgs, InspectArgs, QuantizeArgs, StatsArgs,
+    CacheArgs, CheckArgs, Cli, Command, DiffArgs, HashArgs, InspectArgs, QuantizeArgs, StatsArgs,
 };
 use crate::error::Result;
 use crate::finding::Severity;
@@ -43,6 +43,7 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
         Some(Command::Quantize(args)) => quantize(&args, out),
         Some(Command::Hash(args)) => hash(&args, out),
         Some(Command::Diff(args)) => diff(&args, out),
+        Some(Command::Cache(args)) => cache(&args, out),
         None => match cli.path {
             Some(path) => {
                 let args = InspectArgs {
@@ -400,6 +401,23 @@ fn diff<W: Write>(args: &DiffArgs, out: &mut W) -> Result<Outcome, Failure> {
     } else {
         Outcome::Problems
     })
+}
+
+fn cache<W: Write>(args: &CacheArgs, out: &mut W) -> Result<Outcome, Failure> {
+    use crate::source::hf_cache::{self, CacheDir};
+    let cache = CacheDir::find(&crate::source::ProcessEnvironment).ok_or_else(|| {
+        crate::error::Error::Invalid(
+            "no Hugging Face cache: neither HF_HUB_CACHE, HF_HOME nor HOME is set".into(),
+        )
+    })?;
+    let repos = match hf_cache::scan(&cache.path) {
+        Ok(repos) => repos,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(error) => return Err(crate::error::Error::io(&cache.path, error).into()),
+    };
+    let listing = crate::report::cache::CacheListing::new(&cache, &repos);
+    print(out, &listing, args.json)?;
+    Ok(Outcome::Clean)
 }
 
 /// Writes a report, buffered, as JSON or text.

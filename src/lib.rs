@@ -5,6 +5,8 @@
 //! - [`text`], [`finding`], [`error`]: shared vocabulary (escaping, findings with stable codes);
 //!   [`fault`]: panics on purpose where the fault tests ask (debug builds); [`recycle`]: buffers
 //!   handed on from chunk to chunk.
+//! - [`source`]: where a model's bytes come from: a local path, or a Hub repository found in
+//!   the local Hugging Face cache.
 //! - [`format`]: reading headers leniently, the reference's strict verdict, sharded models, and
 //!   the writer. Never reads tensor data when opening.
 //! - [`arch`]: the architecture recognised from names and shapes, checked against config.json.
@@ -33,6 +35,7 @@ pub mod jobs;
 pub mod quantize;
 pub mod recycle;
 pub mod report;
+pub mod source;
 pub mod text;
 pub mod tree;
 pub mod tui;

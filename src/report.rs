@@ -1,6 +1,8 @@
 //! Headless output: text for people and JSON for scripts, for each subcommand. The JSON field
 //! names are a stable interface (documented in the README).
 
+pub mod cache;
+
 use crate::analysis::{Histogram, Moments};
 use crate::arch::Architecture;
 use crate::finding::{Finding, Severity, Tally};

@@ -5,10 +5,13 @@ use super::index::{INDEX_FILE_NAME, ShardIndex};
 use super::{Rejection, SafetensorsFile, StringMap, Tensor, TensorInfo};
 use crate::error::{Error, Result};
 use crate::finding::{Code, Finding, Findings};
-use crate::text::{escape, natural_cmp};
+use crate::source::hf_cache::{CacheDir, Snapshot};
+use crate::source::{ProcessEnvironment, RepoRef};
+use crate::text::{escape, escape_path, natural_cmp};
 use compact_str::CompactString;
 use foldhash::HashMap;
 use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -53,32 +56,57 @@ pub struct Model {
 }
 
 impl Model {
-    /// Opens a `.safetensors` file, an index `.json`, or a folder. Fails only when there is nothing
-    /// to read (no such path, unreadable, or a folder with no model); problems inside the files are
-    /// findings.
+    /// Opens a `.safetensors` file, an index `.json`, or a folder; or, when no local path of
+    /// that spelling exists, a Hub repository (`ORG/NAME[@REVISION][/PATH]`) from the local
+    /// Hugging Face cache. Fails only when there is nothing to read (no such path or repository,
+    /// unreadable, or a folder with no model); problems inside the files are findings.
     pub fn open(path: &Path) -> Result<Model> {
-        let meta = fs::metadata(path).map_err(|source| Error::io(path, source))?;
+        match crate::source::repo_named(path) {
+            Some(repo) => Model::open_repo(&repo),
+            None => Model::open_local(path, None),
+        }
+    }
+
+    fn open_repo(repo: &RepoRef) -> Result<Model> {
+        let cache = CacheDir::find(&ProcessEnvironment).ok_or_else(|| {
+            Error::Invalid(format!(
+                "cannot look for `{repo}` in the Hugging Face cache: neither HF_HUB_CACHE, HF_HOME \
+                 nor HOME is set"
+            ))
+        })?;
+        let snapshot = Snapshot::find(&cache, repo).map_err(|e| Error::Invalid(e.to_string()))?;
+        let target = snapshot.target();
+        Model::open_local(&target, Some(&|missing| snapshot.explain_missing(missing)))
+    }
+
+    fn open_local(path: &Path, hint: Hint<'_>) -> Result<Model> {
+        let meta = fs::metadata(path).map_err(|error| match hint {
+            Some(hint) if error.kind() == io::ErrorKind::NotFound => {
+                Error::Invalid(format!("{}: {}", escape_path(path), hint(path)))
+            }
+            _ => Error::io(path, error),
+        })?;
         if meta.is_dir() {
-            return Model::open_folder(path);
+            return Model::open_folder(path, hint);
         }
         let is_index = path.extension().is_some_and(|ext| ext == "json");
         if is_index {
-            return Model::open_index(path, Source::Index);
+            return Model::open_index(path, Source::Index, hint);
         }
         let file = SafetensorsFile::open(path).map_err(|source| Error::io(path, source))?;
         let label = path.file_name().map_or_else(
             || path.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         );
-        let mut builder = Builder::new(path, Source::File);
+        let mut builder = Builder::new(path, Source::File, hint);
         builder.add_file(label, file);
         Ok(builder.finish())
     }
 
-    fn open_folder(folder: &Path) -> Result<Model> {
+    fn open_folder(folder: &Path, hint: Hint<'_>) -> Result<Model> {
         let index = folder.join(INDEX_FILE_NAME);
         if index.is_file() {
-            return Model::open_index(&index, Source::Folder).map(|mut model| {
+            return Model::open_index(&index, Source::Folder, hint).map(|mut model| {
                 folder.clone_into(&mut model.path);
                 model
             });
@@ -96,7 +124,7 @@ impl Model {
             }
         }
         if let [only] = &indexes[..] {
-            return Model::open_index(&folder.join(only), Source::Folder).map(|mut model| {
+            return Model::open_index(&folder.join(only), Source::Folder, hint).map(|mut model| {
                 folder.clone_into(&mut model.path);
                 model
             });
@@ -105,21 +133,19 @@ impl Model {
             return Err(Error::NoModel(folder.to_owned()));
         }
         names.sort_by(|a, b| natural_cmp(a, b));
-        let mut builder = Builder::new(folder, Source::Folder);
-        for name in names {
-            builder.add_path(folder, name);
-        }
+        let mut builder = Builder::new(folder, Source::Folder, hint);
+        builder.add_paths(folder, names);
         Ok(builder.finish())
     }
 
-    fn open_index(path: &Path, source: Source) -> Result<Model> {
+    fn open_index(path: &Path, source: Source, hint: Hint<'_>) -> Result<Model> {
         let file = fs::File::open(path).map_err(|source| Error::io(path, source))?;
         let index = ShardIndex::read(file);
         let folder = path.parent().unwrap_or(Path::new(""));
         let index_label = path
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        let mut builder = Builder::new(path, source);
+        let mut builder = Builder::new(path, source, hint);
         builder
             .findings
             .extend(index.findings.iter().cloned().map(|f| {
@@ -129,9 +155,7 @@ impl Model {
                     f.in_file(&index_label)
                 }
             }));
-        for shard in &index.shards {
-            builder.add_path(folder, shard.clone());
-        }
+        builder.add_paths(folder, index.shards.clone());
         builder.check_against_index(&index, &index_label);
         Ok(builder.finish())
     }
@@ -189,7 +213,11 @@ impl Model {
     }
 }
 
-struct Builder {
+/// What the model's source knows of a file that is not there (a snapshot of the Hugging Face
+/// cache tells a dangling link from an unfinished download), added to the finding.
+type Hint<'a> = Option<&'a dyn Fn(&Path) -> String>;
+
+struct Builder<'a> {
     path: PathBuf,
     source: Source,
     shards: Vec<Shard>,
@@ -198,10 +226,11 @@ struct Builder {
     findings: Findings,
     /// Tensor name to index in `tensors`.
     by_name: HashMap<CompactString, usize>,
+    hint: Hint<'a>,
 }
 
-impl Builder {
-    fn new(path: &Path, source: Source) -> Self {
+impl<'a> Builder<'a> {
+    fn new(path: &Path, source: Source, hint: Hint<'a>) -> Self {
         Builder {
             path: path.to_owned(),
             source,
@@ -210,21 +239,53 @@ impl Builder {
             metadata: Arc::default(),
             findings: Findings::new(),
             by_name: HashMap::default(),
+            hint,
         }
     }
 
-    fn add_path(&mut self, folder: &Path, label: String) {
-        let path = folder.join(&label);
-        match SafetensorsFile::open(&path) {
+    /// Opens the files `labels` of `folder`, their headers read in parallel, and adds them in
+    /// the order given. A batch at a time, so that the tensor lists read and not yet added stay
+    /// a small part of the model's.
+    fn add_paths(&mut self, folder: &Path, labels: Vec<String>) {
+        use rayon::prelude::*;
+        const BATCH: usize = 64;
+        let mut labels = labels.into_iter().peekable();
+        while labels.peek().is_some() {
+            let batch: Vec<String> = labels.by_ref().take(BATCH).collect();
+            let opened: Vec<(PathBuf, io::Result<SafetensorsFile>)> = batch
+                .par_iter()
+                .map(|label| {
+                    let path = folder.join(label);
+                    let file = SafetensorsFile::open(&path);
+                    (path, file)
+                })
+                .collect();
+            for (label, (path, file)) in batch.into_iter().zip(opened) {
+                self.add_opened(label, path, file);
+            }
+        }
+    }
+
+    fn add_opened(&mut self, label: String, path: PathBuf, file: io::Result<SafetensorsFile>) {
+        match file {
             Ok(file) => self.add_file(label, file),
             Err(error) => {
-                let code = if error.kind() == std::io::ErrorKind::NotFound {
+                let missing = error.kind() == io::ErrorKind::NotFound;
+                let code = if missing {
                     Code::ShardMissing
                 } else {
                     Code::ShardUnreadable
                 };
+                let why = match self.hint {
+                    Some(hint) if missing => hint(&path),
+                    _ if fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink()) => format!(
+                        "{error}: a dangling link to {}",
+                        escape_path(&fs::read_link(&path).unwrap_or_default())
+                    ),
+                    _ => error.to_string(),
+                };
                 self.findings.push(
-                    Finding::error(code, format!("cannot read `{}`: {error}", escape(&label)))
+                    Finding::error(code, format!("cannot read `{}`: {why}", escape(&label)))
                         .in_file(&label),
                 );
                 self.shards.push(Shard {

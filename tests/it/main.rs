@@ -7,6 +7,7 @@
 
 mod cli;
 mod conformance;
+mod hf_cache;
 mod hostile;
 mod quantize;
 mod reference;
