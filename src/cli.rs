@@ -130,6 +130,9 @@ pub struct StatsArgs {
     /// Worker threads (default: one per core).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    /// For a model read from the Hub: the most tensor bytes to download (e.g. 512M, 4G).
+    #[arg(long, value_name = "SIZE", default_value = "512M")]
+    pub fetch_limit: ByteSize,
 }
 
 #[derive(Debug, Args)]
@@ -191,4 +194,29 @@ pub struct CacheArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// A number of bytes, written `123`, `512K`, `512M` or `4G` (powers of 1024).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl std::str::FromStr for ByteSize {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let text = text.trim();
+        let (digits, shift) = match text.char_indices().last() {
+            Some((at, 'k' | 'K')) => (&text[..at], 10),
+            Some((at, 'm' | 'M')) => (&text[..at], 20),
+            Some((at, 'g' | 'G')) => (&text[..at], 30),
+            Some((at, 't' | 'T')) => (&text[..at], 40),
+            _ => (text, 0),
+        };
+        digits
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(1 << shift))
+            .map(ByteSize)
+            .ok_or_else(|| format!("`{text}` is not a size such as 512M or 4G"))
+    }
 }

@@ -171,6 +171,20 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
             .as_deref()
             .is_none_or(|needle| crate::text::contains_ignore_case(tensor.name(), needle))
     });
+    if model.remote.is_some() {
+        let bytes = chosen
+            .iter()
+            .map(|&t| model.tensors[t].info.byte_len())
+            .fold(0, u64::saturating_add);
+        if bytes > args.fetch_limit.0 {
+            return Err(Failure::Stui(crate::error::Error::Invalid(format!(
+                "the tensors chosen hold {}, more than --fetch-limit {} allows to download from the \
+                 Hub: name fewer with --filter TEXT, or raise the limit",
+                crate::text::format_bytes(bytes),
+                crate::text::format_bytes(args.fetch_limit.0)
+            ))));
+        }
+    }
     let options = ScanOptions {
         threads: args.threads.map(usize::from),
         histograms: args.json,
@@ -306,6 +320,12 @@ impl<'m> InOrder<'m> {
 fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failure> {
     use crate::quantize::{Control, Granularity, NonFinite, Options};
     let model = open(&args.path)?;
+    if let Some(remote) = &model.remote {
+        return Err(Failure::Stui(crate::error::Error::Invalid(format!(
+            "quantize reads every tensor: download `{}` first (`hf download {}`)",
+            remote.repo, remote.repo.id
+        ))));
+    }
     if args.output.exists() && !args.yes {
         return Err(Failure::Stui(crate::error::Error::Invalid(format!(
             "{} exists; pass --yes to replace it",
@@ -351,15 +371,41 @@ fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failu
 fn hash<W: Write>(args: &HashArgs, out: &mut W) -> Result<Outcome, Failure> {
     use rayon::prelude::*;
     let model = open(&args.path)?;
-    let files: Vec<(String, String)> = model
-        .shards
-        .par_iter()
-        .map(|shard| {
-            crate::hash::file_sha256(&shard.path)
-                .map(|digest| (shard.path.to_string_lossy().into_owned(), digest))
-                .map_err(|e| crate::error::Error::io(&shard.path, e))
-        })
-        .collect::<Result<_, _>>()?;
+    let files: Vec<(String, String)> = match &model.remote {
+        // The Hub names an LFS file's blob by the SHA-256 of its bytes.
+        Some(remote) => {
+            if args.per_tensor {
+                return Err(Failure::Stui(crate::error::Error::Invalid(format!(
+                    "--per-tensor reads every tensor's bytes, which for `{}` means downloading \
+                     them: download the model (`hf download {}`), then hash it",
+                    remote.repo, remote.repo.id
+                ))));
+            }
+            model
+                .shards
+                .iter()
+                .zip(&remote.blobs)
+                .map(|(shard, blob)| {
+                    let digest = blob.clone().filter(|b| b.len() == 64).ok_or_else(|| {
+                        crate::error::Error::Invalid(format!(
+                            "the Hub gives no SHA-256 for {}",
+                            crate::text::escape_path(&shard.path)
+                        ))
+                    })?;
+                    Ok((shard.path.to_string_lossy().into_owned(), digest))
+                })
+                .collect::<Result<_, crate::error::Error>>()?
+        }
+        None => model
+            .shards
+            .par_iter()
+            .map(|shard| {
+                crate::hash::file_sha256(&shard.path)
+                    .map(|digest| (shard.path.to_string_lossy().into_owned(), digest))
+                    .map_err(|e| crate::error::Error::io(&shard.path, e))
+            })
+            .collect::<Result<_, _>>()?,
+    };
     let tensors = if args.per_tensor {
         let digests = crate::hash::tensor_sha256s(&model).map_err(|(tensor, error)| {
             crate::error::Error::io(&model.shard_of(&model.tensors[tensor]).path, error)

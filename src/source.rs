@@ -2,7 +2,9 @@
 //! (`ORG/NAME[@REVISION][/PATH]`, `hf://…`) found in the local Hugging Face cache. [`crate::format`]
 //! reads through what this module resolves and knows nothing else of where the bytes lie.
 
+pub mod header_cache;
 pub mod hf_cache;
+pub mod hub;
 
 use std::borrow::Cow;
 use std::ffi::OsString;

@@ -2,10 +2,12 @@
 //! as one set of tensors that each know their shard.
 
 use super::index::{INDEX_FILE_NAME, ShardIndex};
+use super::remote::RemoteModel;
 use super::{Rejection, SafetensorsFile, StringMap, Tensor, TensorInfo};
 use crate::error::{Error, Result};
 use crate::finding::{Code, Finding, Findings};
 use crate::source::hf_cache::{CacheDir, Snapshot};
+use crate::source::hub::Hub;
 use crate::source::{ProcessEnvironment, RepoRef};
 use crate::text::{escape, escape_path, natural_cmp};
 use compact_str::CompactString;
@@ -53,6 +55,8 @@ pub struct Model {
     /// when there is one.
     pub metadata: Arc<StringMap>,
     pub findings: Findings,
+    /// Where the bytes are when the model was read from the Hub; `None` for local files.
+    pub remote: Option<Arc<RemoteModel>>,
 }
 
 impl Model {
@@ -67,16 +71,37 @@ impl Model {
         }
     }
 
+    /// A repository from the local cache; from the Hub when the cache does not hold the
+    /// revision asked for, or when it is named with `hf://`, unless `HF_HUB_OFFLINE` is set.
     fn open_repo(repo: &RepoRef) -> Result<Model> {
-        let cache = CacheDir::find(&ProcessEnvironment).ok_or_else(|| {
-            Error::Invalid(format!(
-                "cannot look for `{repo}` in the Hugging Face cache: neither HF_HUB_CACHE, HF_HOME \
-                 nor HOME is set"
-            ))
-        })?;
-        let snapshot = Snapshot::find(&cache, repo).map_err(|e| Error::Invalid(e.to_string()))?;
-        let target = snapshot.target();
-        Model::open_local(&target, Some(&|missing| snapshot.explain_missing(missing)))
+        let env = ProcessEnvironment;
+        let offline = crate::source::hub::offline(&env);
+        if !repo.remote || offline {
+            let cache = CacheDir::find(&env).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "cannot look for `{repo}` in the Hugging Face cache: neither HF_HUB_CACHE, \
+                     HF_HOME nor HOME is set"
+                ))
+            })?;
+            match Snapshot::find(&cache, repo) {
+                Ok(snapshot) => {
+                    let target = snapshot.target();
+                    return Model::open_local(
+                        &target,
+                        Some(&|missing| snapshot.explain_missing(missing)),
+                    );
+                }
+                Err(error) if offline => {
+                    return Err(Error::Invalid(format!(
+                        "{error} (HF_HUB_OFFLINE is set: the Hub is not asked)"
+                    )));
+                }
+                Err(_) => {}
+            }
+        }
+        let hub = Hub::from_env(&env).map_err(|e| Error::Invalid(e.0))?;
+        let headers = crate::source::header_cache::folder(&env);
+        super::remote::open(repo, hub, headers.as_deref())
     }
 
     fn open_local(path: &Path, hint: Hint<'_>) -> Result<Model> {
@@ -146,15 +171,7 @@ impl Model {
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         let mut builder = Builder::new(path, source, hint);
-        builder
-            .findings
-            .extend(index.findings.iter().cloned().map(|f| {
-                if f.file.is_some() {
-                    f
-                } else {
-                    f.in_file(&index_label)
-                }
-            }));
+        builder.add_index_findings(&index, &index_label);
         builder.add_paths(folder, index.shards.clone());
         builder.check_against_index(&index, &index_label);
         Ok(builder.finish())
@@ -217,7 +234,7 @@ impl Model {
 /// cache tells a dangling link from an unfinished download), added to the finding.
 type Hint<'a> = Option<&'a dyn Fn(&Path) -> String>;
 
-struct Builder<'a> {
+pub(super) struct Builder<'a> {
     path: PathBuf,
     source: Source,
     shards: Vec<Shard>,
@@ -230,7 +247,7 @@ struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
-    fn new(path: &Path, source: Source, hint: Hint<'a>) -> Self {
+    pub(super) fn new(path: &Path, source: Source, hint: Hint<'a>) -> Self {
         Builder {
             path: path.to_owned(),
             source,
@@ -241,6 +258,18 @@ impl<'a> Builder<'a> {
             by_name: HashMap::default(),
             hint,
         }
+    }
+
+    /// The index's own findings, said to be about the index file where they name no file.
+    pub(super) fn add_index_findings(&mut self, index: &ShardIndex, index_label: &str) {
+        self.findings
+            .extend(index.findings.iter().cloned().map(|f| {
+                if f.file.is_some() {
+                    f
+                } else {
+                    f.in_file(index_label)
+                }
+            }));
     }
 
     /// Opens the files `labels` of `folder`, their headers read in parallel, and adds them in
@@ -266,7 +295,12 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn add_opened(&mut self, label: String, path: PathBuf, file: io::Result<SafetensorsFile>) {
+    pub(super) fn add_opened(
+        &mut self,
+        label: String,
+        path: PathBuf,
+        file: io::Result<SafetensorsFile>,
+    ) {
         match file {
             Ok(file) => self.add_file(label, file),
             Err(error) => {
@@ -389,7 +423,7 @@ impl<'a> Builder<'a> {
         self.tensors.push(Tensor { info, shard });
     }
 
-    fn check_against_index(&mut self, index: &ShardIndex, index_label: &str) {
+    pub(super) fn check_against_index(&mut self, index: &ShardIndex, index_label: &str) {
         let shard_by_label: HashMap<&str, usize> = self
             .shards
             .iter()
@@ -458,7 +492,7 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn finish(self) -> Model {
+    pub(super) fn finish(self) -> Model {
         Model {
             path: self.path,
             source: self.source,
@@ -466,6 +500,7 @@ impl<'a> Builder<'a> {
             tensors: self.tensors,
             metadata: self.metadata,
             findings: self.findings,
+            remote: None,
         }
     }
 }

@@ -7,10 +7,12 @@
 
 mod cli;
 mod conformance;
+mod fake_hub;
 mod hf_cache;
 mod hostile;
 mod quantize;
 mod reference;
+mod remote;
 mod sharded;
 mod stats;
 mod support;
