@@ -26,6 +26,11 @@ pub struct Cli {
     #[arg(long, value_name = "B")]
     pub diff: Option<PathBuf>,
 
+    /// In the explorer, for a model read from the Hub: the largest tensor whose bytes are
+    /// downloaded for its statistics when selected (e.g. 512M, 4G).
+    #[arg(long, value_name = "SIZE", default_value = "512M")]
+    pub fetch_limit: ByteSize,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 

@@ -455,8 +455,11 @@ impl Coordinator<'_> {
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
         if let Some((tensor, histogram)) = request {
-            let wanted =
-                self.scannable.contains(tensor) && (!self.done.contains(tensor) || histogram);
+            // A tensor outside the list scanned (the explorer lists none of a model read from
+            // the Hub) is scanned when asked for, if its entry allows.
+            let model = self.scanner.model;
+            let can = self.scannable.contains(tensor) || scannable(model, &model.tensors[tensor]);
+            let wanted = can && (!self.done.contains(tensor) || histogram);
             return Some(if wanted {
                 vec![(tensor, histogram || self.options.histograms)]
             } else {

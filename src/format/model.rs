@@ -3,19 +3,24 @@
 
 use super::index::{INDEX_FILE_NAME, ShardIndex};
 use super::remote::RemoteModel;
-use super::{Rejection, SafetensorsFile, StringMap, Tensor, TensorInfo};
+use super::{Rejection, SafetensorsFile, StringMap, Tensor};
 use crate::error::{Error, Result};
 use crate::finding::{Code, Finding, Findings};
 use crate::source::hf_cache::{CacheDir, Snapshot};
 use crate::source::hub::Hub;
 use crate::source::{ProcessEnvironment, RepoRef};
 use crate::text::{escape, escape_path, natural_cmp};
-use compact_str::CompactString;
+use fixedbitset::FixedBitSet;
 use foldhash::HashMap;
+use hashbrown::HashTable;
 use std::fs;
+use std::hash::BuildHasher;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// The largest index parsed from a map rather than through a reader.
+const MAPPED_INDEX: usize = 64 << 20;
 
 /// How the model was given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,7 +170,16 @@ impl Model {
 
     fn open_index(path: &Path, source: Source, hint: Hint<'_>) -> Result<Model> {
         let file = fs::File::open(path).map_err(|source| Error::io(path, source))?;
-        let index = ShardIndex::read(file);
+        let len = file
+            .metadata()
+            .map_err(|source| Error::io(path, source))?
+            .len();
+        // Parsed where it lies in the page cache, up to a size; a larger one as it is read.
+        let index = match usize::try_from(len).ok().filter(|&len| len <= MAPPED_INDEX) {
+            Some(len) => super::mapped::with_mapped(&file, 0, len, ShardIndex::from_slice)
+                .map_err(|source| Error::io(path, source))?,
+            None => ShardIndex::read(file),
+        };
         let folder = path.parent().unwrap_or(Path::new(""));
         let index_label = path
             .file_name()
@@ -241,8 +255,10 @@ pub(super) struct Builder<'a> {
     tensors: Vec<Tensor>,
     metadata: Arc<StringMap>,
     findings: Findings,
-    /// Tensor name to index in `tensors`.
-    by_name: HashMap<CompactString, usize>,
+    /// Every tensor's index in `tensors`, found by the hash of its name (indexes rather than
+    /// names: no name is copied).
+    by_name: HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
     hint: Hint<'a>,
 }
 
@@ -255,7 +271,8 @@ impl<'a> Builder<'a> {
             tensors: Vec::new(),
             metadata: Arc::default(),
             findings: Findings::new(),
-            by_name: HashMap::default(),
+            by_name: HashTable::new(),
+            hasher: foldhash::fast::RandomState::default(),
             hint,
         }
     }
@@ -349,9 +366,7 @@ impl<'a> Builder<'a> {
             self.merge_metadata(metadata, &label);
         }
         if several {
-            for tensor in file.tensors {
-                self.add_tensor(tensor.info, shard_index, &label);
-            }
+            self.add_tensors(file.tensors, shard_index, &label);
         } else {
             // One file: its header already resolved repeated names.
             debug_assert!(self.tensors.is_empty() && shard_index == 0);
@@ -402,25 +417,70 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Adds a tensor of one shard among several, unless an earlier shard holds the same name.
-    fn add_tensor(&mut self, info: TensorInfo, shard: usize, label: &str) {
-        if let Some(&existing) = self.by_name.get(&info.name) {
-            let first = &self.shards[self.tensors[existing].shard].label;
-            self.findings.push(
-                Finding::error(
-                    Code::TensorInTwoShards,
-                    format!(
-                        "also stored in `{}`; the first copy is shown",
-                        escape(first)
-                    ),
-                )
-                .for_tensor(info.name.as_str())
-                .in_file(label),
-            );
-            return;
+    /// The index of the tensor named `name`.
+    fn find(&self, name: &str) -> Option<usize> {
+        let tensors = &self.tensors;
+        self.by_name
+            .find(self.hasher.hash_one(name), |&i| {
+                tensors[i as usize].name() == name
+            })
+            .map(|&i| i as usize)
+    }
+
+    /// Adds the tensors of one shard among several, except those an earlier shard holds (a
+    /// shard's own header has already resolved its repeated names): moved in one block, their
+    /// names indexed without being copied.
+    fn add_tensors(&mut self, mut tensors: Vec<Tensor>, shard: usize, label: &str) {
+        let build = &self.hasher;
+        let mut name_hashes: Vec<u64> = tensors.iter().map(|t| build.hash_one(t.name())).collect();
+        let mut repeated = Vec::new();
+        for (i, (tensor, &hash)) in tensors.iter().zip(&name_hashes).enumerate() {
+            let earlier = &self.tensors;
+            if let Some(&existing) = self
+                .by_name
+                .find(hash, |&j| earlier[j as usize].name() == tensor.name())
+            {
+                let first = &self.shards[earlier[existing as usize].shard].label;
+                self.findings.push(
+                    Finding::error(
+                        Code::TensorInTwoShards,
+                        format!(
+                            "also stored in `{}`; the first copy is shown",
+                            escape(first)
+                        ),
+                    )
+                    .for_tensor(tensor.name())
+                    .in_file(label),
+                );
+                repeated.push(i);
+            }
         }
-        self.by_name.insert(info.name.clone(), self.tensors.len());
-        self.tensors.push(Tensor { info, shard });
+        if !repeated.is_empty() {
+            let mut at = 0;
+            tensors.retain(|_| {
+                at += 1;
+                repeated.binary_search(&(at - 1)).is_err()
+            });
+            let mut at = 0;
+            name_hashes.retain(|_| {
+                at += 1;
+                repeated.binary_search(&(at - 1)).is_err()
+            });
+        }
+        for tensor in &mut tensors {
+            tensor.shard = shard;
+        }
+        let start = self.tensors.len();
+        self.tensors.append(&mut tensors);
+        let (all, hasher) = (&self.tensors, &self.hasher);
+        self.by_name.reserve(name_hashes.len(), |&i| {
+            hasher.hash_one(all[i as usize].name())
+        });
+        for (offset, hash) in name_hashes.into_iter().enumerate() {
+            let index = u32::try_from(start + offset).unwrap_or(u32::MAX);
+            self.by_name
+                .insert_unique(hash, index, |&i| hasher.hash_one(all[i as usize].name()));
+        }
     }
 
     pub(super) fn check_against_index(&mut self, index: &ShardIndex, index_label: &str) {
@@ -430,14 +490,30 @@ impl<'a> Builder<'a> {
             .enumerate()
             .map(|(i, s)| (s.label.as_str(), i))
             .collect();
+        let mut mapped = FixedBitSet::with_capacity(self.tensors.len());
+        // Entries come in name order, so the same shard follows itself often: its label is
+        // looked up once a run.
+        let mut last: Option<(&str, Option<usize>)> = None;
         for (name, shard_label) in index.weight_map.iter() {
-            let Some(&shard) = shard_by_label.get(shard_label) else {
+            let found = self.find(name);
+            if let Some(i) = found {
+                mapped.insert(i);
+            }
+            let shard = match last {
+                Some((label, shard)) if label == shard_label => shard,
+                _ => {
+                    let shard = shard_by_label.get(shard_label).copied();
+                    last = Some((shard_label, shard));
+                    shard
+                }
+            };
+            let Some(shard) = shard else {
                 continue;
             };
             if !self.shards[shard].readable {
                 continue;
             }
-            let held = self.by_name.get(name).map(|&i| self.tensors[i].shard);
+            let held = found.map(|i| self.tensors[i].shard);
             if held != Some(shard) {
                 let elsewhere = held.map_or_else(String::new, |other| {
                     format!(" (it is in `{}`)", escape(&self.shards[other].label))
@@ -455,13 +531,8 @@ impl<'a> Builder<'a> {
                 );
             }
         }
-        let mut unmapped = Vec::new();
-        for tensor in &self.tensors {
-            if !index.weight_map.contains_key(tensor.info.name.as_str()) {
-                unmapped.push(tensor);
-            }
-        }
-        for tensor in unmapped {
+        mapped.toggle_range(..);
+        for tensor in mapped.ones().map(|i| &self.tensors[i]) {
             self.findings.push(
                 Finding::warning(
                     Code::TensorNotInIndex,

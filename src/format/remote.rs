@@ -172,7 +172,7 @@ fn plan(
                     })
             })?
             .0;
-            let index = ShardIndex::read(&bytes[..]);
+            let index = ShardIndex::from_slice(&bytes);
             drop(bytes);
             let folder = parent(&index_path);
             let source = if repo.path.as_deref() == Some(index_path.as_str()) {
