@@ -162,6 +162,17 @@ impl Session {
     fn perform(&mut self, effect: Effect, sender: &SyncSender<Event>) {
         match effect {
             Effect::Prioritize(tensor) => self.prioritize(tensor),
+            Effect::CancelFetch => {
+                // The scan of a model read from the Hub serves requests only: a fresh one
+                // takes the place of the one stopped.
+                self.scan.cancel();
+                let options = ScanOptions {
+                    serve: true,
+                    ..ScanOptions::default()
+                };
+                let events = event::forward_scan(sender, self.scan_number);
+                self.scan = Scan::start(Arc::clone(&self.app.model), 0..0, options, events);
+            }
             Effect::SetPaused(paused) => self.scan.set_paused(paused),
             Effect::Preview(tensors, granularity) => {
                 let model = Arc::clone(&self.app.model);

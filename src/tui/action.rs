@@ -48,4 +48,7 @@ pub enum Action {
     OpenResult,
     ClosePopup,
     Quit,
+    /// Esc in the tree: stops the download of the selected tensor of a model read from the
+    /// Hub when one is under way; quits otherwise.
+    Escape,
 }

@@ -28,6 +28,8 @@ pub enum Effect {
     Save(quantize::Options, PathBuf, Arc<quantize::Control>),
     /// Open this file in place of the current model.
     Reopen(PathBuf),
+    /// Stop downloading the selected tensor of a model read from the Hub.
+    CancelFetch,
 }
 
 /// The quantize dialog.
@@ -398,6 +400,13 @@ impl App {
         if let Some(outcome) = self.apply_quantize(action) {
             return outcome;
         }
+        if action == Action::Escape {
+            if self.fetching() {
+                return (true, Some(Effect::CancelFetch));
+            }
+            self.should_quit = true;
+            return (true, None);
+        }
         let before = self.selected_tensor();
         let changed = self.apply(action);
         let after = self.selected_tensor();
@@ -424,6 +433,11 @@ impl App {
     }
 
     /// What the current selection needs: its statistics and histogram first.
+    /// Whether the selected tensor of a model read from the Hub is waiting for its bytes.
+    fn fetching(&self) -> bool {
+        self.model.remote.is_some() && self.wanted().is_some()
+    }
+
     pub fn wanted(&self) -> Option<Effect> {
         self.selected_tensor()
             .filter(|&t| !self.histograms.contains_key(&t) || self.outcomes.get(t).is_none())
@@ -447,6 +461,8 @@ impl App {
                 self.should_quit = true;
                 true
             }
+            // Handled in `update`, which knows whether a download is under way.
+            Action::Escape => false,
             Action::ShowHelp => self.open_popup(Popup::Help),
             Action::ShowMetadata => self.open_popup(Popup::Metadata),
             Action::ClosePopup => self.popup.take().is_some(),
