@@ -461,8 +461,6 @@ impl App {
                 self.should_quit = true;
                 true
             }
-            // Handled in `update`, which knows whether a download is under way.
-            Action::Escape => false,
             Action::ShowHelp => self.open_popup(Popup::Help),
             Action::ShowMetadata => self.open_popup(Popup::Metadata),
             Action::ClosePopup => self.popup.take().is_some(),
@@ -474,7 +472,9 @@ impl App {
                 };
                 true
             }
-            Action::Quantize
+            // Escape is handled in `update`, which knows whether a download is under way.
+            Action::Escape
+            | Action::Quantize
             | Action::QuantizeGranularity
             | Action::QuantizeWholeModel
             | Action::QuantizeSkipNonFinite
