@@ -331,10 +331,12 @@ impl<'a> Builder<'a> {
                 };
                 let why = match self.hint {
                     Some(hint) if missing => hint(&path),
-                    _ if fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink()) => format!(
-                        "{error}: a dangling link to {}",
-                        escape_path(&fs::read_link(&path).unwrap_or_default())
-                    ),
+                    _ if missing && fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink()) => {
+                        format!(
+                            "{error}: a dangling link to {}",
+                            escape_path(&fs::read_link(&path).unwrap_or_default())
+                        )
+                    }
                     _ => error.to_string(),
                 };
                 self.findings.push(
