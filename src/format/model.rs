@@ -83,6 +83,7 @@ impl Model {
     fn open_repo(repo: &RepoRef) -> Result<Model> {
         let env = ProcessEnvironment;
         let offline = crate::source::hub::offline(&env);
+        let mut not_cached = None;
         if !repo.remote || offline {
             let cache = CacheDir::find(&env).ok_or_else(|| {
                 Error::Invalid(format!(
@@ -103,12 +104,17 @@ impl Model {
                         "{error} (HF_HUB_OFFLINE is set: the Hub is not asked)"
                     )));
                 }
-                Err(_) => {}
+                Err(error) => not_cached = Some(error),
             }
         }
-        let hub = Hub::from_env(&env).map_err(|e| Error::Invalid(e.0))?;
+        // When the Hub cannot help either, both are said: the user may have meant the cache.
+        let also = |error: Error| match &not_cached {
+            Some(cache) => Error::Invalid(format!("{error}; and {cache}")),
+            None => error,
+        };
+        let hub = Hub::from_env(&env).map_err(|e| also(Error::Invalid(e.0)))?;
         let headers = crate::source::header_cache::folder(&env);
-        super::remote::open(repo, hub, headers.as_deref())
+        super::remote::open(repo, hub, headers.as_deref()).map_err(also)
     }
 
     fn open_local(path: &Path, hint: Hint<'_>) -> Result<Model> {

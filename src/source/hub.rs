@@ -433,12 +433,11 @@ impl Hub {
 
     fn transport_error(&self, error: &ureq::Error, what: &str) -> RemoteError {
         let hint = match error {
-            ureq::Error::HostNotFound | ureq::Error::ConnectionFailed => {
+            ureq::Error::Timeout(_) => " (the server stopped answering; try again)",
+            _ => {
                 " (check the network, HF_ENDPOINT and the proxy variables; HF_HUB_OFFLINE=1 reads \
                  the local cache only)"
             }
-            ureq::Error::Timeout(_) => " (the server stopped answering; try again)",
-            _ => "",
         };
         RemoteError(format!(
             "{what}: cannot reach {}: {error}{hint}",
