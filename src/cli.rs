@@ -6,11 +6,13 @@ use std::path::PathBuf;
 /// Explore and check .safetensors model files.
 ///
 /// PATH may be a .safetensors file, a sharded model's model.safetensors.index.json, or a folder
-/// holding either. `stui PATH` shows the model in the explorer when standard output is a terminal,
-/// and otherwise prints the report of `stui inspect PATH` (of `stui diff PATH B` with --diff B).
-/// The subcommands serve scripts and CI, each with --json output and exit codes: 0 when nothing is
-/// wrong, 1 when the model has problems, 2 when stui could not run (bad arguments, a path that is
-/// not a model file or folder).
+/// holding either; or a Hub repository, ORG/NAME[@REVISION][/PATH], read from the local Hugging
+/// Face cache (a local path of the same spelling wins) or, with hf://, from the Hub. `stui PATH`
+/// shows the model in the explorer when standard output is a terminal, and otherwise prints the
+/// report of `stui inspect PATH` (of `stui diff PATH B` with --diff B). The subcommands serve
+/// scripts and CI, each with --json output and exit codes: 0 when nothing is wrong, 1 when the
+/// model has problems, 2 when stui could not run (bad arguments, a path that is not a model file
+/// or folder).
 #[derive(Debug, Parser)]
 #[command(
     name = "stui",
@@ -19,7 +21,7 @@ use std::path::PathBuf;
     arg_required_else_help = true
 )]
 pub struct Cli {
-    /// The model to open: a .safetensors file, an index .json, or a folder.
+    /// The model to open: a .safetensors file, an index .json, a folder, or ORG/NAME[@REVISION].
     pub path: Option<PathBuf>,
 
     /// Open the explorer even when standard output is not a terminal: it draws on the terminal
@@ -31,6 +33,11 @@ pub struct Cli {
     /// of the change) or only in this model, the marks climbing the tree.
     #[arg(long, value_name = "B")]
     pub diff: Option<PathBuf>,
+
+    /// In the explorer, for a model read from the Hub: the largest tensor whose bytes are
+    /// downloaded for its statistics when selected (e.g. 512M, 4G).
+    #[arg(long, value_name = "SIZE", default_value = "512M")]
+    pub fetch_limit: ByteSize,
 
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -85,6 +92,11 @@ pub enum Command {
     ///
     /// The page is roff, for `man`: `stui man | man -l -` shows it.
     Man(ManArgs),
+    /// List the models of the local Hugging Face cache that hold safetensors files: each
+    /// repository's revisions, size, and whether its shards are all there.
+    ///
+    /// Any of them opens with `stui ORG/NAME[@REVISION]`. The cache is only read, never written.
+    Cache(CacheArgs),
 }
 
 #[derive(Debug, Args)]
@@ -151,6 +163,9 @@ pub struct StatsArgs {
     /// Draw the map with plain ASCII characters rather than shade blocks.
     #[arg(long, requires = "map")]
     pub ascii: bool,
+    /// For a model read from the Hub: the most tensor bytes to download (e.g. 512M, 4G).
+    #[arg(long, value_name = "SIZE", default_value = "512M")]
+    pub fetch_limit: ByteSize,
 }
 
 /// What the layer map's cells show.
@@ -228,4 +243,36 @@ pub struct CompletionsArgs {
 pub struct ManArgs {
     /// The command whose page to print (`check` prints stui-check(1)); stui(1) when omitted.
     pub command: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CacheArgs {
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A number of bytes, written `123`, `512K`, `512M` or `4G` (powers of 1024).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl std::str::FromStr for ByteSize {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let text = text.trim();
+        let (digits, shift) = match text.char_indices().last() {
+            Some((at, 'k' | 'K')) => (&text[..at], 10),
+            Some((at, 'm' | 'M')) => (&text[..at], 20),
+            Some((at, 'g' | 'G')) => (&text[..at], 30),
+            Some((at, 't' | 'T')) => (&text[..at], 40),
+            _ => (text, 0),
+        };
+        digits
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(1 << shift))
+            .map(ByteSize)
+            .ok_or_else(|| format!("`{text}` is not a size such as 512M or 4G"))
+    }
 }

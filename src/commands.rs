@@ -3,8 +3,8 @@
 
 use crate::analysis::{Histogram, Moments};
 use crate::cli::{
-    CheckArgs, Cli, Command, CompletionsArgs, DiffArgs, HashArgs, InspectArgs, ManArgs, MapMeasure,
-    QuantizeArgs, StatsArgs,
+    CacheArgs, CheckArgs, Cli, Command, CompletionsArgs, DiffArgs, HashArgs, InspectArgs, ManArgs,
+    MapMeasure, QuantizeArgs, StatsArgs,
 };
 use crate::error::{Error, Result};
 use crate::finding::Severity;
@@ -47,6 +47,7 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
         Some(Command::Quantize(args)) => quantize(&args, out),
         Some(Command::Hash(args)) => hash(&args, out),
         Some(Command::Diff(args)) => diff(&args, out),
+        Some(Command::Cache(args)) => cache(&args, out),
         Some(Command::Completions(args)) => completions(&args, out),
         Some(Command::Man(args)) => man(&args, out),
         None => match (cli.path, cli.diff) {
@@ -188,6 +189,7 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
             .as_deref()
             .is_none_or(|needle| crate::text::contains_ignore_case(tensor.name(), needle))
     });
+    within_fetch_limit(&model, &chosen, args.fetch_limit)?;
     let options = ScanOptions {
         threads: args.threads.map(usize::from),
         histograms: args.json,
@@ -281,6 +283,29 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
     }
     out.flush()?;
     Ok(outcome)
+}
+
+/// For a model read from the Hub, refuses to download more than `limit` bytes of tensors.
+fn within_fetch_limit(
+    model: &Model,
+    chosen: &[usize],
+    limit: crate::cli::ByteSize,
+) -> Result<(), Failure> {
+    if model.remote.is_some() {
+        let bytes = chosen
+            .iter()
+            .map(|&t| model.tensors[t].info.byte_len())
+            .fold(0, u64::saturating_add);
+        if bytes > limit.0 {
+            return Err(Failure::Stui(crate::error::Error::Invalid(format!(
+                "the tensors chosen hold {}, more than --fetch-limit {} allows to download from the \
+                 Hub: name fewer with --filter TEXT, or raise the limit",
+                crate::text::format_bytes(bytes),
+                crate::text::format_bytes(limit.0)
+            ))));
+        }
+    }
+    Ok(())
 }
 
 /// Compares two tensors' bytes, for the layer map's copies of experts.
@@ -422,6 +447,12 @@ impl<'m> InOrder<'m> {
 fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failure> {
     use crate::quantize::{Control, Granularity, NonFinite, Options};
     let model = open(&args.path)?;
+    if let Some(remote) = &model.remote {
+        return Err(Failure::Stui(crate::error::Error::Invalid(format!(
+            "quantize reads every tensor: download `{}` first (`hf download {}`)",
+            remote.repo, remote.repo.id
+        ))));
+    }
     let existing = paths::look_at_output(&args.output).map_err(|e| Error::io(&args.output, e))?;
     if existing.is_some() && !args.yes {
         return Err(Failure::Stui(Error::Invalid(format!(
@@ -468,15 +499,41 @@ fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failu
 fn hash<W: Write>(args: &HashArgs, out: &mut W) -> Result<Outcome, Failure> {
     use rayon::prelude::*;
     let model = open(&args.path)?;
-    let files: Vec<(String, String)> = model
-        .shards
-        .par_iter()
-        .map(|shard| {
-            crate::hash::file_sha256(&shard.path)
-                .map(|digest| (shard.path.to_string_lossy().into_owned(), digest))
-                .map_err(|e| Error::io(&shard.path, e))
-        })
-        .collect::<Result<_, _>>()?;
+    let files: Vec<(String, String)> = match &model.remote {
+        // The Hub names an LFS file's blob by the SHA-256 of its bytes.
+        Some(remote) => {
+            if args.per_tensor {
+                return Err(Failure::Stui(crate::error::Error::Invalid(format!(
+                    "--per-tensor reads every tensor's bytes, which for `{}` means downloading \
+                     them: download the model (`hf download {}`), then hash it",
+                    remote.repo, remote.repo.id
+                ))));
+            }
+            model
+                .shards
+                .iter()
+                .zip(&remote.blobs)
+                .map(|(shard, blob)| {
+                    let digest = blob.clone().filter(|b| b.len() == 64).ok_or_else(|| {
+                        crate::error::Error::Invalid(format!(
+                            "the Hub gives no SHA-256 for {}",
+                            crate::text::escape_path(&shard.path)
+                        ))
+                    })?;
+                    Ok((shard.path.to_string_lossy().into_owned(), digest))
+                })
+                .collect::<Result<_, crate::error::Error>>()?
+        }
+        None => model
+            .shards
+            .par_iter()
+            .map(|shard| {
+                crate::hash::file_sha256(&shard.path)
+                    .map(|digest| (shard.path.to_string_lossy().into_owned(), digest))
+                    .map_err(|e| crate::error::Error::io(&shard.path, e))
+            })
+            .collect::<Result<_, _>>()?,
+    };
     let tensors = if args.per_tensor {
         let digests = crate::hash::tensor_sha256s(&model).map_err(|(tensor, error)| {
             Error::io(&model.shard_of(&model.tensors[tensor]).path, error)
@@ -559,6 +616,23 @@ fn man<W: Write>(args: &ManArgs, out: &mut W) -> Result<Outcome, Failure> {
         .source(source)
         .render(&mut out)?;
     out.flush()?;
+    Ok(Outcome::Clean)
+}
+
+fn cache<W: Write>(args: &CacheArgs, out: &mut W) -> Result<Outcome, Failure> {
+    use crate::source::hf_cache::{self, CacheDir};
+    let cache = CacheDir::find(&crate::source::ProcessEnvironment).ok_or_else(|| {
+        crate::error::Error::Invalid(
+            "no Hugging Face cache: neither HF_HUB_CACHE, HF_HOME nor HOME is set".into(),
+        )
+    })?;
+    let repos = match hf_cache::scan(&cache.path) {
+        Ok(repos) => repos,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(error) => return Err(crate::error::Error::io(&cache.path, error).into()),
+    };
+    let listing = crate::report::cache::CacheListing::new(&cache, &repos);
+    print(out, &listing, args.json)?;
     Ok(Outcome::Clean)
 }
 

@@ -123,6 +123,9 @@ pub struct ModelDiff {
     /// Every tensor of either model, in natural name order.
     pub tensors: Vec<TensorDiff>,
     pub metadata: Vec<MetadataDiff>,
+    /// False when either model is read from the Hub: then only the layout is compared
+    /// (names, dtypes, shapes, metadata), never the values, which would mean downloading them.
+    pub values_compared: bool,
 }
 
 impl ModelDiff {
@@ -170,6 +173,7 @@ pub fn diff(a: &Model, b: &Model, progress: &AtomicU64) -> ModelDiff {
         pairs.push(pair);
     }
     drop((in_a, in_b));
+    let values = a.remote.is_none() && b.remote.is_none();
     let name = |&(here, there): &(u32, u32)| {
         if here == NONE {
             name_b(there)
@@ -184,13 +188,14 @@ pub fn diff(a: &Model, b: &Model, progress: &AtomicU64) -> ModelDiff {
             let status = match *pair {
                 (_, NONE) => Status::Removed,
                 (NONE, _) => Status::Added,
-                (i, j) => compare(
+                (i, j) if values => compare(
                     a,
                     &a.tensors[i as usize],
                     b,
                     &b.tensors[j as usize],
                     progress,
                 ),
+                (i, j) => compare_layout(&a.tensors[i as usize], &b.tensors[j as usize]),
             };
             TensorDiff {
                 in_a: pair.0,
@@ -202,6 +207,28 @@ pub fn diff(a: &Model, b: &Model, progress: &AtomicU64) -> ModelDiff {
     ModelDiff {
         tensors,
         metadata: metadata_diff(&a.metadata, &b.metadata),
+        values_compared: values,
+    }
+}
+
+/// Dtype and shape only.
+fn compare_layout(ta: &Tensor, tb: &Tensor) -> Status {
+    let dtype = (ta.info.dtype != tb.info.dtype).then(|| {
+        (
+            ta.info.dtype.name().to_owned(),
+            tb.info.dtype.name().to_owned(),
+        )
+    });
+    let shape =
+        (ta.info.shape != tb.info.shape).then(|| (ta.info.shape.clone(), tb.info.shape.clone()));
+    if dtype.is_none() && shape.is_none() {
+        Status::Same
+    } else {
+        Status::Changed(Box::new(Changed {
+            dtype,
+            shape,
+            change: None,
+        }))
     }
 }
 

@@ -10,6 +10,7 @@ pub mod layout;
 pub mod lint;
 pub mod mapped;
 pub mod model;
+pub mod remote;
 pub mod shape;
 pub mod sniff;
 pub mod string_map;

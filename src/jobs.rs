@@ -14,6 +14,7 @@ use crate::analysis::checks::{self, Limits, Spread};
 use crate::analysis::{self, Histogram, HistogramBuilder, Moments, values};
 use crate::finding::{Code, Finding};
 use crate::format::mapped::with_mapped;
+use crate::format::remote::RemoteModel;
 use crate::format::{Dtype, Model, Tensor};
 use fixedbitset::FixedBitSet;
 use std::collections::VecDeque;
@@ -269,11 +270,16 @@ fn coordinate(
     control: &Control,
     events: &SyncSender<ScanEvent>,
 ) {
-    let files: Vec<Option<File>> = model
-        .shards
-        .iter()
-        .map(|s| crate::paths::open_file(&s.path).ok())
-        .collect();
+    let files: Vec<Option<Bytes>> = match &model.remote {
+        Some(remote) => (0..model.shards.len())
+            .map(|shard| Some(Bytes::Remote(remote, shard)))
+            .collect(),
+        None => model
+            .shards
+            .iter()
+            .map(|s| crate::paths::open_file(&s.path).ok().map(Bytes::Local))
+            .collect(),
+    };
     let mut scannable_set = FixedBitSet::with_capacity(model.tensors.len());
     let (mut count, mut bytes) = (0, 0u64);
     let file_order = |t: usize| {
@@ -449,8 +455,11 @@ impl Coordinator<'_> {
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
         if let Some((tensor, histogram)) = request {
-            let wanted =
-                self.scannable.contains(tensor) && (!self.done.contains(tensor) || histogram);
+            // A tensor outside the list scanned (the explorer lists none of a model read from
+            // the Hub) is scanned when asked for, if its entry allows.
+            let model = self.scanner.model;
+            let can = self.scannable.contains(tensor) || scannable(model, &model.tensors[tensor]);
+            let wanted = can && (!self.done.contains(tensor) || histogram);
             return Some(if wanted {
                 vec![(tensor, histogram || self.options.histograms)]
             } else {
@@ -484,9 +493,17 @@ impl Coordinator<'_> {
         use rayon::prelude::*;
         if let [(tensor, histogram)] = *batch {
             let _ = self.events.send(ScanEvent::Started { tensor });
+            // A tensor of one chunk is read once for its statistics and its histogram (a read
+            // from the Hub is a request); a larger one is spread over the workers.
+            let one_chunk = self.scanner.model.tensors[tensor].info.byte_len() <= CHUNK as u64;
             let outcome = guarded(|| {
-                self.pool
-                    .install(|| self.scanner.moments(tensor).map(|moments| (moments, None)))
+                self.pool.install(|| {
+                    if one_chunk {
+                        self.scanner.small_tensor(tensor, histogram)
+                    } else {
+                        self.scanner.moments(tensor).map(|moments| (moments, None))
+                    }
+                })
             });
             return vec![(tensor, histogram, outcome)];
         }
@@ -684,11 +701,18 @@ fn guarded<T>(work: impl FnOnce() -> T) -> Result<T, String> {
     })
 }
 
+/// Where a shard's bytes are read from: a local file, through short-lived maps, or the Hub,
+/// a Range request a chunk.
+enum Bytes<'a> {
+    Local(File),
+    Remote(&'a RemoteModel, usize),
+}
+
 struct Scanner<'a> {
     /// Whether histogram passes count towards progress (when every tensor gets one).
     count_histograms: bool,
     model: &'a Model,
-    files: &'a [Option<File>],
+    files: &'a [Option<Bytes<'a>>],
     control: &'a Control,
     tracker: &'a Tracker<'a>,
 }
@@ -809,7 +833,15 @@ impl Scanner<'_> {
                 "the file could not be opened",
             ))
         })?;
-        let result = with_mapped(file, start + offset, len, |bytes| work(dtype, bytes));
+        let result = match file {
+            Bytes::Local(file) => {
+                with_mapped(file, start + offset, len, |bytes| work(dtype, bytes))
+            }
+            Bytes::Remote(remote, shard) => remote
+                .read(*shard, start + offset, len as u64)
+                .map(|bytes| work(dtype, &bytes))
+                .map_err(io::Error::other),
+        };
         if counted {
             self.tracker.advance(len as u64);
         }

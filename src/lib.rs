@@ -6,6 +6,8 @@
 //!   [`paths`]: what is at a path, looked at before any file is opened; [`fault`]: panics on
 //!   purpose where the fault tests ask (debug builds); [`recycle`]: buffers handed on from chunk
 //!   to chunk.
+//! - [`source`]: where a model's bytes come from: a local path, or a Hub repository found in
+//!   the local Hugging Face cache or read over HTTP.
 //! - [`format`]: reading headers leniently, the reference's strict verdict, sharded models, and
 //!   the writer. Never reads tensor data when opening.
 //! - [`arch`]: the architecture recognised from names and shapes, checked against config.json.
@@ -39,6 +41,7 @@ pub mod quant;
 pub mod quantize;
 pub mod recycle;
 pub mod report;
+pub mod source;
 pub mod text;
 pub mod tree;
 pub mod tui;

@@ -19,6 +19,7 @@ fn main() -> ExitCode {
             color,
             log: cli.log.clone(),
             diff: cli.diff.clone(),
+            fetch_limit: cli.fetch_limit.0,
         };
         return match stui::tui::run(path, &options) {
             Ok(()) => ExitCode::SUCCESS,

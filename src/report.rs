@@ -1,6 +1,8 @@
 //! Headless output: text for people and JSON for scripts, for each subcommand. The JSON field
 //! names are a stable interface (documented in the README).
 
+pub mod cache;
+
 use crate::analysis::{Histogram, Moments};
 use crate::arch::Architecture;
 use crate::finding::{Finding, Severity, Tally};
@@ -1447,7 +1449,15 @@ impl Report for Diff<'_> {
             "{verdict}: {same} same, {changed} changed, {added} added, {removed} removed, \
              {unreadable} unreadable; {} metadata differences",
             self.diff.metadata.len()
-        )
+        )?;
+        if !self.diff.values_compared {
+            writeln!(
+                out,
+                "layout only (names, dtypes, shapes, metadata): a model read from the Hub has \
+                 its values compared only once downloaded"
+            )?;
+        }
+        Ok(())
     }
 
     fn write_json(&self, out: &mut dyn Write) -> io::Result<()> {
@@ -1473,6 +1483,7 @@ impl Report for Diff<'_> {
             a: String,
             b: String,
             identical: bool,
+            values_compared: bool,
             tensors: Tensors<'a>,
             metadata: &'a [crate::diff::MetadataDiff],
         }
@@ -1482,6 +1493,7 @@ impl Report for Diff<'_> {
                 a: self.a.path.to_string_lossy().into_owned(),
                 b: self.b.path.to_string_lossy().into_owned(),
                 identical: self.diff.identical(),
+                values_compared: self.diff.values_compared,
                 tensors: Tensors(self),
                 metadata: &self.diff.metadata,
             },

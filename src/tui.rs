@@ -42,6 +42,8 @@ pub struct Options {
     pub log: Option<PathBuf>,
     /// A second model to compare with (`--diff`).
     pub diff: Option<PathBuf>,
+    /// For a model read from the Hub: the largest tensor fetched for its statistics.
+    pub fetch_limit: u64,
 }
 
 /// Opens the explorer on the model at `path` and runs it until the user leaves. It draws on
@@ -111,6 +113,8 @@ struct Session {
     /// Which scan this is: 0 for the model opened first, one more for each model opened after.
     scan_number: u64,
     color: bool,
+    /// For a model read from the Hub, the largest tensor fetched; `None` for local models.
+    fetch_limit: Option<u64>,
 }
 
 impl Session {
@@ -121,28 +125,55 @@ impl Session {
         scan_number: u64,
     ) -> Session {
         let app = App::new(Arc::clone(&model), Theme::new(options.color));
-        let everything = 0..model.tensors.len();
+        // A model read from the Hub is scanned only where asked: the tensor selected.
+        let fetch_limit = model.remote.is_some().then_some(options.fetch_limit);
+        let everything = if fetch_limit.is_some() {
+            0..0
+        } else {
+            0..model.tensors.len()
+        };
         let scan_options = ScanOptions {
             serve: true,
             ..ScanOptions::default()
         };
         let events = event::forward_scan(sender, scan_number);
         let scan = Scan::start(model, everything, scan_options, events);
-        if let Some(Effect::Prioritize(tensor)) = app.wanted() {
-            scan.prioritize(tensor, true);
-        }
-        Session {
+        let session = Session {
             app,
             scan,
             scan_number,
             color: options.color,
+            fetch_limit,
+        };
+        if let Some(Effect::Prioritize(tensor)) = session.app.wanted() {
+            session.prioritize(tensor);
+        }
+        session
+    }
+
+    /// Scans a tensor next; one read from the Hub only within the fetch limit.
+    fn prioritize(&self, tensor: usize) {
+        let len = self.app.model.tensors[tensor].info.byte_len();
+        if self.fetch_limit.is_none_or(|limit| len <= limit) {
+            self.scan.prioritize(tensor, true);
         }
     }
 
     /// Carries out what the app asks.
     fn perform(&mut self, effect: Effect, sender: &SyncSender<Event>) {
         match effect {
-            Effect::Prioritize(tensor) => self.scan.prioritize(tensor, true),
+            Effect::Prioritize(tensor) => self.prioritize(tensor),
+            Effect::CancelFetch => {
+                // The scan of a model read from the Hub serves requests only: a fresh one
+                // takes the place of the one stopped.
+                self.scan.cancel();
+                let options = ScanOptions {
+                    serve: true,
+                    ..ScanOptions::default()
+                };
+                let events = event::forward_scan(sender, self.scan_number);
+                self.scan = Scan::start(Arc::clone(&self.app.model), 0..0, options, events);
+            }
             Effect::SetPaused(paused) => self.scan.set_paused(paused),
             Effect::Preview(tensors, granularity) => {
                 let model = Arc::clone(&self.app.model);
@@ -190,6 +221,7 @@ impl Session {
                         color: self.color,
                         log: None,
                         diff: None,
+                        fetch_limit: self.fetch_limit.unwrap_or(u64::MAX),
                     };
                     *self = Session::open(Arc::new(model), &options, sender, self.scan_number + 1);
                 }

@@ -45,6 +45,16 @@ impl SafetensorsFile {
         }
     }
 
+    /// Reads a file of `file_len` bytes from its first `bytes` only (a file read remotely: the
+    /// length prefix and the header). An error when the header needs bytes past them.
+    pub fn from_header_bytes(
+        path: &Path,
+        bytes: &[u8],
+        file_len: u64,
+    ) -> io::Result<SafetensorsFile> {
+        read(path, &bytes, file_len)
+    }
+
     pub fn is_valid(&self) -> bool {
         self.rejection.is_none()
     }

@@ -43,12 +43,21 @@ struct IndexMetadata {
 impl ShardIndex {
     /// Parses an index's text. A malformed index is a finding, and yields no shards.
     pub fn parse(text: &str) -> ShardIndex {
-        ShardIndex::read(text.as_bytes())
+        ShardIndex::from_slice(text.as_bytes())
+    }
+
+    /// Parses an index held in memory (several times faster than through a reader).
+    pub fn from_slice(bytes: &[u8]) -> ShardIndex {
+        ShardIndex::from_json(serde_json::from_slice(bytes))
     }
 
     /// Reads an index from `reader` as it parses it: the entries are kept, not the text.
     pub fn read(reader: impl io::Read) -> ShardIndex {
-        let json: IndexJson = match serde_json::from_reader(io::BufReader::new(reader)) {
+        ShardIndex::from_json(serde_json::from_reader(io::BufReader::new(reader)))
+    }
+
+    fn from_json(json: serde_json::Result<IndexJson>) -> ShardIndex {
+        let json = match json {
             Ok(json) => json,
             Err(error) => {
                 return ShardIndex {

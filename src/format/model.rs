@@ -2,15 +2,27 @@
 //! as one set of tensors that each know their shard.
 
 use super::index::{INDEX_FILE_NAME, ShardIndex};
-use super::{Rejection, SafetensorsFile, StringMap, Tensor, TensorInfo};
+use super::remote::RemoteModel;
+use super::{Rejection, SafetensorsFile, StringMap, Tensor};
 use crate::error::{Error, Result};
 use crate::finding::{Code, Finding, Findings};
-use crate::text::{escape, natural_cmp};
-use compact_str::CompactString;
+use crate::source::hf_cache::{CacheDir, Snapshot};
+use crate::source::hub::Hub;
+use crate::source::{ProcessEnvironment, RepoRef};
+use crate::text::{escape, escape_path, natural_cmp};
+use fixedbitset::FixedBitSet;
 use foldhash::HashMap;
+use hashbrown::HashTable;
 use std::fs;
+use std::hash::BuildHasher;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// The largest index parsed from a map rather than through a reader (several times faster); a
+/// larger one is read as it is parsed, so that its text does not count beside its entries
+/// against the memory bound.
+const MAPPED_INDEX: usize = 16 << 20;
 
 /// How the model was given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,35 +62,89 @@ pub struct Model {
     /// when there is one.
     pub metadata: Arc<StringMap>,
     pub findings: Findings,
+    /// Where the bytes are when the model was read from the Hub; `None` for local files.
+    pub remote: Option<Arc<RemoteModel>>,
 }
 
 impl Model {
-    /// Opens a `.safetensors` file, an index `.json`, or a folder. Fails only when there is nothing
-    /// to read (no such path, unreadable, or a folder with no model); problems inside the files are
-    /// findings.
+    /// Opens a `.safetensors` file, an index `.json`, or a folder; or, when no local path of
+    /// that spelling exists, a Hub repository (`ORG/NAME[@REVISION][/PATH]`) from the local
+    /// Hugging Face cache. Fails only when there is nothing to read (no such path or repository,
+    /// unreadable, or a folder with no model); problems inside the files are findings.
     pub fn open(path: &Path) -> Result<Model> {
-        let kind = crate::paths::look_at(path).map_err(|source| Error::io(path, source))?;
+        match crate::source::repo_named(path) {
+            Some(repo) => Model::open_repo(&repo),
+            None => Model::open_local(path, None),
+        }
+    }
+
+    /// A repository from the local cache; from the Hub when the cache does not hold the
+    /// revision asked for, or when it is named with `hf://`, unless `HF_HUB_OFFLINE` is set.
+    fn open_repo(repo: &RepoRef) -> Result<Model> {
+        let env = ProcessEnvironment;
+        let offline = crate::source::hub::offline(&env);
+        let mut not_cached = None;
+        if !repo.remote || offline {
+            let cache = CacheDir::find(&env).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "cannot look for `{repo}` in the Hugging Face cache: neither HF_HUB_CACHE, \
+                     HF_HOME nor HOME is set"
+                ))
+            })?;
+            match Snapshot::find(&cache, repo) {
+                Ok(snapshot) => {
+                    let target = snapshot.target();
+                    return Model::open_local(
+                        &target,
+                        Some(&|missing| snapshot.explain_missing(missing)),
+                    );
+                }
+                Err(error) if offline => {
+                    return Err(Error::Invalid(format!(
+                        "{error} (HF_HUB_OFFLINE is set: the Hub is not asked)"
+                    )));
+                }
+                Err(error) => not_cached = Some(error),
+            }
+        }
+        // When the Hub cannot help either, both are said: the user may have meant the cache.
+        let also = |error: Error| match &not_cached {
+            Some(cache) => Error::Invalid(format!("{error}; and {cache}")),
+            None => error,
+        };
+        let hub = Hub::from_env(&env).map_err(|e| also(Error::Invalid(e.0)))?;
+        let headers = crate::source::header_cache::folder(&env);
+        super::remote::open(repo, hub, headers.as_deref()).map_err(also)
+    }
+
+    fn open_local(path: &Path, hint: Hint<'_>) -> Result<Model> {
+        let kind = crate::paths::look_at(path).map_err(|error| match hint {
+            Some(hint) if error.kind() == io::ErrorKind::NotFound => {
+                Error::Invalid(format!("{}: {}", escape_path(path), hint(path)))
+            }
+            _ => Error::io(path, error),
+        })?;
         if kind == crate::paths::Kind::Folder {
-            return Model::open_folder(path);
+            return Model::open_folder(path, hint);
         }
         let is_index = path.extension().is_some_and(|ext| ext == "json");
         if is_index {
-            return Model::open_index(path, Source::Index);
+            return Model::open_index(path, Source::Index, hint);
         }
         let file = SafetensorsFile::open(path).map_err(|source| Error::io(path, source))?;
         let label = path.file_name().map_or_else(
             || path.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         );
-        let mut builder = Builder::new(path, Source::File);
+        let mut builder = Builder::new(path, Source::File, hint);
         builder.add_file(label, file);
         Ok(builder.finish())
     }
 
-    fn open_folder(folder: &Path) -> Result<Model> {
+    fn open_folder(folder: &Path, hint: Hint<'_>) -> Result<Model> {
         let index = folder.join(INDEX_FILE_NAME);
         if index.is_file() {
-            return Model::open_index(&index, Source::Folder).map(|mut model| {
+            return Model::open_index(&index, Source::Folder, hint).map(|mut model| {
                 folder.clone_into(&mut model.path);
                 model
             });
@@ -96,7 +162,7 @@ impl Model {
             }
         }
         if let [only] = &indexes[..] {
-            return Model::open_index(&folder.join(only), Source::Folder).map(|mut model| {
+            return Model::open_index(&folder.join(only), Source::Folder, hint).map(|mut model| {
                 folder.clone_into(&mut model.path);
                 model
             });
@@ -105,33 +171,30 @@ impl Model {
             return Err(Error::NoModel(folder.to_owned()));
         }
         names.sort_by(|a, b| natural_cmp(a, b));
-        let mut builder = Builder::new(folder, Source::Folder);
-        for name in names {
-            builder.add_path(folder, name);
-        }
+        let mut builder = Builder::new(folder, Source::Folder, hint);
+        builder.add_paths(folder, names);
         Ok(builder.finish())
     }
 
-    fn open_index(path: &Path, source: Source) -> Result<Model> {
+    fn open_index(path: &Path, source: Source, hint: Hint<'_>) -> Result<Model> {
         let file = crate::paths::open_file(path).map_err(|source| Error::io(path, source))?;
-        let index = ShardIndex::read(file);
+        let len = file
+            .metadata()
+            .map_err(|source| Error::io(path, source))?
+            .len();
+        // Parsed where it lies in the page cache, up to a size; a larger one as it is read.
+        let index = match usize::try_from(len).ok().filter(|&len| len <= MAPPED_INDEX) {
+            Some(len) => super::mapped::with_mapped(&file, 0, len, ShardIndex::from_slice)
+                .map_err(|source| Error::io(path, source))?,
+            None => ShardIndex::read(file),
+        };
         let folder = path.parent().unwrap_or(Path::new(""));
         let index_label = path
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        let mut builder = Builder::new(path, source);
-        builder
-            .findings
-            .extend(index.findings.iter().cloned().map(|f| {
-                if f.file.is_some() {
-                    f
-                } else {
-                    f.in_file(&index_label)
-                }
-            }));
-        for shard in &index.shards {
-            builder.add_path(folder, shard.clone());
-        }
+        let mut builder = Builder::new(path, source, hint);
+        builder.add_index_findings(&index, &index_label);
+        builder.add_paths(folder, index.shards.clone());
         builder.check_against_index(&index, &index_label);
         Ok(builder.finish())
     }
@@ -189,19 +252,26 @@ impl Model {
     }
 }
 
-struct Builder {
+/// What the model's source knows of a file that is not there (a snapshot of the Hugging Face
+/// cache tells a dangling link from an unfinished download), added to the finding.
+type Hint<'a> = Option<&'a dyn Fn(&Path) -> String>;
+
+pub(super) struct Builder<'a> {
     path: PathBuf,
     source: Source,
     shards: Vec<Shard>,
     tensors: Vec<Tensor>,
     metadata: Arc<StringMap>,
     findings: Findings,
-    /// Tensor name to index in `tensors`.
-    by_name: HashMap<CompactString, usize>,
+    /// Every tensor's index in `tensors`, found by the hash of its name (indexes rather than
+    /// names: no name is copied).
+    by_name: HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
+    hint: Hint<'a>,
 }
 
-impl Builder {
-    fn new(path: &Path, source: Source) -> Self {
+impl<'a> Builder<'a> {
+    pub(super) fn new(path: &Path, source: Source, hint: Hint<'a>) -> Self {
         Builder {
             path: path.to_owned(),
             source,
@@ -209,22 +279,74 @@ impl Builder {
             tensors: Vec::new(),
             metadata: Arc::default(),
             findings: Findings::new(),
-            by_name: HashMap::default(),
+            by_name: HashTable::new(),
+            hasher: foldhash::fast::RandomState::default(),
+            hint,
         }
     }
 
-    fn add_path(&mut self, folder: &Path, label: String) {
-        let path = folder.join(&label);
-        match SafetensorsFile::open(&path) {
+    /// The index's own findings, said to be about the index file where they name no file.
+    pub(super) fn add_index_findings(&mut self, index: &ShardIndex, index_label: &str) {
+        self.findings
+            .extend(index.findings.iter().cloned().map(|f| {
+                if f.file.is_some() {
+                    f
+                } else {
+                    f.in_file(index_label)
+                }
+            }));
+    }
+
+    /// Opens the files `labels` of `folder`, their headers read in parallel, and adds them in
+    /// the order given. A batch at a time, so that the tensor lists read and not yet added stay
+    /// a small part of the model's.
+    fn add_paths(&mut self, folder: &Path, labels: Vec<String>) {
+        use rayon::prelude::*;
+        const BATCH: usize = 64;
+        let mut labels = labels.into_iter().peekable();
+        while labels.peek().is_some() {
+            let batch: Vec<String> = labels.by_ref().take(BATCH).collect();
+            let opened: Vec<(PathBuf, io::Result<SafetensorsFile>)> = batch
+                .par_iter()
+                .map(|label| {
+                    let path = folder.join(label);
+                    let file = SafetensorsFile::open(&path);
+                    (path, file)
+                })
+                .collect();
+            for (label, (path, file)) in batch.into_iter().zip(opened) {
+                self.add_opened(label, path, file);
+            }
+        }
+    }
+
+    pub(super) fn add_opened(
+        &mut self,
+        label: String,
+        path: PathBuf,
+        file: io::Result<SafetensorsFile>,
+    ) {
+        match file {
             Ok(file) => self.add_file(label, file),
             Err(error) => {
-                let code = if error.kind() == std::io::ErrorKind::NotFound {
+                let missing = error.kind() == io::ErrorKind::NotFound;
+                let code = if missing {
                     Code::ShardMissing
                 } else {
                     Code::ShardUnreadable
                 };
+                let why = match self.hint {
+                    Some(hint) if missing => hint(&path),
+                    _ if missing && fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink()) => {
+                        format!(
+                            "{error}: a dangling link to {}",
+                            escape_path(&fs::read_link(&path).unwrap_or_default())
+                        )
+                    }
+                    _ => error.to_string(),
+                };
                 self.findings.push(
-                    Finding::error(code, format!("cannot read `{}`: {error}", escape(&label)))
+                    Finding::error(code, format!("cannot read `{}`: {why}", escape(&label)))
                         .in_file(&label),
                 );
                 self.shards.push(Shard {
@@ -254,9 +376,7 @@ impl Builder {
             self.merge_metadata(metadata, &label);
         }
         if several {
-            for tensor in file.tensors {
-                self.add_tensor(tensor.info, shard_index, &label);
-            }
+            self.add_tensors(file.tensors, shard_index, &label);
         } else {
             // One file: its header already resolved repeated names.
             debug_assert!(self.tensors.is_empty() && shard_index == 0);
@@ -307,42 +427,103 @@ impl Builder {
         }
     }
 
-    /// Adds a tensor of one shard among several, unless an earlier shard holds the same name.
-    fn add_tensor(&mut self, info: TensorInfo, shard: usize, label: &str) {
-        if let Some(&existing) = self.by_name.get(&info.name) {
-            let first = &self.shards[self.tensors[existing].shard].label;
-            self.findings.push(
-                Finding::error(
-                    Code::TensorInTwoShards,
-                    format!(
-                        "also stored in `{}`; the first copy is shown",
-                        escape(first)
-                    ),
-                )
-                .for_tensor(info.name.as_str())
-                .in_file(label),
-            );
-            return;
-        }
-        self.by_name.insert(info.name.clone(), self.tensors.len());
-        self.tensors.push(Tensor { info, shard });
+    /// The index of the tensor named `name`.
+    fn find(&self, name: &str) -> Option<usize> {
+        let tensors = &self.tensors;
+        self.by_name
+            .find(self.hasher.hash_one(name), |&i| {
+                tensors[i as usize].name() == name
+            })
+            .map(|&i| i as usize)
     }
 
-    fn check_against_index(&mut self, index: &ShardIndex, index_label: &str) {
+    /// Adds the tensors of one shard among several, except those an earlier shard holds (a
+    /// shard's own header has already resolved its repeated names): moved in one block, their
+    /// names indexed without being copied.
+    fn add_tensors(&mut self, mut tensors: Vec<Tensor>, shard: usize, label: &str) {
+        let build = &self.hasher;
+        let mut name_hashes: Vec<u64> = tensors.iter().map(|t| build.hash_one(t.name())).collect();
+        let mut repeated = Vec::new();
+        for (i, (tensor, &hash)) in tensors.iter().zip(&name_hashes).enumerate() {
+            let earlier = &self.tensors;
+            if let Some(&existing) = self
+                .by_name
+                .find(hash, |&j| earlier[j as usize].name() == tensor.name())
+            {
+                let first = &self.shards[earlier[existing as usize].shard].label;
+                self.findings.push(
+                    Finding::error(
+                        Code::TensorInTwoShards,
+                        format!(
+                            "also stored in `{}`; the first copy is shown",
+                            escape(first)
+                        ),
+                    )
+                    .for_tensor(tensor.name())
+                    .in_file(label),
+                );
+                repeated.push(i);
+            }
+        }
+        if !repeated.is_empty() {
+            let mut at = 0;
+            tensors.retain(|_| {
+                at += 1;
+                repeated.binary_search(&(at - 1)).is_err()
+            });
+            let mut at = 0;
+            name_hashes.retain(|_| {
+                at += 1;
+                repeated.binary_search(&(at - 1)).is_err()
+            });
+        }
+        for tensor in &mut tensors {
+            tensor.shard = shard;
+        }
+        let start = self.tensors.len();
+        self.tensors.append(&mut tensors);
+        let (all, hasher) = (&self.tensors, &self.hasher);
+        self.by_name.reserve(name_hashes.len(), |&i| {
+            hasher.hash_one(all[i as usize].name())
+        });
+        for (offset, hash) in name_hashes.into_iter().enumerate() {
+            let index = u32::try_from(start + offset).unwrap_or(u32::MAX);
+            self.by_name
+                .insert_unique(hash, index, |&i| hasher.hash_one(all[i as usize].name()));
+        }
+    }
+
+    pub(super) fn check_against_index(&mut self, index: &ShardIndex, index_label: &str) {
         let shard_by_label: HashMap<&str, usize> = self
             .shards
             .iter()
             .enumerate()
             .map(|(i, s)| (s.label.as_str(), i))
             .collect();
+        let mut mapped = FixedBitSet::with_capacity(self.tensors.len());
+        // Entries come in name order, so the same shard follows itself often: its label is
+        // looked up once a run.
+        let mut last: Option<(&str, Option<usize>)> = None;
         for (name, shard_label) in index.weight_map.iter() {
-            let Some(&shard) = shard_by_label.get(shard_label) else {
+            let found = self.find(name);
+            if let Some(i) = found {
+                mapped.insert(i);
+            }
+            let shard = match last {
+                Some((label, shard)) if label == shard_label => shard,
+                _ => {
+                    let shard = shard_by_label.get(shard_label).copied();
+                    last = Some((shard_label, shard));
+                    shard
+                }
+            };
+            let Some(shard) = shard else {
                 continue;
             };
             if !self.shards[shard].readable {
                 continue;
             }
-            let held = self.by_name.get(name).map(|&i| self.tensors[i].shard);
+            let held = found.map(|i| self.tensors[i].shard);
             if held != Some(shard) {
                 let elsewhere = held.map_or_else(String::new, |other| {
                     format!(" (it is in `{}`)", escape(&self.shards[other].label))
@@ -360,13 +541,8 @@ impl Builder {
                 );
             }
         }
-        let mut unmapped = Vec::new();
-        for tensor in &self.tensors {
-            if !index.weight_map.contains_key(tensor.info.name.as_str()) {
-                unmapped.push(tensor);
-            }
-        }
-        for tensor in unmapped {
+        mapped.toggle_range(..);
+        for tensor in mapped.ones().map(|i| &self.tensors[i]) {
             self.findings.push(
                 Finding::warning(
                     Code::TensorNotInIndex,
@@ -397,7 +573,7 @@ impl Builder {
         }
     }
 
-    fn finish(self) -> Model {
+    pub(super) fn finish(self) -> Model {
         Model {
             path: self.path,
             source: self.source,
@@ -405,6 +581,7 @@ impl Builder {
             tensors: self.tensors,
             metadata: self.metadata,
             findings: self.findings,
+            remote: None,
         }
     }
 }

@@ -59,4 +59,7 @@ pub enum Action {
     /// In the layer map: select the tensor under the cursor in the tree.
     MapJump,
     Quit,
+    /// Esc in the tree: stops the download of the selected tensor of a model read from the
+    /// Hub when one is under way; quits otherwise.
+    Escape,
 }

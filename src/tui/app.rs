@@ -32,6 +32,8 @@ pub enum Effect {
     Save(quantize::Options, PathBuf, Arc<quantize::Control>),
     /// Open this file in place of the current model.
     Reopen(PathBuf),
+    /// Stop downloading the selected tensor of a model read from the Hub.
+    CancelFetch,
 }
 
 /// The quantize dialog.
@@ -412,6 +414,13 @@ impl App {
         if let Some(outcome) = self.apply_quantize(action) {
             return outcome;
         }
+        if action == Action::Escape {
+            if self.fetching() {
+                return (true, Some(Effect::CancelFetch));
+            }
+            self.should_quit = true;
+            return (true, None);
+        }
         let before = self.selected_tensor();
         let changed = self.apply(action);
         let after = self.selected_tensor();
@@ -438,6 +447,11 @@ impl App {
     }
 
     /// What the current selection needs: its statistics and histogram first.
+    /// Whether the selected tensor of a model read from the Hub is waiting for its bytes.
+    fn fetching(&self) -> bool {
+        self.model.remote.is_some() && self.wanted().is_some()
+    }
+
     pub fn wanted(&self) -> Option<Effect> {
         self.selected_tensor()
             .filter(|&t| !self.histograms.contains_key(&t) || self.outcomes.get(t).is_none())
@@ -475,7 +489,9 @@ impl App {
                 };
                 true
             }
-            Action::Quantize
+            // Escape is handled in `update`, which knows whether a download is under way.
+            Action::Escape
+            | Action::Quantize
             | Action::QuantizeGranularity
             | Action::QuantizeWholeModel
             | Action::QuantizeSkipNonFinite

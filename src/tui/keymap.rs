@@ -420,12 +420,13 @@ pub static GLOBAL: &[Binding] = &[
         true,
     ),
     bind(Tree, &[Key::Char('?')], Action::ShowHelp, "help", true),
+    bind(Tree, &[Key::Char('q')], Action::Quit, "quit", true),
     bind(
         Tree,
-        &[Key::Char('q'), Key::Code(Esc)],
-        Action::Quit,
-        "quit",
-        true,
+        &[Key::Code(Esc)],
+        Action::Escape,
+        "stop download / quit",
+        false,
     ),
 ];
 

@@ -7,12 +7,15 @@
 
 mod cli;
 mod conformance;
+mod fake_hub;
+mod hf_cache;
 mod hostile;
 mod layermap;
 mod paths;
 mod quant_kernels;
 mod quantize;
 mod reference;
+mod remote;
 mod sharded;
 mod stats;
 mod support;

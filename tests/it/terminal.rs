@@ -306,3 +306,44 @@ fn with_stdout_redirected_the_report_goes_to_the_file_and_tui_draws_on_the_termi
     );
     assert_eq!(before, terminal_settings(&tmux, dir.path(), "after"));
 }
+
+#[test]
+fn the_explorer_on_a_model_read_from_the_hub() {
+    let Some(tmux) = Tmux::start(100, 30) else {
+        return;
+    };
+    let hub = crate::fake_hub::FakeHub::start();
+    let demo = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/demo.safetensors"))
+        .unwrap();
+    hub.add_repo(
+        "org/demo",
+        "abcdefabcdefabcdefabcdefabcdefabcdefabcd",
+        &[("model.safetensors", demo)],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    tmux.send(&[
+        &format!(
+            "env -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY -u http_proxy -u https_proxy \
+             -u all_proxy -u HF_TOKEN HF_ENDPOINT={} HF_HUB_CACHE={} STUI_CACHE_DIR={} {} hf://org/demo",
+            hub.endpoint(),
+            dir.path().join("hf").display(),
+            dir.path().join("stui").display(),
+            env!("CARGO_BIN_EXE_stui")
+        ),
+        "Enter",
+    ]);
+    let screen = tmux.wait_for("the tree", |s| s.contains("lm_head.weight"));
+    assert!(screen.contains("hf://org/demo@abcdef"), "{screen}");
+    // The selected tensor's statistics, fetched by one Range request for its bytes.
+    tmux.wait_for("the selected tensor's statistics", |s| s.contains("absmax"));
+    let log = hub.take_log();
+    let reads: Vec<_> = log.iter().filter(|l| l.contains("/cdn/")).collect();
+    assert_eq!(reads.len(), 2, "the header, then the tensor: {log:#?}");
+    assert!(
+        !tmux.screen().contains("scanning"),
+        "nothing else is read: the background scan does not run on a remote model"
+    );
+    // Nothing being downloaded, Esc quits.
+    tmux.send(&["Escape"]);
+    tmux.wait_for("the shell prompt", |s| !s.contains("lm_head.weight"));
+}

@@ -1,0 +1,510 @@
+//! Models read from a Hub over HTTP Range, against the fake Hub on loopback: every good case
+//! gives the report the same files give opened locally, every failure a message that says what
+//! to do, and the requests stay within their budget.
+
+use crate::fake_hub::{FakeHub, Fault};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+const COMMIT: &str = "abcdefabcdefabcdefabcdefabcdefabcdefabcd";
+
+/// A safetensors file written by the reference crate: a tensor per name, F32, shape `[4]`,
+/// values from `seed`; `metadata` as its `__metadata__`.
+fn safetensors_file(names: &[&str], seed: f32, metadata: Option<(&str, String)>) -> Vec<u8> {
+    let data: Vec<Vec<u8>> = (0..names.len())
+        .map(|i| {
+            (0..4)
+                .flat_map(|j| (seed + i as f32 + j as f32 * 0.25).to_le_bytes())
+                .collect()
+        })
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = names
+        .iter()
+        .zip(&data)
+        .map(|(name, bytes)| {
+            let view =
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4], bytes)
+                    .unwrap();
+            ((*name).to_owned(), view)
+        })
+        .collect();
+    let metadata = metadata.map(|(k, v)| std::iter::once((k.to_owned(), v)).collect());
+    safetensors::serialize(views, metadata).unwrap()
+}
+
+/// A file whose header is exactly `len` bytes: one tensor and a `__metadata__` padding value.
+fn file_with_header_of(len: usize) -> Vec<u8> {
+    let tensor = r#""w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}"#;
+    let frame = format!(r#"{{"__metadata__":{{"pad":""}},{tensor}}}"#);
+    let header = format!(
+        r#"{{"__metadata__":{{"pad":"{}"}},{tensor}}}"#,
+        "x".repeat(len - frame.len())
+    );
+    assert_eq!(header.len(), len);
+    let mut bytes = (len as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(&[0; 8]);
+    bytes
+}
+
+/// Two shards and their index (`extra` more names mapped to the second shard in the index only).
+fn sharded(extra: usize) -> Vec<(&'static str, Vec<u8>)> {
+    let first = ["model.layers.0.mlp.weight", "model.layers.0.attn.weight"];
+    let second = ["model.layers.1.mlp.weight", "model.layers.1.attn.weight"];
+    let mut map = serde_json::Map::new();
+    for name in first {
+        map.insert(name.into(), "model-00001-of-00002.safetensors".into());
+    }
+    for name in second {
+        map.insert(name.into(), "model-00002-of-00002.safetensors".into());
+    }
+    for i in 0..extra {
+        map.insert(
+            format!("model.layers.{i}.block_sparse_moe.experts.{i}.w1.weight_scale"),
+            "model-00002-of-00002.safetensors".into(),
+        );
+    }
+    let index = serde_json::json!({"metadata": {"total_size": 64}, "weight_map": map});
+    vec![
+        (
+            "model-00001-of-00002.safetensors",
+            safetensors_file(&first, 1.0, Some(("format", "pt".into()))),
+        ),
+        (
+            "model-00002-of-00002.safetensors",
+            safetensors_file(&second, 2.0, Some(("format", "pt".into()))),
+        ),
+        (
+            "model.safetensors.index.json",
+            index.to_string().into_bytes(),
+        ),
+        ("config.json", br#"{"model_type":"llama"}"#.to_vec()),
+    ]
+}
+
+/// A place for stui's header cache, the Hugging Face cache (empty) and the home folder.
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        let scratch = Scratch {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        for folder in ["stui-cache", "hf-cache", "home"] {
+            std::fs::create_dir_all(scratch.dir.path().join(folder)).unwrap();
+        }
+        scratch
+    }
+
+    /// Runs stui against `hub`, no proxy, no token unless given: exit code, stdout, stderr.
+    fn run(&self, hub: &FakeHub, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_stui"));
+        command.args(args);
+        for name in [
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "NO_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+            "no_proxy",
+            "HF_TOKEN",
+            "HUGGING_FACE_HUB_TOKEN",
+            "HF_TOKEN_PATH",
+            "HF_HOME",
+            "HF_HUB_OFFLINE",
+            "TRANSFORMERS_OFFLINE",
+            "HUGGINGFACE_HUB_CACHE",
+            "XDG_CACHE_HOME",
+        ] {
+            command.env_remove(name);
+        }
+        let path = |name: &str| self.dir.path().join(name);
+        command
+            .env("HF_ENDPOINT", hub.endpoint())
+            .env("HF_HUB_CACHE", path("hf-cache"))
+            .env("STUI_CACHE_DIR", path("stui-cache"))
+            .env("HOME", path("home"));
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let output = command.output().unwrap();
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+}
+
+/// The files written into a folder, as a local model.
+fn local_copy(files: &[(&str, Vec<u8>)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (path, bytes) in files {
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+    dir
+}
+
+/// A JSON report without the fields that name where the files are.
+fn without_paths(json: &str) -> serde_json::Value {
+    fn strip(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                map.remove("path");
+                map.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut value: serde_json::Value = serde_json::from_str(json).unwrap();
+    strip(&mut value);
+    value
+}
+
+fn local_json(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_stui"))
+        .args(args)
+        .arg(dir)
+        .output()
+        .unwrap();
+    without_paths(&String::from_utf8_lossy(&output.stdout))
+}
+
+/// The top-level fields that differ, shortened.
+fn differences(a: &serde_json::Value, b: &serde_json::Value) -> String {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return "not objects".into();
+    };
+    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .fold(String::new(), |mut text, k| {
+            let show = |v: Option<&serde_json::Value>| {
+                let text = v.map_or("absent".into(), ToString::to_string);
+                text.chars().take(300).collect::<String>()
+            };
+            let _ = writeln!(text, "{k}: {} vs {}", show(a.get(k)), show(b.get(k)));
+            text
+        })
+}
+
+/// Requests that are not the redirects' second hop (to the CDN host).
+fn hub_requests(log: &[String]) -> Vec<&String> {
+    log.iter().filter(|line| !line.contains(" /cdn/")).collect()
+}
+
+#[test]
+fn a_sharded_model_reads_as_it_does_locally() {
+    let hub = FakeHub::start();
+    let files = sharded(0);
+    hub.add_repo("org/name", COMMIT, &files);
+    let local = local_copy(&files);
+    let scratch = Scratch::new();
+    for command in [&["inspect", "--json"][..], &["check", "--json"]] {
+        let args: Vec<&str> = command.iter().copied().chain(["hf://org/name"]).collect();
+        let (code, out, err) = scratch.run(&hub, &args, &[]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(without_paths(&out), local_json(local.path(), command));
+    }
+    let log = hub.take_log();
+    // The first open: the metadata call, the index, one Range request a shard (each redirected
+    // to the CDN host, which alone is asked for the bytes); the second: the metadata call only.
+    let first_open: Vec<&String> = log.iter().take(6).collect();
+    assert_eq!(hub_requests(&log).len(), 4 + 1, "{log:#?}");
+    assert!(
+        first_open[0].contains("/api/models/org/name/revision/main"),
+        "{log:#?}"
+    );
+    let ranges: Vec<_> = log.iter().filter(|l| l.contains("/cdn/")).collect();
+    assert_eq!(ranges.len(), 2, "{log:#?}");
+    assert!(
+        ranges
+            .iter()
+            .all(|l| l.starts_with("localhost:") && l.contains("bytes=0-"))
+    );
+    assert!(
+        log.iter()
+            .all(|l| !l.contains("/resolve/main/") || l.contains("/api/")),
+        "every file is read at the pinned commit: {log:#?}"
+    );
+}
+
+#[test]
+fn a_repo_id_not_in_the_cache_is_read_from_the_hub_and_a_token_stays_on_the_hub() {
+    let hub = FakeHub::start();
+    hub.add_repo("org/name", COMMIT, &sharded(0));
+    let scratch = Scratch::new();
+    let (code, out, err) = scratch.run(
+        &hub,
+        &["hash", "--json", "org/name"],
+        &[("HF_TOKEN", "secret")],
+    );
+    assert_eq!(code, 0, "{err}");
+    let local = local_copy(&sharded(0));
+    let local_hash = local_json(local.path(), &["hash", "--json"]);
+    let remote_hash = without_paths(&out);
+    assert_eq!(remote_hash["structural_id"], local_hash["structural_id"]);
+    let digests = |json: &serde_json::Value| -> Vec<String> {
+        json["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["sha256"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        digests(&remote_hash),
+        digests(&local_hash),
+        "an LFS blob id is the SHA-256 of the file"
+    );
+    let log = hub.take_log();
+    for line in &log {
+        let to_cdn = line.contains("/cdn/");
+        assert_eq!(line.ends_with(" auth"), !to_cdn, "{line}");
+    }
+}
+
+#[test]
+fn headers_of_100000_and_100001_bytes_and_small_ones() {
+    for (header, requests) in [(100_000, 2), (100_001, 2), (99_992, 1), (2_000, 1)] {
+        let hub = FakeHub::start();
+        let file = file_with_header_of(header);
+        hub.add_repo("org/one", COMMIT, &[("model.safetensors", file.clone())]);
+        let scratch = Scratch::new();
+        let (code, out, err) = scratch.run(&hub, &["inspect", "--json", "hf://org/one"], &[]);
+        assert_eq!(code, 0, "{header}: {err}");
+        let local = local_copy(&[("model.safetensors", file)]);
+        let local = local_json(local.path(), &["inspect", "--json"]);
+        let remote = without_paths(&out);
+        assert!(
+            remote == local,
+            "{header}: {}",
+            differences(&remote, &local)
+        );
+        let log = hub.take_log();
+        let ranges = log.iter().filter(|l| l.contains("/cdn/")).count();
+        assert_eq!(ranges, requests, "a header of {header} bytes: {log:#?}");
+    }
+}
+
+#[test]
+fn an_index_of_20_mb() {
+    let files = sharded(200_000);
+    assert!(files[2].1.len() > 20_000_000, "{}", files[2].1.len());
+    let hub = FakeHub::start();
+    hub.add_repo("org/big", COMMIT, &files);
+    let scratch = Scratch::new();
+    let (code, out, err) = scratch.run(&hub, &["check", "--json", "hf://org/big"], &[]);
+    assert_eq!(code, 1, "the index names tensors no shard holds: {err}");
+    let local = local_copy(&files);
+    let (remote, local) = (
+        without_paths(&out),
+        local_json(local.path(), &["check", "--json"]),
+    );
+    assert!(remote == local, "{}", differences(&remote, &local));
+}
+
+#[test]
+fn a_second_open_asks_for_no_header() {
+    let hub = FakeHub::start();
+    hub.add_repo("org/name", COMMIT, &sharded(0));
+    let scratch = Scratch::new();
+    let (first, _, _) = scratch.run(&hub, &["inspect", "--json", "hf://org/name"], &[]);
+    hub.take_log();
+    let (second, _, err) = scratch.run(&hub, &["inspect", "--json", "hf://org/name"], &[]);
+    assert_eq!((first, second), (0, 0), "{err}");
+    let log = hub.take_log();
+    assert_eq!(log.len(), 1, "{log:#?}");
+    assert!(log[0].contains("/api/models/"));
+    // Nothing was written into the Hugging Face cache.
+    assert_eq!(
+        std::fs::read_dir(scratch.dir.path().join("hf-cache"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
+#[test]
+fn tensor_values_come_one_range_request_each() {
+    let hub = FakeHub::start();
+    let files = sharded(0);
+    hub.add_repo("org/name", COMMIT, &files);
+    let scratch = Scratch::new();
+    let args = [
+        "stats",
+        "--json",
+        "--filter",
+        "layers.1.mlp",
+        "hf://org/name",
+    ];
+    let (code, out, err) = scratch.run(&hub, &args, &[]);
+    assert_eq!(code, 0, "{err}");
+    let local = local_copy(&files);
+    let local = local_json(
+        local.path(),
+        &["stats", "--json", "--filter", "layers.1.mlp"],
+    );
+    let remote = without_paths(&out);
+    assert_eq!(remote["tensors"], local["tensors"]);
+    let log = hub.take_log();
+    let tensor_reads: Vec<_> = log
+        .iter()
+        .filter(|l| l.contains("/cdn/") && !l.contains("bytes=0-"))
+        .collect();
+    assert_eq!(tensor_reads.len(), 1, "{:#?}", hub_requests(&log));
+    // Past the limit, refused before anything is read.
+    let (code, _, err) = scratch.run(&hub, &["stats", "--fetch-limit", "8", "hf://org/name"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("more than --fetch-limit"), "{err}");
+}
+
+#[test]
+fn a_remote_model_against_a_local_one_compares_the_layout() {
+    let hub = FakeHub::start();
+    let files = sharded(0);
+    hub.add_repo("org/name", COMMIT, &files);
+    let local = local_copy(&files);
+    let scratch = Scratch::new();
+    let local_path = local.path().to_str().unwrap();
+    let (code, out, err) = scratch.run(&hub, &["diff", "hf://org/name", local_path], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("identical: 4 same"), "{out}");
+    assert!(out.contains("layout only"), "{out}");
+    std::fs::remove_file(local.path().join("model-00002-of-00002.safetensors")).unwrap();
+    let (code, out, _) = scratch.run(&hub, &["diff", "hf://org/name", local_path], &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("removed  model.layers.1.mlp.weight"), "{out}");
+}
+
+/// Runs `inspect hf://org/one` with the fault set: the exit code and stderr.
+fn with_fault(fault: Fault, header: usize, env: &[(&str, &str)]) -> (i32, String, FakeHub) {
+    let hub = FakeHub::start();
+    hub.add_repo(
+        "org/one",
+        COMMIT,
+        &[("model.safetensors", file_with_header_of(header))],
+    );
+    hub.set_fault(Some(fault));
+    let scratch = Scratch::new();
+    let (code, _, err) = scratch.run(&hub, &["inspect", "hf://org/one"], env);
+    (code, err, hub)
+}
+
+#[test]
+fn gated_private_and_missing_say_what_to_do() {
+    let (code, err, hub) = with_fault(Fault::Status(401, "GatedRepo"), 1000, &[]);
+    assert_eq!(code, 2);
+    let page = format!("{}/org/one", hub.endpoint());
+    assert!(
+        err.contains(&format!(
+            "`org/one` is a gated model: accept its licence on {page}"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("set HF_TOKEN") && err.contains("no token was sent"),
+        "{err}"
+    );
+    let (code, err, _) = with_fault(Fault::Status(403, "GatedRepo"), 1000, &[("HF_TOKEN", "t")]);
+    assert_eq!(code, 2);
+    assert!(err.contains("the token sent has no access yet"), "{err}");
+    let (code, err, _) = with_fault(Fault::Status(403, ""), 1000, &[("HF_TOKEN", "t")]);
+    assert_eq!(code, 2);
+    assert!(err.contains("access refused (403)"), "{err}");
+    let (code, err, _) = with_fault(Fault::Status(404, "EntryNotFound"), 1000, &[]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("`model.safetensors` of `org/one` does not exist (404)"),
+        "{err}"
+    );
+    let hub = FakeHub::start();
+    let scratch = Scratch::new();
+    let (code, _, err) = scratch.run(&hub, &["inspect", "hf://org/nothing"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("`org/nothing` was not found on"), "{err}");
+    assert!(
+        err.contains("check the name") && err.contains("set HF_TOKEN"),
+        "{err}"
+    );
+    hub.add_repo(
+        "org/one",
+        COMMIT,
+        &[("model.safetensors", file_with_header_of(1000))],
+    );
+    let (code, _, err) = scratch.run(&hub, &["inspect", "hf://org/one@v9"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("`org/one` has no revision `v9`"), "{err}");
+    let (code, _, err) = scratch.run(
+        &hub,
+        &["inspect", "hf://org/one"],
+        &[("HF_HUB_OFFLINE", "1")],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("HF_HUB_OFFLINE is set"), "{err}");
+}
+
+#[test]
+fn rate_limits_and_server_errors_are_waited_out() {
+    let started = std::time::Instant::now();
+    let (code, err, hub) = with_fault(Fault::RateLimitedOnce, 1000, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(1),
+        "waited as RateLimit said"
+    );
+    assert_eq!(
+        hub.take_log()
+            .iter()
+            .filter(|l| l.contains("/resolve/"))
+            .count(),
+        2
+    );
+    let (code, err, _) = with_fault(Fault::ServerErrorOnce, 1000, &[]);
+    assert_eq!(code, 0, "{err}");
+    let (code, err, hub) = with_fault(Fault::Status(500, ""), 1000, &[]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("answered 500") && err.contains("try again later"),
+        "{err}"
+    );
+    assert_eq!(
+        hub.take_log()
+            .iter()
+            .filter(|l| l.contains("/resolve/"))
+            .count(),
+        4,
+        "bounded"
+    );
+}
+
+#[test]
+fn broken_replies_are_errors_never_a_wrong_header() {
+    for (fault, header, expected) in [
+        (
+            Fault::IgnoresRange,
+            1000,
+            "the server sent the whole file (200) for a Range request",
+        ),
+        (Fault::ChangingEtag, 150_000, "changed between two requests"),
+        (Fault::ShortBody, 1000, "the reply ended after"),
+        (Fault::CutConnection, 1000, "the connection was cut"),
+    ] {
+        let (code, err, _) = with_fault(fault.clone(), header, &[]);
+        assert_eq!(code, 2, "{fault:?}: {err}");
+        assert!(err.contains(expected), "{fault:?}: {err}");
+        assert!(
+            err.contains("`model.safetensors` of `org/one`"),
+            "{fault:?}: {err}"
+        );
+    }
+}
