@@ -517,4 +517,87 @@ mod tests {
         );
         assert_eq!(family(&[("encoder.conv.weight", &[8])]), None);
     }
+
+    /// A Qwen3-MoE-like model: layer 0 with 8 experts 16 wide, layer 1 dense 64 wide, and a
+    /// per-head query norm of width `q_norm`.
+    fn moe(q_norm: u64) -> Vec<TensorInfo> {
+        let mut model = vec![tensor("model.embed_tokens.weight", &[128, 32])];
+        for e in 0..8 {
+            model.push(tensor(
+                &format!("model.layers.0.mlp.experts.{e}.gate_proj.weight"),
+                &[16, 32],
+            ));
+        }
+        for layer in 0..2 {
+            let p = format!("model.layers.{layer}.self_attn.");
+            model.push(tensor(&format!("{p}q_proj.weight"), &[32, 32]));
+            model.push(tensor(&format!("{p}k_proj.weight"), &[16, 32]));
+            model.push(tensor(&format!("{p}q_norm.weight"), &[q_norm]));
+        }
+        model.push(tensor("model.layers.1.mlp.gate_proj.weight", &[64, 32]));
+        model
+    }
+
+    #[test]
+    fn each_width_is_compared_with_the_key_the_family_reads() {
+        let arch = Architecture::recognise(&moe(8)).expect("recognised");
+        assert_eq!(arch.intermediate_size, Some(64));
+        assert_eq!(arch.expert_intermediate_size, Some(16));
+        let qwen3_moe = config(
+            serde_json::json!({"model_type": "qwen3_moe", "hidden_size": 32,
+            "intermediate_size": 64, "moe_intermediate_size": 16, "num_experts": 8,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+            "vocab_size": 128}),
+        );
+        assert!(arch.check_config(&qwen3_moe, "c").is_empty());
+        let wrong = config(serde_json::json!({"model_type": "qwen3_moe",
+            "intermediate_size": 64, "moe_intermediate_size": 32, "num_experts": 8}));
+        let messages: Vec<String> = arch
+            .check_config(&wrong, "c")
+            .into_iter()
+            .map(|f| f.message)
+            .collect();
+        assert_eq!(
+            messages,
+            ["`moe_intermediate_size` is 32 in the config, 16 in the tensors"]
+        );
+        // OLMo-2's query norm spans all heads: 4 heads of 8.
+        let olmo = Architecture::recognise(&moe(32)).expect("recognised");
+        let olmo2 = config(serde_json::json!({"model_type": "olmo2", "hidden_size": 32,
+            "num_attention_heads": 4, "num_key_value_heads": 2}));
+        assert!(olmo.check_config(&olmo2, "c").is_empty());
+        let llama = config(serde_json::json!({"model_type": "llama", "hidden_size": 32,
+            "num_attention_heads": 4}));
+        let messages: Vec<String> = olmo
+            .check_config(&llama, "c")
+            .into_iter()
+            .map(|f| f.message)
+            .collect();
+        assert_eq!(
+            messages,
+            ["`head_dim` is 8 in the config, 32 in the tensors"]
+        );
+    }
+
+    #[test]
+    fn gpt2_reads_n_inner_and_four_times_the_width_when_it_is_null() {
+        let tensors = [
+            tensor("h.0.attn.c_attn.weight", &[32, 96]),
+            tensor("h.0.mlp.c_fc.weight", &[32, 128]),
+        ];
+        let arch = Architecture::recognise(&tensors).expect("recognised");
+        let null = config(serde_json::json!({"model_type": "gpt2", "n_embd": 32,
+            "n_inner": null}));
+        assert!(arch.check_config(&null, "c").is_empty());
+        let set = config(serde_json::json!({"model_type": "gpt2", "n_embd": 32, "n_inner": 64}));
+        let messages: Vec<String> = arch
+            .check_config(&set, "c")
+            .into_iter()
+            .map(|f| f.message)
+            .collect();
+        assert_eq!(
+            messages,
+            ["`n_inner` is 64 in the config, 128 in the tensors"]
+        );
+    }
 }
