@@ -4,6 +4,7 @@
 //! against. Without a config, the tensor names and shapes give a guess, said to be one.
 
 mod config;
+pub mod expected;
 pub mod family;
 mod layers;
 pub mod pattern;
@@ -170,8 +171,14 @@ pub fn review_model(model: &Model, explicit: Option<&Path>) -> (Option<ModelInfo
         None => None,
     };
     let pattern = config.as_ref().and_then(LayerPattern::from_config);
+    let class = config
+        .as_ref()
+        .and_then(|config| config.architectures().first().map(|c| (*c).to_owned()));
+    let template = class
+        .as_deref()
+        .and_then(|class| expected::templates().get(class));
     let (layer_review, shapes) = rayon::join(
-        || layer_findings(tensors(model), pattern.as_ref()),
+        || layer_findings(tensors(model), pattern.as_ref(), template),
         || Architecture::recognise(tensors(model)),
     );
     findings.append(layer_review.findings);
@@ -196,6 +203,12 @@ pub fn review_model(model: &Model, explicit: Option<&Path>) -> (Option<ModelInfo
         }
         if let Some(shapes) = &shapes {
             findings.extend(shapes.check_config(config, &label));
+        }
+        if let (Some(pattern), Some(stack), Some(class), Some(template)) =
+            (&pattern, &layer_review.stack, &class, template)
+            && template.stack == *stack
+        {
+            findings.extend(expected::check(template, class, pattern, tensors(model)));
         }
         if let Some(adapter) = config.adapter() {
             findings.extend(adapter::check(&adapter, tensors(model), &label));

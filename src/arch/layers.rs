@@ -2,6 +2,7 @@
 //! with the layers of its kind. The config's layer pattern says which those are; without one, a
 //! part that a contiguous run of layers has and another lacks is a layout, not a gap.
 
+use super::expected::Template;
 use super::pattern::{LayerKind, LayerPattern, Mlp};
 use crate::finding::{Code, Finding, Findings};
 use crate::format::TensorInfo;
@@ -152,6 +153,7 @@ type Gaps<'a> = BTreeMap<(&'a str, Gap<'a>, Vec<u64>), Vec<&'a str>>;
 pub fn layer_findings<'a>(
     tensors: impl IntoIterator<Item = &'a TensorInfo>,
     pattern: Option<&LayerPattern>,
+    template: Option<&Template>,
 ) -> LayerReview {
     let mut stacks: HashMap<(&str, &str), Vec<(u64, &TensorInfo)>> = HashMap::default();
     for tensor in tensors {
@@ -184,7 +186,11 @@ pub fn layer_findings<'a>(
         natural_cmp(p1, p2).then_with(|| natural_cmp(s1, s2))
     });
     let declared = |prefix: &str| pattern.filter(|_| patterned == Some(prefix));
-    let (gaps, mixed) = find_gaps(&mut stacks, &layers, &declared);
+    // A tensor of a module the template does not know is not missing elsewhere: it is
+    // unexpected where it is (see `expected::check`).
+    let template = template.filter(|t| patterned == Some(t.stack.as_str()));
+    let known = |suffix: &str| template.is_none_or(|t| t.knows_module(suffix));
+    let (gaps, mixed) = find_gaps(&mut stacks, &layers, &declared, &known);
     let gaps = classify_gaps(gaps, &stacks, &mixed);
     let mut findings = Findings::new();
     let kinds = report_gaps(gaps, &stacks, &layers, &mut findings);
@@ -234,6 +240,7 @@ fn find_gaps<'a, 'p>(
     stacks: &mut [Stack<'a>],
     layers: &HashMap<&'a str, Vec<u64>>,
     declared: &dyn Fn(&str) -> Option<&'p LayerPattern>,
+    known: &dyn Fn(&str) -> bool,
 ) -> (Gaps<'a>, Vec<&'a str>) {
     let mut mixed: Vec<&str> = Vec::new();
     let mut gaps = Gaps::new();
@@ -258,7 +265,8 @@ fn find_gaps<'a, 'p>(
             Some(pattern)
                 if missing_count > 0
                     && all.len() <= 4 * present.len() + 64
-                    && !pattern.irregular(suffix) =>
+                    && !pattern.irregular(suffix)
+                    && known(suffix) =>
             {
                 let mut keys: Vec<Peers> = present
                     .iter()
@@ -443,7 +451,7 @@ fn outermost_absent<'s>(list: &[(u64, &str)], layer: u64, suffix: &'s str) -> Op
         .find(|module| !holds(module))
 }
 
-fn spans(layers: &[u64]) -> String {
+pub(super) fn spans(layers: &[u64]) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut start = 0;
     for i in 1..=layers.len() {
@@ -673,7 +681,7 @@ mod tests {
     #[test]
     fn a_whole_model_has_no_findings() {
         assert!(
-            layer_findings(&model(32, |_, _| false), None)
+            layer_findings(&model(32, |_, _| false), None, None)
                 .findings
                 .is_empty()
         );
@@ -682,7 +690,7 @@ mod tests {
     #[test]
     fn names_the_tensor_missing_from_a_layer() {
         let tensors = model(32, |layer, part| layer == 17 && part.starts_with("mlp"));
-        let review = layer_findings(&tensors, None);
+        let review = layer_findings(&tensors, None, None);
         assert_eq!(
             messages(&review),
             [(
@@ -701,7 +709,7 @@ mod tests {
             Dtype::F16,
             &[8],
         ));
-        let review = layer_findings(&tensors, None);
+        let review = layer_findings(&tensors, None, None);
         assert_eq!(
             messages(&review),
             [(
@@ -731,7 +739,7 @@ mod tests {
                 }
             }
         }
-        let review = layer_findings(&tensors, None);
+        let review = layer_findings(&tensors, None, None);
         assert_eq!(
             messages(&review),
             [(
@@ -746,7 +754,7 @@ mod tests {
         let mut tensors = model(32, |_, _| false);
         tensors[5].shape = crate::format::Shape::from_slice(&[8, 9]);
         tensors[7].dtype = Dtype::F32.into();
-        let review = layer_findings(&tensors, None);
+        let review = layer_findings(&tensors, None, None);
         let flagged: Vec<_> = review
             .findings
             .iter()
@@ -774,7 +782,7 @@ mod tests {
             ]
         );
         let hybrid = model(32, |layer, part| layer % 4 == 0 && part.starts_with("self"));
-        let review = layer_findings(&hybrid, None);
+        let review = layer_findings(&hybrid, None, None);
         assert!(
             review
                 .findings
@@ -789,7 +797,7 @@ mod tests {
     fn a_layer_missing_entirely_is_named() {
         let tensors = model(8, |layer, _| layer == 3);
         assert_eq!(
-            messages(&layer_findings(&tensors, None)),
+            messages(&layer_findings(&tensors, None, None)),
             [(
                 Code::LayerMissing,
                 "layer 3 is missing: no tensor is named `model.layers.3.*`, and the model has \
@@ -829,12 +837,13 @@ mod tests {
     fn each_layer_is_checked_against_its_own_kind() {
         let deepseek = pattern(serde_json::json!({"model_type": "deepseek_v3",
             "num_hidden_layers": 5, "first_k_dense_replace": 2, "n_routed_experts": 4}));
-        let review = layer_findings(&mixed(|_, _| false), Some(&deepseek));
+        let review = layer_findings(&mixed(|_, _| false), Some(&deepseek), None);
         assert!(review.findings.is_empty(), "{:?}", review.findings);
         assert_eq!(review.stack.as_deref(), Some("model.layers"));
         let review = layer_findings(
             &mixed(|layer, part| layer == 4 && part.starts_with("mlp.experts.2.")),
             Some(&deepseek),
+            None,
         );
         assert_eq!(
             messages(&review),
@@ -847,6 +856,7 @@ mod tests {
         let review = layer_findings(
             &mixed(|layer, part| layer == 1 && part.starts_with("mlp")),
             Some(&deepseek),
+            None,
         );
         assert_eq!(
             messages(&review),
@@ -863,7 +873,7 @@ mod tests {
         let llama = pattern(serde_json::json!({"model_type": "llama", "num_hidden_layers": 2}));
         let mut tensors = model(2, |_, _| false);
         tensors[3].shape = crate::format::Shape::from_slice(&[4, 8]);
-        let review = layer_findings(&tensors, Some(&llama));
+        let review = layer_findings(&tensors, Some(&llama), None);
         assert_eq!(
             messages(&review),
             [(

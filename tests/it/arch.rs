@@ -360,3 +360,136 @@ fn planted_defects_in_each_language_model_are_named() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Derives the expected-tensor templates from the fixtures; with `STUI_UPDATE_TEMPLATES=1`,
+/// writes them to `src/arch/templates.json`, and otherwise checks the committed file is what
+/// the fixtures give.
+#[test]
+fn templates_match_the_producers_checkpoints() {
+    use stui::arch::expected::{Templates, derive};
+    let mut derived = Templates::new();
+    for family in arch_families() {
+        let folder = arch_fixtures().join(&family);
+        let Ok(config) = stui::arch::ModelConfig::read(&folder.join("config.json")) else {
+            continue;
+        };
+        let Some(class) = config.architectures().first().map(|c| (*c).to_owned()) else {
+            continue;
+        };
+        let Some(pattern) = stui::arch::LayerPattern::from_config(&config) else {
+            continue;
+        };
+        let dir = rebuild_fixture(&family, &mut |_, _| {});
+        let model = stui::format::Model::open(dir.path()).unwrap();
+        let info = stui::arch::identify(&model, None).unwrap();
+        let Some(stack) = info.layer_pattern.and_then(|p| p.stack) else {
+            continue;
+        };
+        let producer: Value =
+            serde_json::from_slice(&std::fs::read(folder.join("producer.json")).unwrap()).unwrap();
+        let tied: Vec<String> = producer["tied_weights_keys"]
+            .as_object()
+            .map(|keys| keys.keys().cloned().collect())
+            .unwrap_or_default();
+        let names = model.tensors.iter().map(stui::format::Tensor::name);
+        let template = derive(names, &pattern, &stack, &tied);
+        if let Some(other) = derived.get(&class) {
+            assert_eq!(
+                other, &template,
+                "{family}: {class} differs from another fixture"
+            );
+        }
+        derived.insert(class, template);
+    }
+    let text = serde_json::to_string_pretty(&derived).unwrap() + "\n";
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/arch/templates.json");
+    if std::env::var_os("STUI_UPDATE_TEMPLATES").is_some() {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        committed == text,
+        "src/arch/templates.json is stale: run `STUI_UPDATE_TEMPLATES=1 cargo test --test it \
+         arch::templates`"
+    );
+}
+
+#[test]
+fn expected_tensors_name_what_no_layer_comparison_can_see() {
+    // Missing from every layer: only the template knows the tensor.
+    let dir = rebuild_fixture(
+        "qwen3",
+        &mut remove_where(|name| name.ends_with("self_attn.q_norm.weight")),
+    );
+    assert_eq!(
+        problems(dir.path()),
+        [
+            "tensor-missing: `model.layers.*.self_attn.q_norm.weight` is missing from layers \
+             0-1: a Qwen3ForCausalLM checkpoint holds it in each"
+        ]
+    );
+    // Jamba's only attention layer, and a tensor outside the layers.
+    let dir = rebuild_fixture(
+        "jamba",
+        &mut remove_where(|name| {
+            name == "model.layers.2.self_attn.q_proj.weight"
+                || name == "model.final_layernorm.weight"
+        }),
+    );
+    assert_eq!(
+        problems(dir.path()),
+        [
+            "tensor-missing: `model.final_layernorm.weight` is missing: a JambaForCausalLM \
+             checkpoint holds it",
+            "tensor-missing: `model.layers.*.self_attn.q_proj.weight` is missing from layers 2: \
+             a JambaForCausalLM checkpoint holds it in each",
+        ]
+    );
+    // Tensors no Llama has, outside the layers and within one.
+    let dir = rebuild_fixture("llama", &mut |file, map| {
+        if file != "config.json" {
+            let norm = map["model.norm.weight"].clone();
+            map.insert("model.extra_norm.weight".into(), norm.clone());
+            map.insert("model.layers.1.mlp.extra.weight".into(), norm);
+        }
+    });
+    assert_eq!(
+        problems(dir.path()),
+        [
+            "tensor-unexpected: `model.extra_norm.weight` is not a tensor of LlamaForCausalLM: \
+             loaders leave it unused [model.extra_norm.weight]",
+            "tensor-unexpected: `model.layers.*.mlp.extra.weight` (in layers 1) is not a tensor \
+             of LlamaForCausalLM: loaders leave it unused",
+        ]
+    );
+}
+
+/// The layout of DeepSeek-V3 as published (163 shards of header-only sparse files, 91,991
+/// tensors, its config with FP8 `quantization_config`), written by the shared script.
+#[test]
+fn the_deepseek_v3_layout_shows_its_pattern_and_no_false_finding() {
+    let dir = tempfile::tempdir().unwrap();
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/bench/make_deepseek_layout.py");
+    let status = Command::new("python3")
+        .arg(&script)
+        .arg(dir.path())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let check = stui_json(&["check"], dir.path());
+    assert_eq!(check["findings"], Value::Array(Vec::new()), "{check:#}");
+    let output = Command::new(env!("CARGO_BIN_EXE_stui"))
+        .arg("inspect")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(output.stdout).unwrap();
+    let summary: String = text
+        .lines()
+        .take_while(|line| !line.is_empty())
+        .map(|line| line.replace(&dir.path().display().to_string(), "DIR") + "\n")
+        .collect();
+    insta::assert_snapshot!(summary);
+}
