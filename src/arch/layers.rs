@@ -363,10 +363,15 @@ fn report_gaps<'a>(
                 *bits |= 1 << (note % 64);
             }
         }
-        let parts: Vec<String> = parts
+        let mut shown: Vec<String> = parts
             .iter()
+            .take(LAYOUT_PARTS_SHOWN)
             .map(|part| format!("`{}.*.{}`", escape(prefix), escape(part)))
             .collect();
+        if parts.len() > LAYOUT_PARTS_SHOWN {
+            shown.push(format!("{} more", parts.len() - LAYOUT_PARTS_SHOWN));
+        }
+        let parts = shown;
         let verb = if parts.len() == 1 { "is" } else { "are" };
         findings.push(Finding::info(
             Code::LayerLayout,
@@ -381,24 +386,40 @@ fn report_gaps<'a>(
     kinds
 }
 
+/// The layers of a stack a gap is in, and what those layers hold: (layer, name below it).
+type Queried<'a> = (Vec<u64>, Vec<(u64, &'a str)>);
+
+/// How many parts a layout note names.
+const LAYOUT_PARTS_SHOWN: usize = 8;
+
 /// Without a pattern, splits each group of tensors missing from some layers into those whose
 /// module the layer has (a gap) and those whose whole part it lacks (a layout, or a gap if it
 /// is a hole in a run), worked out per layer from what the layer holds.
 fn classify_gaps<'a>(gaps: Gaps<'a>, stacks: &[Stack<'a>], mixed: &[&str]) -> Gaps<'a> {
-    // The (layer, suffix) pairs of each prefix with unexplained gaps, sorted, built only for them.
-    let mut contents: HashMap<&str, Vec<(u64, &str)>> = HashMap::default();
-    for (prefix, gap, _) in gaps.keys() {
+    // The layers lacking something unexplained, per prefix, and the (layer, suffix) pairs of
+    // those layers only, sorted: what the layers in question hold.
+    let mut queried: HashMap<&str, Queried> = HashMap::default();
+    for (prefix, gap, missing) in gaps.keys() {
         if *gap == Gap::Absent("") {
-            contents.entry(prefix).or_default();
+            queried.entry(prefix).or_default().0.extend(missing);
         }
     }
-    if !contents.is_empty() {
+    for (layers, _) in queried.values_mut() {
+        layers.sort_unstable();
+        layers.dedup();
+    }
+    if !queried.is_empty() {
         for ((prefix, suffix), present) in stacks {
-            if let Some(list) = contents.get_mut(prefix) {
-                list.extend(present.iter().map(|&(layer, _)| (layer, *suffix)));
+            if let Some((layers, list)) = queried.get_mut(prefix) {
+                list.extend(
+                    present
+                        .iter()
+                        .filter(|(layer, _)| layers.binary_search(layer).is_ok())
+                        .map(|&(layer, _)| (layer, *suffix)),
+                );
             }
         }
-        for list in contents.values_mut() {
+        for (_, list) in queried.values_mut() {
             list.sort_unstable();
         }
     }
@@ -413,7 +434,7 @@ fn classify_gaps<'a>(gaps: Gaps<'a>, stacks: &[Stack<'a>], mixed: &[&str]) -> Ga
         if mixed.contains(&prefix) {
             continue;
         }
-        let list = &contents[prefix];
+        let list = &queried[prefix].1;
         for suffix in suffixes {
             let mut split: BTreeMap<Gap, Vec<u64>> = BTreeMap::new();
             for &layer in &missing {

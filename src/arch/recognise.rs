@@ -42,18 +42,77 @@ const TOP_LEVEL: [&str; 4] = [
 ];
 
 /// The layer tensors whose first occurrence in any layer recognition reads (for the widths of
-/// dense and expert MLPs, which are in different layers of models that mix them), with the
-/// axis and divisor that give the width, and whether it is an expert's.
-const WIDTHS: [(&str, usize, u64, bool); 8] = [
-    ("mlp.gate_proj.weight", 0, 1, false),
-    ("feed_forward.gate_proj.weight", 0, 1, false),
-    ("mlp.gate_up_proj.weight", 0, 2, false),
-    ("mlp.experts.{E}.gate_proj.weight", 0, 1, true),
-    ("block_sparse_moe.experts.{E}.w1.weight", 0, 1, true),
-    ("feed_forward.experts.{E}.gate_proj.weight", 0, 1, true),
-    ("mlp.experts.gate_up_proj", 2, 2, true),
-    ("feed_forward.experts.gate_up_proj", 2, 2, true),
+/// dense and expert MLPs, which are in different layers of models that mix them): the name
+/// before and after an expert's number (none for dense MLPs), the axis and divisor that give
+/// the width, and whether it is an expert's.
+struct Width {
+    before: &'static str,
+    after: Option<&'static str>,
+    axis: usize,
+    divisor: u64,
+}
+
+const fn dense(name: &'static str, axis: usize, divisor: u64) -> Width {
+    Width {
+        before: name,
+        after: None,
+        axis,
+        divisor,
+    }
+}
+
+const fn expert(before: &'static str, after: &'static str) -> Width {
+    Width {
+        before,
+        after: Some(after),
+        axis: 0,
+        divisor: 1,
+    }
+}
+
+const WIDTHS: [Width; 8] = [
+    dense("mlp.gate_proj.weight", 0, 1),
+    dense("feed_forward.gate_proj.weight", 0, 1),
+    dense("mlp.gate_up_proj.weight", 0, 2),
+    expert("mlp.experts.", ".gate_proj.weight"),
+    expert("block_sparse_moe.experts.", ".w1.weight"),
+    expert("feed_forward.experts.", ".gate_proj.weight"),
+    // Experts fused in one tensor, [experts, hidden, 2 x width].
+    Width {
+        before: "mlp.experts.gate_up_proj",
+        after: None,
+        axis: 2,
+        divisor: 2,
+    },
+    Width {
+        before: "feed_forward.experts.gate_up_proj",
+        after: None,
+        axis: 2,
+        divisor: 2,
+    },
 ];
+
+/// Whether a width is an expert's.
+const fn is_expert(slot: usize) -> bool {
+    slot >= 3
+}
+
+/// Whether a width is that of experts fused in one tensor.
+fn is_expert_fused(width: &Width) -> bool {
+    width.after.is_none() && width.before.contains(".experts.")
+}
+
+impl Width {
+    fn matches(&self, suffix: &str) -> bool {
+        match self.after {
+            None => suffix == self.before,
+            Some(after) => suffix
+                .strip_prefix(self.before)
+                .and_then(|rest| rest.strip_suffix(after))
+                .is_some_and(crate::text::is_numeric_part),
+        }
+    }
+}
 
 /// The tensors recognition reads: those of `TOP_LEVEL`, the tensors of layer 0 by name below
 /// the layer number, and the first of each of `WIDTHS`. Nothing is kept per tensor of other
@@ -68,18 +127,6 @@ struct Names<'a> {
     layers: Vec<u64>,
     /// The highest expert number in any layer.
     last_expert: Option<u64>,
-}
-
-/// `mlp.experts.12.gate_proj.weight` -> (12, `mlp.experts.{E}.gate_proj.weight` matched
-/// against `pattern`).
-fn matches_expert(suffix: &str, pattern: &str) -> bool {
-    let Some((before, after)) = pattern.split_once("{E}") else {
-        return suffix == pattern;
-    };
-    suffix
-        .strip_prefix(before)
-        .and_then(|rest| rest.strip_suffix(after))
-        .is_some_and(crate::text::is_numeric_part)
 }
 
 fn expert_number(suffix: &str) -> Option<u64> {
@@ -116,8 +163,8 @@ impl<'a> Names<'a> {
                 if let Some(expert) = expert_number(suffix) {
                     names.last_expert = names.last_expert.max(Some(expert));
                 }
-                for (slot, &(pattern, ..)) in WIDTHS.iter().enumerate() {
-                    if names.widths[slot].is_none() && matches_expert(suffix, pattern) {
+                for (slot, width) in WIDTHS.iter().enumerate() {
+                    if names.widths[slot].is_none() && width.matches(suffix) {
                         names.widths[slot] = Some(tensor);
                     }
                 }
@@ -168,9 +215,10 @@ impl<'a> Names<'a> {
         WIDTHS
             .iter()
             .zip(&self.widths)
-            .filter(|((.., is_expert), _)| *is_expert == expert)
-            .find_map(|(&(_, axis, divisor, _), tensor)| {
-                Some(tensor.as_ref()?.shape.get(axis)? / divisor)
+            .enumerate()
+            .filter(|&(slot, _)| is_expert(slot) == expert)
+            .find_map(|(_, (width, tensor))| {
+                Some(tensor.as_ref()?.shape.get(width.axis)? / width.divisor)
             })
     }
 }
@@ -220,14 +268,13 @@ impl Architecture {
         if !fused && !latent && !names.has_layer("self_attn.q_proj.weight") {
             return None;
         }
+        // Experts numbered one by one, or fused in one tensor whose first axis counts them.
         let experts = names.last_expert.map(|last| last + 1).or_else(|| {
-            [
-                "mlp.experts.gate_up_proj",
-                "feed_forward.experts.gate_up_proj",
-            ]
-            .iter()
-            .zip(&names.widths[6..])
-            .find_map(|(_, tensor)| tensor.as_ref()?.shape.get(0))
+            WIDTHS
+                .iter()
+                .zip(&names.widths)
+                .filter(|(width, _)| is_expert_fused(width))
+                .find_map(|(_, tensor)| tensor.as_ref()?.shape.get(0))
         });
         let family = if latent {
             "deepseek"
