@@ -258,10 +258,9 @@ fn check_layers(
             findings.push(Finding::warning(
                 Code::TensorMissing,
                 format!(
-                    "`{stack}.*.{}` is missing from layers {}: a {class} checkpoint holds it \
-                     in each",
+                    "`{stack}.*.{}` is missing from {}: a {class} checkpoint holds it in each",
                     escape(&name),
-                    super::layers::spans(&lacking)
+                    layers_named(&lacking)
                 ),
             ));
         }
@@ -270,14 +269,19 @@ fn check_layers(
         findings.push(Finding::warning(
             Code::TensorUnexpected,
             format!(
-                "`{stack}.*.{}` (in layers {}) is not a tensor of {class}: loaders leave it \
-                 unused",
+                "`{stack}.*.{}` (in {}) is not a tensor of {class}: loaders leave it unused",
                 escape(&name),
-                super::layers::spans(&layers)
+                layers_named(&layers)
             ),
         ));
     }
     findings
+}
+
+/// `layer 3` or `layers 0-2, 5`.
+fn layers_named(layers: &[u64]) -> String {
+    let word = if layers.len() == 1 { "layer" } else { "layers" };
+    format!("{word} {}", super::layers::spans(layers))
 }
 
 /// `mlp.experts.{E}.w` for experts 0 to `experts - 1`; other names as they are.

@@ -441,7 +441,7 @@ fn expected_tensors_name_what_no_layer_comparison_can_see() {
         [
             "tensor-missing: `model.final_layernorm.weight` is missing: a JambaForCausalLM \
              checkpoint holds it",
-            "tensor-missing: `model.layers.*.self_attn.q_proj.weight` is missing from layers 2: \
+            "tensor-missing: `model.layers.*.self_attn.q_proj.weight` is missing from layer 2: \
              a JambaForCausalLM checkpoint holds it in each",
         ]
     );
@@ -458,7 +458,7 @@ fn expected_tensors_name_what_no_layer_comparison_can_see() {
         [
             "tensor-unexpected: `model.extra_norm.weight` is not a tensor of LlamaForCausalLM: \
              loaders leave it unused [model.extra_norm.weight]",
-            "tensor-unexpected: `model.layers.*.mlp.extra.weight` (in layers 1) is not a tensor \
+            "tensor-unexpected: `model.layers.*.mlp.extra.weight` (in layer 1) is not a tensor \
              of LlamaForCausalLM: loaders leave it unused",
         ]
     );
