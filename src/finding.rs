@@ -92,8 +92,12 @@ codes! {
     IntegerWeight => "integer-weight", "a projection or norm weight stored in an integer dtype no quantized format uses";
     DataMisaligned => "data-misaligned", "a tensor's data does not start on a multiple of its element size in the file";
     TensorOrder => "tensor-order", "tensors are stored in a different order from the header's entries";
-    LayerIncomplete => "layer-incomplete", "a tensor every other layer has is missing from a few layers";
-    LayerMismatch => "layer-mismatch", "a layer's tensor has a shape or dtype unlike the same tensor in the other layers";
+    LayerIncomplete => "layer-incomplete", "a tensor the other layers of its kind have is missing from a layer";
+    LayerMismatch => "layer-mismatch", "a layer's tensor has a shape or dtype unlike the same tensor in the other layers of its kind";
+    LayerMissing => "layer-missing", "a layer below the last one has no tensor at all";
+    LayerLayout => "layer-layout", "a part that one run of layers has and another lacks, with no config to say so (a note, not a gap)";
+    TensorMissing => "tensor-missing", "a tensor a checkpoint of this model_type and config holds is not in the model";
+    TensorUnexpected => "tensor-unexpected", "a tensor a checkpoint of this model_type and config does not hold (loaders ignore it)";
     ConfigMismatch => "config-mismatch", "config.json gives a size the tensors' shapes contradict (both values shown)";
     ConfigInvalid => "config-invalid", "the config.json beside the model cannot be read or is not JSON";
     IndexInvalid => "index-invalid", "a sharded model's index.json cannot be read or has the wrong form";

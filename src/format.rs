@@ -5,7 +5,6 @@ pub mod dtype;
 pub mod file;
 pub mod header;
 pub mod index;
-pub mod layers;
 pub mod layout;
 pub mod lint;
 pub mod mapped;

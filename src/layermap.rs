@@ -34,7 +34,7 @@ pub struct Place<'a> {
 /// The one place the map finds layers: the layer is the name's first numeric part (as the layer
 /// checks find it), and an expert the next numeric part after it.
 pub fn place(name: &str) -> Option<Place<'_>> {
-    let (stack, layer, kind) = crate::format::layers::split_at_layer(name)?;
+    let (stack, layer, kind) = crate::arch::split_at_layer(name)?;
     let mut start = 0;
     let mut expert = None;
     for part in kind.split('.') {

@@ -4,7 +4,7 @@
 pub mod cache;
 
 use crate::analysis::{Histogram, Moments};
-use crate::arch::Architecture;
+use crate::arch::ModelInfo;
 use crate::finding::{Finding, Severity, Tally};
 use crate::format::model::{Model, Source};
 use crate::text::{
@@ -175,7 +175,7 @@ struct InspectJson<'a> {
     dtypes: Vec<DtypeJson>,
     metadata: &'a crate::format::StringMap,
     structural_id: &'a str,
-    architecture: Option<&'a Architecture>,
+    architecture: Option<&'a ModelInfo>,
     tensors: TensorListJson<'a>,
 }
 
@@ -222,7 +222,7 @@ pub struct Inspect<'a> {
     pub model: &'a Model,
     pub tree: &'a LayerTree,
     pub filter: Option<&'a str>,
-    pub architecture: Option<&'a Architecture>,
+    pub architecture: Option<&'a ModelInfo>,
     /// [`crate::hash::structural_id`] of the model.
     pub structural_id: &'a str,
 }
@@ -320,6 +320,13 @@ impl Inspect<'_> {
         writeln!(out, "structure   {}", self.structural_id)?;
         if let Some(architecture) = self.architecture {
             writeln!(out, "arch        {architecture}")?;
+            if let Some(pattern) = &architecture.layer_pattern {
+                let stack = pattern
+                    .stack
+                    .as_deref()
+                    .map_or_else(String::new, |stack| format!("`{}` ", escape(stack)));
+                writeln!(out, "pattern     {stack}{}", pattern.summary)?;
+            }
         }
         writeln!(
             out,

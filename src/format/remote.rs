@@ -26,6 +26,9 @@ pub const FIRST_RANGE: u64 = 100_000;
 /// The longest index read (the largest seen on the Hub are near 60 MB).
 const MAX_INDEX_LEN: u64 = 512 << 20;
 
+/// The longest `config.json` read (as for a local one).
+const MAX_CONFIG_LEN: u64 = 16 << 20;
+
 /// Where a remote model's bytes are: the Hub, the repository at its pinned commit, and each
 /// shard's path in it.
 #[derive(Debug)]
@@ -37,6 +40,9 @@ pub struct RemoteModel {
     pub files: Vec<String>,
     /// Each shard's blob id (the sha256 of an LFS file's bytes), when the Hub gave one.
     pub blobs: Vec<Option<String>>,
+    /// The `config.json` beside the model, as shown (`hf://…/config.json`) and its text, when the
+    /// repository has one there.
+    pub config: Option<(PathBuf, Vec<u8>)>,
 }
 
 impl RemoteModel {
@@ -131,6 +137,21 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
         builder.add_index_findings(index, label);
         builder.check_against_index(index, label);
     }
+    let config_path = in_repo("config.json");
+    let config = match files.get(config_path.as_str()) {
+        Some(file) => {
+            let (bytes, _) = cached_or(cache, "files", file, |_| {
+                hub.file(repo, &commit, &config_path, MAX_CONFIG_LEN)
+                    .map(|bytes| {
+                        let len = bytes.len() as u64;
+                        (bytes, len)
+                    })
+            })
+            .map_err(fail)?;
+            Some((PathBuf::from(format!("{shown}/{config_path}")), bytes))
+        }
+        None => None,
+    };
     let mut model = builder.finish();
     model.remote = Some(Arc::new(RemoteModel {
         hub,
@@ -138,6 +159,7 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
         commit,
         files: paths,
         blobs,
+        config,
     }));
     Ok(model)
 }

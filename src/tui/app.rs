@@ -304,6 +304,8 @@ pub struct App {
     /// The structural id and the architecture recognised, worked out when first shown: each
     /// reads every tensor, too much to redo at every frame of a large model.
     identity: std::cell::OnceCell<Identity>,
+    /// What the model is (its config's name, its layer pattern), read when first shown.
+    info: std::cell::OnceCell<Option<crate::arch::ModelInfo>>,
 }
 
 /// What the metadata popup says the model is.
@@ -346,6 +348,7 @@ impl App {
             values: Values::new(model.tensors.len()),
             mixes: std::cell::RefCell::default(),
             identity: std::cell::OnceCell::new(),
+            info: std::cell::OnceCell::new(),
             model,
         };
         for finding in app.model.findings.clone() {
@@ -402,11 +405,18 @@ impl App {
     pub fn identity(&self) -> &Identity {
         self.identity.get_or_init(|| Identity {
             structural_id: crate::hash::structural_id(&self.model),
-            architecture: crate::arch::Architecture::recognise(
-                self.model.tensors.iter().map(|t| &t.info),
-            )
-            .map_or_else(|| "not recognised".to_owned(), |a| a.to_string()),
+            architecture: self
+                .model_info()
+                .map_or_else(|| "not recognised".to_owned(), ToString::to_string),
         })
+    }
+
+    /// What the model is: its config's name (or a guess from the tensor names) and its layer
+    /// pattern.
+    pub fn model_info(&self) -> Option<&crate::arch::ModelInfo> {
+        self.info
+            .get_or_init(|| crate::arch::identify(&self.model, None))
+            .as_ref()
     }
 
     /// Applies an action. Returns whether anything visible changed, and an effect if one is asked.

@@ -5,6 +5,7 @@
     reason = "test helpers fail the test by panicking"
 )]
 
+mod arch;
 mod cli;
 mod conformance;
 mod fake_hub;

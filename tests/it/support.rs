@@ -252,3 +252,113 @@ pub fn planted_layers() -> SyntheticModel {
         )
         .tensor("lm_head.weight", Dtype::F32, &[64, 16], weight(0.02))
 }
+
+/// The checkpoints the real producers wrote, one folder per family (`tests/fixtures/arch`).
+pub fn arch_fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/arch")
+}
+
+/// The families of [`arch_fixtures`], sorted.
+pub fn arch_families() -> Vec<String> {
+    let mut families: Vec<String> = std::fs::read_dir(arch_fixtures())
+        .unwrap()
+        .map(|entry| entry.unwrap())
+        .filter(|entry| entry.path().join("producer.json").is_file())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    families.sort();
+    families
+}
+
+/// A header as `<file>.safetensors.header` keeps it: the 8-byte length and the JSON.
+pub fn read_header(path: &Path) -> serde_json::Map<String, serde_json::Value> {
+    let bytes = std::fs::read(path).unwrap();
+    let len = usize::try_from(u64::from_le_bytes(bytes[..8].try_into().unwrap())).unwrap();
+    serde_json::from_slice(&bytes[8..8 + len]).unwrap()
+}
+
+/// Writes a safetensors file of `header` with zeroed data (a sparse file: the data takes no
+/// room). The header is written as given, its entries in the map's order.
+pub fn write_zeroed(path: &Path, header: &serde_json::Map<String, serde_json::Value>) {
+    // Back to back in their first order, so that a removed tensor leaves no hole.
+    let mut header = header.clone();
+    let mut order: Vec<(u64, String)> = header
+        .iter()
+        .filter(|(name, _)| *name != "__metadata__")
+        .map(|(name, entry)| (entry["data_offsets"][0].as_u64().unwrap(), name.clone()))
+        .collect();
+    order.sort();
+    let mut offset = 0;
+    for (_, name) in order {
+        let offsets = &mut header[&name]["data_offsets"];
+        let len = offsets[1].as_u64().unwrap() - offsets[0].as_u64().unwrap();
+        *offsets = serde_json::json!([offset, offset + len]);
+        offset += len;
+    }
+    let header = &header;
+    let text = serde_json::to_string(header).unwrap();
+    let padded = text.len().div_ceil(8) * 8;
+    let mut bytes = (padded as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(text.as_bytes());
+    bytes.resize(8 + padded, b' ');
+    let end = header
+        .iter()
+        .filter(|(name, _)| *name != "__metadata__")
+        .filter_map(|(_, entry)| entry["data_offsets"][1].as_u64())
+        .max()
+        .unwrap_or(0);
+    let file = std::fs::File::create(path).unwrap();
+    std::io::Write::write_all(&mut &file, &bytes).unwrap();
+    file.set_len(8 + padded as u64 + end).unwrap();
+}
+
+/// A family's checkpoint rebuilt in a temporary folder: every `.safetensors.header` as a file
+/// of zeroed data with the header exactly as written, every JSON file copied. `change` may
+/// alter each header (by file name) and the config first.
+pub fn rebuild_fixture(
+    family: &str,
+    change: &mut dyn FnMut(&str, &mut serde_json::Map<String, serde_json::Value>),
+) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(arch_fixtures().join(family)).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if let Some(file) = name.strip_suffix(".header") {
+            let bytes = std::fs::read(&path).unwrap();
+            let mut header = read_header(&path);
+            let original = header.clone();
+            change(file, &mut header);
+            if header == original {
+                // Unchanged: the producer's exact bytes (spacing, order), data zeroed.
+                let out = dir.path().join(file);
+                std::fs::write(&out, &bytes).unwrap();
+                let end = header
+                    .iter()
+                    .filter(|(name, _)| *name != "__metadata__")
+                    .filter_map(|(_, entry)| entry["data_offsets"][1].as_u64())
+                    .max()
+                    .unwrap_or(0);
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&out)
+                    .unwrap()
+                    .set_len(bytes.len() as u64 + end)
+                    .unwrap();
+            } else {
+                write_zeroed(&dir.path().join(file), &header);
+            }
+        } else if name == "config.json" {
+            let mut config: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            change(&name, &mut config);
+            std::fs::write(
+                dir.path().join(&name),
+                serde_json::to_string_pretty(&config).unwrap(),
+            )
+            .unwrap();
+        } else if path.extension().is_some_and(|e| e == "json") && name != "producer.json" {
+            std::fs::copy(&path, dir.path().join(&name)).unwrap();
+        }
+    }
+    dir
+}

@@ -469,3 +469,24 @@ fn a_long_metadata_popup_shows_what_fits() {
     assert!(text.contains("more entries"), "{text}");
     assert!(!text.contains("key4999"), "{text}");
 }
+
+#[test]
+fn the_header_names_the_model_and_the_layers_show_their_pattern() {
+    let dir = support::rebuild_fixture("deepseek_v3", &mut |_, _| {});
+    let model = stui::arch::open_reviewed(dir.path(), None).unwrap();
+    let mut app = App::new(Arc::new(model), Theme::new(false));
+    for _ in 0..20 {
+        let path = app.selected_node().map(|node| app.tree.path(node));
+        match path.as_deref() {
+            Some("model.layers") => break,
+            Some("model") => app.update(Action::Expand),
+            _ => app.update(Action::Down),
+        };
+    }
+    let text = screen(&mut app, 120, 40);
+    assert!(text.contains("valid  deepseek_v3  "), "{text}");
+    assert!(text.contains("layer pattern (config)"), "{text}");
+    for run in ["0: dense MLP", "1-3: MoE, 4 experts + 1 shared"] {
+        assert!(text.contains(run), "{run}: {text}");
+    }
+}

@@ -148,6 +148,10 @@ fn group_lines(app: &App, node: crate::tree::NodeId) -> Vec<Line<'static>> {
         })
         .collect();
     let marks = app.marks(node);
+    let pattern = app
+        .model_info()
+        .and_then(|info| info.layer_pattern.as_ref())
+        .filter(|pattern| node != ROOT && pattern.stack.as_deref() == Some(path.as_str()));
     let mut lines = vec![
         Line::styled(path, theme.title),
         Line::from(format!(
@@ -158,6 +162,18 @@ fn group_lines(app: &App, node: crate::tree::NodeId) -> Vec<Line<'static>> {
         )),
         Line::from(mix.join(", ")),
     ];
+    if let Some(pattern) = pattern {
+        lines.push(Line::styled("layer pattern (config)", theme.dim));
+        let summary = pattern
+            .summary
+            .strip_prefix("layers ")
+            .unwrap_or(&pattern.summary);
+        lines.extend(
+            summary
+                .split("; ")
+                .map(|run| Line::from(format!("  {run}"))),
+        );
+    }
     if marks.errors > 0 {
         lines.push(Line::styled(
             format!("✖ {} tensors with errors (NaN, Inf, ...)", marks.errors),

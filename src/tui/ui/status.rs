@@ -1,6 +1,6 @@
 //! The header, the scan status line and the key hints.
 
-use crate::text::{Bytes, Count, escape_path};
+use crate::text::{Bytes, Count, escape, escape_path};
 use crate::tui::app::{App, ScanState};
 use crate::tui::keymap;
 use ratatui::Frame;
@@ -17,11 +17,21 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App) {
         ("NOT VALID", theme.error)
     };
     let totals = app.tree.totals(crate::tree::ROOT, &model.tensors);
+    let name = app.model_info().and_then(|info| {
+        let name = escape(info.model_type.as_deref()?);
+        Some(if info.config.is_some() {
+            format!("  {name}")
+        } else {
+            format!("  {name}?")
+        })
+    });
     let line = Line::from(vec![
         Span::styled(" stui ", theme.title),
         Span::raw(escape_path(&model.path)),
         Span::raw("  "),
         Span::styled(verdict, style),
+        // Before the totals, so that a narrow terminal cuts those rather than the model's name.
+        Span::styled(name.unwrap_or_default(), theme.key),
         Span::styled(
             format!(
                 "  {} tensors · {} params · {}",
