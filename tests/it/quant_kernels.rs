@@ -1,14 +1,17 @@
 //! The dequantization kernels against the producers' own dequantization: every weight of the
-//! checkpoints in `tests/fixtures/quant` (written by compressed-tensors, MLX and bitsandbytes
-//! themselves), compared bit for bit with `reference.safetensors` beside them.
+//! checkpoints in `tests/fixtures/quant` (written by compressed-tensors, MLX, bitsandbytes,
+//! optimum-quanto, auto-round and transformers themselves), compared bit for bit with `reference.safetensors` beside them.
 
 use safetensors::SafeTensors;
 use std::path::PathBuf;
 use stui::format::Dtype;
+use stui::quant::kernels::awq::Awq;
 use stui::quant::kernels::bnb::{FourBit, FourBitMembers, Int8};
 use stui::quant::kernels::compressed_tensors::{
     Mxfp4, Mxfp8, Naive, Nvfp4, Packed, PackedMembers, Strategy,
 };
+use stui::quant::kernels::fp8::Fp8;
+use stui::quant::kernels::gptq::{Gptq, GptqMembers, Version};
 use stui::quant::kernels::mlx::{Affine, Float, Mode};
 use stui::quant::kernels::quanto::Quanto;
 use stui::quant::kernels::{Dequantize, KernelError, Stored};
@@ -70,7 +73,8 @@ fn references(name: &str) -> Vec<(String, Vec<usize>, Vec<f32>)> {
 enum Match {
     Bits,
     /// Equal as numbers: bitsandbytes' FP4 decodes code 8 as −0 where its stored
-    /// `quant_map[8]` is +0.
+    /// `quant_map[8]` is +0; auto-round's GPTQ dequantization gives +0 for elements that are
+    /// −0 here (every other element is equal bit for bit).
     UpToTheSignOfZero,
 }
 
@@ -279,6 +283,44 @@ fn optimum_quanto() {
             get("weight._shift").unwrap(),
             4,
             [shape[0], shape[1]],
+        )?))
+    });
+}
+
+fn gptq(name: &str, bits: u32, group: usize, version: Version) {
+    check(name, Match::UpToTheSignOfZero, &|get, _| {
+        let members = GptqMembers {
+            qweight: get("qweight").unwrap(),
+            qzeros: get("qzeros"),
+            scales: get("scales").unwrap(),
+            g_idx: get("g_idx"),
+        };
+        Ok(Box::new(Gptq::new(members, bits, Some(group), version)?))
+    });
+}
+
+#[test]
+fn auto_round_gptq_awq_and_native_exports() {
+    gptq("autoround-gptq-4bit", 4, 64, Version::V1);
+    gptq("autoround-gptq-3bit-asym", 3, 32, Version::V1);
+    // `packing_format: auto_round:auto_gptq`: GPTQ v1's packing.
+    gptq("autoround-native-4bit", 4, 64, Version::V1);
+    check("autoround-awq-4bit", Match::Bits, &|get, _| {
+        Ok(Box::new(Awq::new(
+            get("qweight").unwrap(),
+            get("qzeros"),
+            get("scales").unwrap(),
+        )?))
+    });
+}
+
+#[test]
+fn fine_grained_fp8_blocks() {
+    check("fp8-block-transformers", Match::Bits, &|get, _| {
+        Ok(Box::new(Fp8::block(
+            get("weight").unwrap(),
+            get("weight_scale_inv").unwrap(),
+            [128, 128],
         )?))
     });
 }
