@@ -3,6 +3,7 @@
 
 use crate::finding::{Code, Finding, Findings};
 use crate::format::{Model, TensorInfo};
+use crate::quant::{Quantization, SideFiles};
 use crate::text::escape;
 use serde_json::Value;
 use std::fmt;
@@ -324,48 +325,106 @@ pub fn config_path(model: &Model, explicit: Option<&Path>) -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
-/// Compares the model with its config (see [`config_path`]); a finding when the config cannot
-/// be read, is not JSON, or disagrees with the tensors. Returns the architecture recognised.
-pub fn review(model: &Model, explicit: Option<&Path>) -> (Option<Architecture>, Vec<Finding>) {
-    let architecture = Architecture::recognise(model.tensors.iter().map(|t| &t.info));
-    let Some(path) = config_path(model, explicit) else {
-        return (architecture, Vec::new());
-    };
+/// The config beside a model (see [`config_path`]): its label and its JSON, or why it could
+/// not be read.
+fn read_config(
+    model: &Model,
+    explicit: Option<&Path>,
+) -> Option<(PathBuf, String, Result<Value, String>)> {
+    let path = config_path(model, explicit)?;
     let label = escape(&path.display().to_string()).into_owned();
     let config = std::fs::read_to_string(&path)
         .map_err(|error| error.to_string())
         .and_then(|text| serde_json::from_str::<Value>(&text).map_err(|e| e.to_string()));
-    let findings = match (config, &architecture) {
-        (Err(error), _) => vec![
-            Finding::warning(
-                Code::ConfigInvalid,
-                format!("cannot read the config: {error}"),
-            )
-            .in_file(&label),
-        ],
-        (Ok(config), Some(architecture)) => architecture.check_config(&config, &label),
-        (Ok(_), None) => Vec::new(),
+    Some((path, label, config))
+}
+
+/// Compares the model with its config (see [`config_path`]); a finding when the config cannot
+/// be read, is not JSON, or disagrees with the tensors. Recognises the quantization from the
+/// config and the side files beside it, and the architecture from the logical weights (a
+/// packed weight's stored shape is not the layer's). Returns both.
+pub fn review(
+    model: &Model,
+    explicit: Option<&Path>,
+) -> (Option<Architecture>, Option<Quantization>, Vec<Finding>) {
+    let mut findings = Vec::new();
+    let config = read_config(model, explicit);
+    let (folder, parsed) = match &config {
+        Some((path, label, Err(error))) => {
+            findings.push(
+                Finding::warning(
+                    Code::ConfigInvalid,
+                    format!("cannot read the config: {error}"),
+                )
+                .in_file(label),
+            );
+            (path.parent().map(Path::to_path_buf), None)
+        }
+        Some((path, _, Ok(value))) => (path.parent().map(Path::to_path_buf), Some(value.clone())),
+        None => (model_folder(model), None),
     };
-    (architecture, findings)
+    let side = SideFiles::read(folder.as_deref(), parsed, &mut findings);
+    let (quantization, quant_findings) = Quantization::recognise(model, &side);
+    findings.extend(quant_findings);
+    let architecture = match &quantization {
+        Some(quantization) => {
+            let logical: Vec<TensorInfo> = quantization.logical_infos(model).collect();
+            Architecture::recognise(&logical)
+        }
+        None => Architecture::recognise(model.tensors.iter().map(|t| &t.info)),
+    };
+    if let (Some((_, label, Ok(config))), Some(architecture)) = (&config, &architecture) {
+        findings.extend(architecture.check_config(config, label));
+    }
+    (architecture, quantization, findings)
+}
+
+/// The folder a model's side files are looked for in.
+fn model_folder(model: &Model) -> Option<PathBuf> {
+    match model.source {
+        crate::format::model::Source::Folder => Some(model.path.clone()),
+        _ => model.path.parent().map(Path::to_path_buf),
+    }
+}
+
+/// What reviewing a model finds: its architecture, its quantization, and the findings on its
+/// layers and its config.
+#[derive(Debug)]
+pub struct Reviewed {
+    pub architecture: Option<Architecture>,
+    pub quantization: Option<Quantization>,
+    pub findings: Findings,
 }
 
 /// The findings on a model's layers ([`crate::format::layers::layer_findings`]) and those of
-/// [`review`], worked out side by side; returns the architecture recognised too.
-pub fn review_model(model: &Model, config: Option<&Path>) -> (Option<Architecture>, Findings) {
-    let (mut findings, (architecture, config_findings)) = rayon::join(
+/// [`review`], worked out side by side.
+pub fn review_model(model: &Model, config: Option<&Path>) -> Reviewed {
+    let (mut findings, (architecture, quantization, config_findings)) = rayon::join(
         || crate::format::layers::layer_findings(model.tensors.iter().map(|t| &t.info)),
         || review(model, config),
     );
+    if let Some(quantization) = &quantization {
+        let logical: Vec<TensorInfo> = quantization.logical_infos(model).collect();
+        findings = crate::format::layers::layer_findings(logical.iter());
+    }
     findings.extend(config_findings);
-    (architecture, findings)
+    Reviewed {
+        architecture,
+        quantization,
+        findings,
+    }
 }
 
-/// Opens a model and adds the findings of [`review_model`] to its own.
-pub fn open_reviewed(path: &Path, config: Option<&Path>) -> crate::error::Result<Model> {
+/// Opens a model and adds the findings of [`review_model`] to its own; gives its quantization
+/// too.
+pub fn open_reviewed(
+    path: &Path,
+    config: Option<&Path>,
+) -> crate::error::Result<(Model, Option<Quantization>)> {
     let mut model = Model::open(path)?;
-    let (_, findings) = review_model(&model, config);
-    model.findings.append(findings);
-    Ok(model)
+    let reviewed = review_model(&model, config);
+    model.findings.append(reviewed.findings);
+    Ok((model, reviewed.quantization))
 }
 
 #[cfg(test)]

@@ -96,7 +96,7 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
     let mut model = open(&args.path)?;
     let needle = args.filter.as_deref().map(str::to_lowercase);
     // The checks, the tree and the structural id each read the whole tensor list: side by side.
-    let ((architecture, findings), (tree, structural_id)) = rayon::join(
+    let (reviewed, (tree, structural_id)) = rayon::join(
         || crate::arch::review_model(&model, args.config.as_deref()),
         || {
             rayon::join(
@@ -111,12 +111,14 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
             )
         },
     );
-    model.findings.append(findings);
+    model.findings.append(reviewed.findings);
+    let architecture = reviewed.architecture;
     let report = Inspect {
         model: &model,
         tree: &tree,
         filter: args.filter.as_deref(),
         architecture: architecture.as_ref(),
+        quantization: reviewed.quantization.as_ref(),
         structural_id: &structural_id,
     };
     let mut out = io::BufWriter::with_capacity(1 << 16, out);
@@ -142,7 +144,7 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
 }
 
 fn check<W: Write>(args: &CheckArgs, out: &mut W) -> Result<Outcome, Failure> {
-    let model = crate::arch::open_reviewed(&args.path, args.config.as_deref())?;
+    let (model, _) = crate::arch::open_reviewed(&args.path, args.config.as_deref())?;
     let report = Check {
         model: &model,
         findings: &model.findings,

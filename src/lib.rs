@@ -8,6 +8,7 @@
 //! - [`format`]: reading headers leniently, the reference's strict verdict, sharded models, and
 //!   the writer. Never reads tensor data when opening.
 //! - [`arch`]: the architecture recognised from names and shapes, checked against config.json.
+//! - [`quant`]: quantized checkpoints: the scheme recognised, logical weights and their members.
 //! - [`tree`]: the layer tree built from dotted names, with totals on every node.
 //! - [`analysis`]: statistics, histograms and numeric findings from tensor bytes, every dtype.
 //! - [`jobs`]: the background scan that reads tensor data and streams results on a channel.
@@ -30,6 +31,7 @@ pub mod finding;
 pub mod format;
 pub mod hash;
 pub mod jobs;
+pub mod quant;
 pub mod quantize;
 pub mod recycle;
 pub mod report;

@@ -5,6 +5,7 @@ use crate::analysis::{Histogram, Moments};
 use crate::arch::Architecture;
 use crate::finding::{Finding, Severity, Tally};
 use crate::format::model::{Model, Source};
+use crate::quant::Quantization;
 use crate::text::{
     Bytes, Count, Shape, display_width, escape, escape_path, format_bytes, format_count,
     is_numeric_part, natural_cmp,
@@ -171,7 +172,56 @@ struct InspectJson<'a> {
     metadata: &'a crate::format::StringMap,
     structural_id: &'a str,
     architecture: Option<&'a Architecture>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quantization: Option<QuantizationJson<'a>>,
     tensors: TensorListJson<'a>,
+}
+
+/// A quantized model's scheme and its logical weights, for `inspect --json`.
+#[derive(Serialize)]
+struct QuantizationJson<'a> {
+    scheme: String,
+    declared: Option<String>,
+    bits_per_weight: f64,
+    rotated: bool,
+    weights: Vec<LogicalWeightJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct LogicalWeightJson<'a> {
+    name: &'a str,
+    shape: &'a crate::format::Shape,
+    scheme: String,
+    bits_per_weight: f64,
+    members: Vec<&'a str>,
+}
+
+fn quantization_json<'a>(model: &'a Model, quantization: &'a Quantization) -> QuantizationJson<'a> {
+    QuantizationJson {
+        scheme: quantization.summary(),
+        declared: quantization
+            .declared
+            .as_ref()
+            .map(crate::quant::Declared::summary),
+        bits_per_weight: quantization.bits_per_weight(),
+        rotated: quantization.rotated,
+        weights: quantization
+            .weights
+            .iter()
+            .enumerate()
+            .map(|(index, weight)| LogicalWeightJson {
+                name: &weight.name,
+                shape: &weight.shape,
+                scheme: weight.scheme.to_string(),
+                bits_per_weight: weight.bits_per_weight(),
+                members: quantization
+                    .members(index)
+                    .iter()
+                    .map(|m| model.tensors[m.tensor as usize].name())
+                    .collect(),
+            })
+            .collect(),
+    }
 }
 
 /// Every tensor of the tree in display order, written as it is walked rather than gathered
@@ -218,6 +268,7 @@ pub struct Inspect<'a> {
     pub tree: &'a LayerTree,
     pub filter: Option<&'a str>,
     pub architecture: Option<&'a Architecture>,
+    pub quantization: Option<&'a Quantization>,
     /// [`crate::hash::structural_id`] of the model.
     pub structural_id: &'a str,
 }
@@ -242,6 +293,7 @@ impl Inspect<'_> {
                 metadata: &model.metadata,
                 structural_id: self.structural_id,
                 architecture: self.architecture,
+                quantization: self.quantization.map(|q| quantization_json(model, q)),
                 tensors: TensorListJson {
                     model,
                     tree: self.tree,
@@ -315,6 +367,19 @@ impl Inspect<'_> {
         writeln!(out, "structure   {}", self.structural_id)?;
         if let Some(architecture) = self.architecture {
             writeln!(out, "arch        {architecture}")?;
+        }
+        if let Some(quantization) = self.quantization {
+            writeln!(
+                out,
+                "quantized   {}  {:.2} bits/weight  {} weights{}",
+                escape(&quantization.summary()),
+                quantization.bits_per_weight(),
+                quantization.weights.len(),
+                quantization
+                    .declared
+                    .as_ref()
+                    .map_or_else(String::new, |d| format!("  declared: {}", d.summary()))
+            )?;
         }
         writeln!(
             out,

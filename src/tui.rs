@@ -45,7 +45,8 @@ pub struct Options {
 
 /// Opens the explorer on the model at `path` and runs it until the user leaves.
 pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
-    let model = Arc::new(crate::arch::open_reviewed(path, None)?);
+    let (model, _) = crate::arch::open_reviewed(path, None)?;
+    let model = Arc::new(model);
     let mut log = match &options.log {
         Some(file) => {
             Some(BufWriter::new(File::create(file).with_context(|| {
@@ -55,7 +56,7 @@ pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
         None => None,
     };
     let other = match &options.diff {
-        Some(other) => Some(crate::arch::open_reviewed(other, None)?),
+        Some(other) => Some(crate::arch::open_reviewed(other, None)?.0),
         None => None,
     };
     let (sender, events) = event::start();
@@ -184,7 +185,7 @@ impl Session {
                     });
             }
             Effect::Reopen(path) => match crate::arch::open_reviewed(&path, None) {
-                Ok(model) => {
+                Ok((model, _)) => {
                     let options = Options {
                         color: self.color,
                         log: None,

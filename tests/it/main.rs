@@ -8,6 +8,7 @@
 mod cli;
 mod conformance;
 mod hostile;
+mod quant;
 mod quantize;
 mod reference;
 mod sharded;

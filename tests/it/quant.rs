@@ -1,0 +1,193 @@
+//! Quantized checkpoints written by their real producers (llm-compressor, MLX, bitsandbytes,
+//! optimum-quanto; `tests/fixtures/quant`, with each producer's own dequantized weights in
+//! `reference.safetensors`): the scheme recognised, one logical weight per quantized Linear
+//! with the shape of the weight it encodes, and no finding on a clean checkpoint.
+
+use std::path::{Path, PathBuf};
+use stui::arch::open_reviewed;
+use stui::finding::{Code, Severity};
+use stui::format::Model;
+use stui::quant::{Layout, Quantization};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/quant")
+}
+
+fn open(name: &str) -> (Model, Quantization) {
+    let (model, quantization) =
+        open_reviewed(&fixtures().join(name).join("model.safetensors"), None).unwrap();
+    (
+        model,
+        quantization.unwrap_or_else(|| panic!("{name}: not recognised")),
+    )
+}
+
+/// Every fixture with its expected layout and scheme text (of its first weight).
+const FIXTURES: &[(&str, Layout, &str)] = &[
+    (
+        "ct-w4a16",
+        Layout::CompressedPacked,
+        "int4 g128, compressed-tensors",
+    ),
+    (
+        "ct-w4a16-asym",
+        Layout::CompressedPacked,
+        "int4 g128 asym, compressed-tensors",
+    ),
+    (
+        "ct-w8a16",
+        Layout::CompressedPacked,
+        "int8 g128, compressed-tensors",
+    ),
+    (
+        "ct-w8a8",
+        Layout::CompressedInt,
+        "int8 per channel, compressed-tensors",
+    ),
+    (
+        "ct-fp8-block",
+        Layout::CompressedFloat,
+        "fp8 e4m3 block 128x128, compressed-tensors",
+    ),
+    (
+        "ct-fp8-dynamic",
+        Layout::CompressedFloat,
+        "fp8 e4m3 per channel, compressed-tensors",
+    ),
+    (
+        "ct-nvfp4a16",
+        Layout::CompressedNvfp4,
+        "nvfp4 g16, compressed-tensors",
+    ),
+    (
+        "ct-mxfp4a16",
+        Layout::CompressedMxfp4,
+        "mxfp4 g32, compressed-tensors",
+    ),
+    (
+        "ct-mxfp8a16",
+        Layout::CompressedMxfp8,
+        "fp8 e4m3 g32, compressed-tensors",
+    ),
+    (
+        "mlx-affine-4bit-g64",
+        Layout::MlxAffine,
+        "int4 g64 affine, MLX",
+    ),
+    (
+        "mlx-affine-8bit-g32",
+        Layout::MlxAffine,
+        "int8 g32 affine, MLX",
+    ),
+    (
+        "mlx-affine-3bit-g128",
+        Layout::MlxAffine,
+        "int3 g128 affine, MLX",
+    ),
+    ("mlx-mxfp4", Layout::MlxMxfp4, "mxfp4 g32, MLX"),
+    ("mlx-nvfp4", Layout::MlxNvfp4, "nvfp4 g16, MLX"),
+    ("mlx-mxfp8", Layout::MlxMxfp8, "fp8 e4m3 g32, MLX"),
+    (
+        "bnb-nf4-nested",
+        Layout::BnbNf4,
+        "nf4 g64 double-quant, bitsandbytes",
+    ),
+    ("bnb-fp4", Layout::BnbFp4, "fp4 g64, bitsandbytes"),
+    (
+        "bnb-int8",
+        Layout::BnbInt8,
+        "int8 per channel, bitsandbytes",
+    ),
+    ("quanto-qint8", Layout::Quanto, "int8 per channel, quanto"),
+    ("quanto-qint4", Layout::Quanto, "int4 g96 affine, quanto"),
+];
+
+#[test]
+fn every_real_producers_checkpoint_is_recognised_without_a_finding() {
+    for &(name, layout, scheme) in FIXTURES {
+        let (model, quantization) = open(name);
+        let problems: Vec<String> = model
+            .findings
+            .iter()
+            .filter(|f| f.severity != Severity::Info || f.code.as_str().starts_with("quant-"))
+            .map(|f| format!("{} {}", f.code, f.message))
+            .collect();
+        assert!(problems.is_empty(), "{name}: {problems:?}");
+        assert!(
+            !model
+                .findings
+                .iter()
+                .any(|f| f.code == Code::ConfigMismatch),
+            "{name}"
+        );
+        assert!(
+            quantization
+                .weights
+                .iter()
+                .all(|w| w.scheme.layout == layout),
+            "{name}: {:?}",
+            quantization.schemes()
+        );
+        assert_eq!(quantization.weights[0].scheme.to_string(), scheme, "{name}");
+        assert!(quantization.declared.is_some(), "{name}");
+    }
+}
+
+#[test]
+fn logical_weights_have_the_names_and_shapes_of_the_producers_dequantized_weights() {
+    for &(name, ..) in FIXTURES {
+        let (_, quantization) = open(name);
+        let reference = Model::open(&fixtures().join(name).join("reference.safetensors")).unwrap();
+        let mut expected: Vec<(String, Vec<u64>)> = reference
+            .tensors
+            .iter()
+            .map(|t| (t.name().to_string(), t.info.shape.to_vec()))
+            .collect();
+        let mut found: Vec<(String, Vec<u64>)> = quantization
+            .weights
+            .iter()
+            .map(|w| (w.name.to_string(), w.shape.to_vec()))
+            .collect();
+        expected.sort();
+        found.sort();
+        if name == "quanto-qint4" {
+            // quanto's packed codes do not keep the weight's rows: only the element count.
+            let count = |list: &[(String, Vec<u64>)]| -> Vec<(String, u64)> {
+                list.iter()
+                    .map(|(n, s)| (n.clone(), s.iter().product()))
+                    .collect()
+            };
+            assert_eq!(count(&found), count(&expected), "{name}");
+        } else {
+            assert_eq!(found, expected, "{name}");
+        }
+    }
+}
+
+#[test]
+fn bits_per_weight_count_every_member() {
+    let (model, quantization) = open("ct-w4a16");
+    for (index, weight) in quantization.weights.iter().enumerate() {
+        let bytes: u64 = quantization
+            .members(index)
+            .iter()
+            .map(|m| model.tensors[m.tensor as usize].info.byte_len())
+            .sum();
+        let elements: u64 = weight.shape.iter().product();
+        assert_eq!(
+            weight.bits_per_weight(),
+            bytes as f64 * 8.0 / elements as f64
+        );
+        // int4 codes plus one BF16 scale per 128 columns, and the shape's 16 bytes.
+        assert!(weight.bits_per_weight() > 4.125, "{}", weight.name);
+        assert!(weight.bits_per_weight() < 4.2, "{}", weight.name);
+    }
+}
+
+#[test]
+fn the_source_model_is_not_quantized() {
+    let (model, quantization) =
+        open_reviewed(&fixtures().join("source/model.safetensors"), None).unwrap();
+    assert!(quantization.is_none());
+    assert!(model.findings.is_empty(), "{:?}", &model.findings[..]);
+}
