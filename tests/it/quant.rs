@@ -191,3 +191,47 @@ fn the_source_model_is_not_quantized() {
     assert!(quantization.is_none());
     assert!(model.findings.is_empty(), "{:?}", &model.findings[..]);
 }
+
+#[test]
+fn members_missing_or_misshapen_are_findings_on_the_weight() {
+    use stui::demo::{Fill, SyntheticModel};
+    use stui::format::Dtype;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.safetensors");
+    let scale = Fill::Normal {
+        mean: 0.01,
+        std: 0.0,
+    };
+    SyntheticModel::new(7)
+        // A per-row scale with one row too few.
+        .tensor("m.layers.0.q_proj.weight", Dtype::I8, &[4, 8], Fill::Zeros)
+        .tensor(
+            "m.layers.0.q_proj.weight_scale",
+            Dtype::F32,
+            &[3, 1],
+            scale.clone(),
+        )
+        // A scale whose weight is not stored.
+        .tensor("m.layers.0.k_proj.weight_scale", Dtype::F32, &[4, 1], scale)
+        .write(&path)
+        .unwrap();
+    let (model, quantization) = open_reviewed(&path, None).unwrap();
+    let quantization = quantization.unwrap();
+    assert_eq!(quantization.weights.len(), 1);
+    let about = |code: Code| -> Vec<Option<String>> {
+        model
+            .findings
+            .iter()
+            .filter(|f| f.code == code)
+            .map(|f| f.tensor.clone())
+            .collect()
+    };
+    assert_eq!(
+        about(Code::QuantMemberShape),
+        [Some("m.layers.0.q_proj.weight".to_string())]
+    );
+    assert_eq!(
+        about(Code::QuantMemberMissing),
+        [Some("m.layers.0.k_proj.weight".to_string())]
+    );
+}
