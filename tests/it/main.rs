@@ -9,6 +9,7 @@ mod cli;
 mod conformance;
 mod hostile;
 mod quant;
+mod quant_kernels;
 mod quantize;
 mod reference;
 mod sharded;
