@@ -75,6 +75,10 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "each is a command-line switch of its own"
+)]
 pub struct InspectArgs {
     /// The model: a .safetensors file, an index .json, or a folder.
     pub path: PathBuf,
@@ -94,6 +98,9 @@ pub struct InspectArgs {
     /// Compare the tensors with this config.json instead of the one beside the model.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// List the tensors as stored: a quantized weight's members, not the weight they encode.
+    #[arg(long)]
+    pub raw: bool,
 }
 
 #[derive(Debug, Args)]

@@ -9,7 +9,8 @@ use crate::error::Result;
 use crate::finding::Severity;
 use crate::format::Model;
 use crate::jobs::{Scan, ScanEvent, ScanOptions, ScanOrder};
-use crate::report::{Check, Inspect, Listing, Report};
+use crate::quant::LogicalTensors;
+use crate::report::{Check, Inspect, Listing, Report, Shown};
 use crate::report::{StatsRow, StatsWriter};
 use crate::tree::LayerTree;
 use std::io::{self, Write};
@@ -52,6 +53,7 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
                     expand: false,
                     filter: None,
                     config: None,
+                    raw: false,
                 };
                 inspect(&args, out)
             }
@@ -95,27 +97,42 @@ fn open(path: &std::path::Path) -> Result<Model> {
 fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure> {
     let mut model = open(&args.path)?;
     let needle = args.filter.as_deref().map(str::to_lowercase);
+    let matches = |tensor: &crate::format::Tensor| {
+        needle
+            .as_deref()
+            .is_none_or(|needle| crate::text::contains_ignore_case(tensor.name(), needle))
+    };
     // The checks, the tree and the structural id each read the whole tensor list: side by side.
-    let (reviewed, (tree, structural_id)) = rayon::join(
+    let (reviewed, (stored_tree, structural_id)) = rayon::join(
         || crate::arch::review_model(&model, args.config.as_deref()),
         || {
             rayon::join(
-                || {
-                    LayerTree::build(&model.tensors, |tensor| {
-                        needle.as_deref().is_none_or(|needle| {
-                            crate::text::contains_ignore_case(tensor.name(), needle)
-                        })
-                    })
-                },
+                || LayerTree::build(&model.tensors, matches),
                 || crate::hash::structural_id(&model),
             )
         },
     );
     model.findings.append(reviewed.findings);
     let architecture = reviewed.architecture;
+    // A quantized model is listed by its logical weights, unless asked for what is stored.
+    let logical = reviewed
+        .quantization
+        .as_ref()
+        .filter(|_| !args.raw)
+        .map(|quantization| {
+            let logical = LogicalTensors::new(&model, quantization);
+            let tree = LayerTree::build(&logical.tensors, matches);
+            (logical, quantization, tree)
+        });
+    let (shown, tree) = match &logical {
+        Some((logical, quantization, logical_tree)) => {
+            (Shown::logical(&model, logical, quantization), logical_tree)
+        }
+        None => (Shown::stored(&model), &stored_tree),
+    };
     let report = Inspect {
-        model: &model,
-        tree: &tree,
+        shown,
+        tree,
         filter: args.filter.as_deref(),
         architecture: architecture.as_ref(),
         quantization: reviewed.quantization.as_ref(),
@@ -138,8 +155,9 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
     } else {
         Outcome::Clean
     };
+    skip_freeing(logical);
+    skip_freeing(stored_tree);
     skip_freeing(model);
-    skip_freeing(tree);
     Ok(outcome)
 }
 

@@ -6,6 +6,7 @@
 //! A model with no quantized tensor costs nothing here: recognition returns `None`.
 
 pub mod kernels;
+pub mod listed;
 pub mod logical;
 pub mod members;
 pub mod recognise;
@@ -15,6 +16,7 @@ use crate::finding::{Code, Finding};
 use crate::format::{Model, Shape, TensorInfo};
 use crate::text::escape;
 use compact_str::CompactString;
+pub use listed::LogicalTensors;
 pub use members::Role;
 pub use recognise::{Declared, SideFiles};
 pub use scheme::{Grouping, Layout, Scheme};

@@ -4,8 +4,9 @@
 use crate::analysis::{Histogram, Moments};
 use crate::arch::Architecture;
 use crate::finding::{Finding, Severity, Tally};
+use crate::format::Tensor;
 use crate::format::model::{Model, Source};
-use crate::quant::Quantization;
+use crate::quant::{LogicalTensors, Quantization};
 use crate::text::{
     Bytes, Count, Shape, display_width, escape, escape_path, format_bytes, format_count,
     is_numeric_part, natural_cmp,
@@ -138,7 +139,7 @@ fn dtypes_json(mix: &DtypeMix) -> Vec<DtypeJson> {
     mix.0
         .iter()
         .map(|share| DtypeJson {
-            dtype: share.dtype.map_or("unknown", |d| d.name()).to_owned(),
+            dtype: share.name("unknown").to_owned(),
             tensors: share.tensors,
             parameters: share.parameters,
             bytes: share.bytes,
@@ -151,10 +152,15 @@ struct TensorJson<'a> {
     name: &'a str,
     dtype: &'a str,
     shape: &'a crate::format::Shape,
-    data_offsets: [u64; 2],
+    /// `None` for a logical weight, whose bytes are its members'.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data_offsets: Option<[u64; 2]>,
     file: &'a str,
     parameters: Option<u64>,
     bytes: u64,
+    /// A logical weight's stored tensors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    members: Option<Vec<&'a str>>,
 }
 
 #[derive(Serialize)]
@@ -227,25 +233,71 @@ fn quantization_json<'a>(model: &'a Model, quantization: &'a Quantization) -> Qu
 /// Every tensor of the tree in display order, written as it is walked rather than gathered
 /// first: the listing of a million tensors would otherwise be held whole.
 struct TensorListJson<'a> {
-    model: &'a Model,
+    shown: Shown<'a>,
     tree: &'a LayerTree,
 }
 
 impl Serialize for TensorListJson<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let model = self.model;
+        let shown = self.shown;
         serializer.collect_seq(self.tree.tensors_below(ROOT).map(|index| {
-            let tensor = &model.tensors[index];
+            let tensor = &shown.tensors[index];
+            let members = shown.members(index).map(|members| {
+                members
+                    .iter()
+                    .map(|m| shown.model.tensors[m.tensor as usize].name())
+                    .collect()
+            });
             TensorJson {
                 name: tensor.name(),
                 dtype: tensor.info.dtype.name(),
                 shape: &tensor.info.shape,
-                data_offsets: tensor.info.data_offsets,
-                file: &model.shard_of(tensor).label,
+                data_offsets: members.is_none().then_some(tensor.info.data_offsets),
+                file: &shown.model.shard_of(tensor).label,
                 parameters: tensor.info.element_count(),
                 bytes: tensor.info.byte_len(),
+                members,
             }
         }))
+    }
+}
+
+/// What a listing shows: the tensors its tree was built from (the model's own, or a quantized
+/// model's [`LogicalTensors`]) and, for the latter, each logical weight's members.
+#[derive(Clone, Copy, Debug)]
+pub struct Shown<'a> {
+    pub model: &'a Model,
+    pub tensors: &'a [Tensor],
+    pub logical: Option<(&'a LogicalTensors, &'a Quantization)>,
+}
+
+impl<'a> Shown<'a> {
+    /// The model's stored tensors.
+    pub fn stored(model: &'a Model) -> Shown<'a> {
+        Shown {
+            model,
+            tensors: &model.tensors,
+            logical: None,
+        }
+    }
+
+    /// A quantized model's logical weights in place of their members.
+    pub fn logical(
+        model: &'a Model,
+        logical: &'a LogicalTensors,
+        quantization: &'a Quantization,
+    ) -> Shown<'a> {
+        Shown {
+            model,
+            tensors: &logical.tensors,
+            logical: Some((logical, quantization)),
+        }
+    }
+
+    /// The members of shown tensor `index`, when it is a logical weight.
+    fn members(&self, index: usize) -> Option<&'a [crate::quant::Member]> {
+        let (logical, quantization) = self.logical?;
+        Some(quantization.members(logical.weight(index)?))
     }
 }
 
@@ -264,7 +316,7 @@ pub enum Listing {
 /// `stui inspect`: the model in one view. `tree` holds the tensors shown (filtered or all).
 #[derive(Debug)]
 pub struct Inspect<'a> {
-    pub model: &'a Model,
+    pub shown: Shown<'a>,
     pub tree: &'a LayerTree,
     pub filter: Option<&'a str>,
     pub architecture: Option<&'a Architecture>,
@@ -275,8 +327,9 @@ pub struct Inspect<'a> {
 
 impl Inspect<'_> {
     pub fn write_json<W: Write>(&self, out: &mut W) -> io::Result<()> {
-        let model = self.model;
-        let totals = self.tree.totals(ROOT, &model.tensors);
+        let model = self.shown.model;
+        let tensors = self.shown.tensors;
+        let totals = self.tree.totals(ROOT, tensors);
         write_json(
             out,
             &InspectJson {
@@ -289,13 +342,13 @@ impl Inspect<'_> {
                 parameters: totals.parameters,
                 total_bytes: totals.bytes,
                 file_bytes: model.file_bytes(),
-                dtypes: dtypes_json(&self.tree.dtype_mix(ROOT, &model.tensors)),
+                dtypes: dtypes_json(&self.tree.dtype_mix(ROOT, tensors)),
                 metadata: &model.metadata,
                 structural_id: self.structural_id,
                 architecture: self.architecture,
                 quantization: self.quantization.map(|q| quantization_json(model, q)),
                 tensors: TensorListJson {
-                    model,
+                    shown: self.shown,
                     tree: self.tree,
                 },
             },
@@ -305,12 +358,13 @@ impl Inspect<'_> {
     pub fn write_text<W: Write>(&self, out: &mut W, listing: Listing) -> io::Result<()> {
         self.write_summary(out)?;
         writeln!(out)?;
-        write_rows(out, self.model, self.tree, listing)
+        write_rows(out, self.shown, self.tree, listing)
     }
 
     fn write_summary<W: Write>(&self, out: &mut W) -> io::Result<()> {
-        let model = self.model;
-        let totals = self.tree.totals(ROOT, &model.tensors);
+        let model = self.shown.model;
+        let tensors = self.shown.tensors;
+        let totals = self.tree.totals(ROOT, tensors);
         let verdict = if model.is_valid() {
             "valid"
         } else {
@@ -348,7 +402,7 @@ impl Inspect<'_> {
         )?;
         let dtypes: Vec<String> = self
             .tree
-            .dtype_mix(ROOT, &model.tensors)
+            .dtype_mix(ROOT, tensors)
             .0
             .iter()
             .map(|share| {
@@ -359,7 +413,7 @@ impl Inspect<'_> {
                 };
                 format!(
                     "{} {} ({percent:.0}%)",
-                    share.dtype.map_or("unknown", |d| d.name()),
+                    share.name("unknown"),
                     share.tensors
                 )
             })
@@ -444,18 +498,15 @@ impl Row {
     }
 
     /// Measures the dtype and shape columns for node `id` without writing them out.
-    fn measure(&mut self, model: &Model, tree: &LayerTree, id: NodeId) {
+    fn measure(&mut self, tensors: &[Tensor], tree: &LayerTree, id: NodeId) {
         let node = tree.node(id);
-        let digits = |n: u64| n.checked_ilog10().unwrap_or(0) as usize + 1;
         self.measured = Some(match node.tensor() {
             Some(index) if tree.children(id).is_empty() => {
-                let info = &model.tensors[index].info;
-                let dims: usize = info.shape.iter().map(digits).sum();
-                let shape = 2 + dims + 2 * info.shape.len().saturating_sub(1);
-                (display_width(&escape(info.dtype.name())), shape)
+                Self::measure_tensor(&tensors[index].info)
             }
             _ => {
-                let totals = tree.totals(id, &model.tensors);
+                let digits = |n: u64| n.checked_ilog10().unwrap_or(0) as usize + 1;
+                let totals = tree.totals(id, tensors);
                 let dtypes = totals.dtypes;
                 let dtype = if dtypes.len() == 1 {
                     4
@@ -467,23 +518,33 @@ impl Row {
         });
     }
 
+    /// The dtype and shape columns' widths for a tensor.
+    fn measure_tensor(info: &crate::format::TensorInfo) -> (usize, usize) {
+        let digits = |n: u64| n.checked_ilog10().unwrap_or(0) as usize + 1;
+        let dims: usize = info.shape.iter().map(digits).sum();
+        let shape = 2 + dims + 2 * info.shape.len().saturating_sub(1);
+        (display_width(&escape(info.dtype.name())), shape)
+    }
+
+    /// Fills the columns after the label with a tensor's own figures.
+    fn fill_tensor(&mut self, info: &crate::format::TensorInfo) {
+        self.dtype.push_str(&escape(info.dtype.name()));
+        let _ = write!(self.shape, "{}", Shape(&info.shape));
+        match info.element_count() {
+            Some(count) => write!(self.parameters, "{}", Count(count)),
+            None => write!(self.parameters, "overflow"),
+        }
+        .ok();
+        let _ = write!(self.bytes, "{}", Bytes(info.byte_len()));
+    }
+
     /// Fills the columns after the label for node `id`: a tensor's own figures, or a group's totals.
-    fn fill(&mut self, model: &Model, tree: &LayerTree, id: NodeId) {
+    fn fill(&mut self, tensors: &[Tensor], tree: &LayerTree, id: NodeId) {
         let node = tree.node(id);
         match node.tensor() {
-            Some(index) if tree.children(id).is_empty() => {
-                let info = &model.tensors[index].info;
-                self.dtype.push_str(&escape(info.dtype.name()));
-                let _ = write!(self.shape, "{}", Shape(&info.shape));
-                match info.element_count() {
-                    Some(count) => write!(self.parameters, "{}", Count(count)),
-                    None => write!(self.parameters, "overflow"),
-                }
-                .ok();
-                let _ = write!(self.bytes, "{}", Bytes(info.byte_len()));
-            }
+            Some(index) if tree.children(id).is_empty() => self.fill_tensor(&tensors[index].info),
             _ => {
-                let totals = tree.totals(id, &model.tensors);
+                let totals = tree.totals(id, tensors);
                 self.dtype.push_str(&set_label(totals.dtypes));
                 let _ = write!(self.shape, "{} tensors", totals.tensors);
                 let _ = write!(self.parameters, "{}", Count(totals.parameters));
@@ -497,19 +558,20 @@ impl Row {
 /// label is written out and the other columns measured. `prints` are the tree's
 /// [`Fingerprints`] when identical siblings are to be folded.
 fn for_each_row(
-    model: &Model,
+    shown: Shown,
     tree: &LayerTree,
     listing: Listing,
     prints: Option<&Fingerprints>,
     measure: bool,
     mut emit: impl FnMut(&Row),
 ) {
+    let tensors = shown.tensors;
     let mut row = Row::default();
     let fill = |row: &mut Row, id| {
         if measure {
-            row.measure(model, tree, id);
+            row.measure(tensors, tree, id);
         } else {
-            row.fill(model, tree, id);
+            row.fill(tensors, tree, id);
         }
     };
     if listing == Listing::Flat {
@@ -518,7 +580,7 @@ fn for_each_row(
                 continue;
             };
             row.clear();
-            row.label.push_str(&escape(model.tensors[index].name()));
+            row.label.push_str(&escape(tensors[index].name()));
             fill(&mut row, id);
             emit(&row);
         }
@@ -560,6 +622,37 @@ fn for_each_row(
         fill(&mut row, id);
         emit(&row);
         guides.push(!last);
+        if listing == Listing::Expanded {
+            let members = tree
+                .node(id)
+                .tensor()
+                .and_then(|index| Some((tensors[index].name(), shown.members(index)?)));
+            if let Some((weight, members)) = members {
+                for (k, member) in members.iter().enumerate() {
+                    let info = &shown.model.tensors[member.tensor as usize].info;
+                    row.clear();
+                    for &open in &guides[1..] {
+                        row.label.push_str(if open { "│  " } else { "   " });
+                    }
+                    row.label.push_str(if k + 1 == members.len() {
+                        "└─ "
+                    } else {
+                        "├─ "
+                    });
+                    row.indent = 3 * (depth + 1);
+                    row.label
+                        .push_str(&escape(crate::quant::listed::member_label(
+                            weight, &info.name,
+                        )));
+                    if measure {
+                        row.measured = Some(Row::measure_tensor(info));
+                    } else {
+                        row.fill_tensor(info);
+                    }
+                    emit(&row);
+                }
+            }
+        }
         stack.push((tree.children(id), 0));
     }
 }
@@ -614,9 +707,12 @@ fn sibling_row(
     (first, None, i + 1)
 }
 
-/// `BF16`, `BF16+F32`, or `3 dtypes`.
+/// `BF16`, `BF16+F32`, `quant+BF16` (quantized weights and BF16 tensors), or `3 dtypes`.
 pub fn set_label(set: DtypeSet) -> String {
-    let mut names = set.iter().map(|d| d.map_or("?", |d| d.name()));
+    let mut names = set
+        .iter()
+        .map(|d| d.map_or("?", |d| d.name()))
+        .chain(set.has_quantized().then_some("quant"));
     match (set.len(), names.next(), names.next()) {
         (0, ..) => "-".into(),
         (1, Some(a), _) => a.into(),
@@ -627,7 +723,9 @@ pub fn set_label(set: DtypeSet) -> String {
 
 /// `BF16`, `BF16+F32`, or `3 dtypes`, largest share first.
 pub fn mix_label(mix: &DtypeMix) -> String {
-    let name = |share: &crate::tree::DtypeShare| share.dtype.map_or("?", |d| d.name());
+    fn name(share: &crate::tree::DtypeShare) -> &str {
+        share.name("?")
+    }
     match &mix.0[..] {
         [] => "-".into(),
         [one] => name(one).into(),
@@ -639,16 +737,16 @@ pub fn mix_label(mix: &DtypeMix) -> String {
 /// Writes the listing: one pass to size the columns, one to write them.
 fn write_rows<W: Write>(
     out: &mut W,
-    model: &Model,
+    shown: Shown,
     tree: &LayerTree,
     listing: Listing,
 ) -> io::Result<()> {
     const MAX_LABEL: usize = 72;
     // Parameters and bytes take at most 6 and 8 columns ("65.5 M", "1023 KiB").
     let mut widths = [4, 5, 5, 6, 8];
-    let prints = (listing == Listing::Tree).then(|| Fingerprints::new(tree, &model.tensors));
+    let prints = (listing == Listing::Tree).then(|| Fingerprints::new(tree, shown.tensors));
     let prints = prints.as_ref();
-    for_each_row(model, tree, listing, prints, true, |row| {
+    for_each_row(shown, tree, listing, prints, true, |row| {
         widths[0] = widths[0].max(row.width(0, &row.label));
         if let Some((dtype, shape)) = row.measured {
             widths[1] = widths[1].max(dtype);
@@ -690,7 +788,7 @@ fn write_rows<W: Write>(
         result = out.write_all(line.as_bytes());
     };
     write_row(&header);
-    for_each_row(model, tree, listing, prints, false, write_row);
+    for_each_row(shown, tree, listing, prints, false, write_row);
     result
 }
 

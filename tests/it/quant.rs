@@ -235,3 +235,103 @@ fn members_missing_or_misshapen_are_findings_on_the_weight() {
         [Some("m.layers.0.k_proj.weight".to_string())]
     );
 }
+
+/// Runs `stui` with `args` and gives its standard output.
+fn stui(args: &[&str]) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_stui"))
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn inspect_lists_logical_weights_and_raw_lists_what_is_stored() {
+    let path = fixtures().join("ct-w4a16");
+    let path = path.to_str().unwrap();
+    let (model, quantization) = open("ct-w4a16");
+    let logical_parameters: u64 = model
+        .tensors
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| quantization.weight_of(*i).is_none())
+        .map(|(_, t)| t.info.element_count().unwrap())
+        .chain(
+            quantization
+                .weights
+                .iter()
+                .map(|w| w.shape.iter().product()),
+        )
+        .sum();
+    let json: serde_json::Value =
+        serde_json::from_str(&stui(&["inspect", "--json", path])).unwrap();
+    assert_eq!(json["parameters"], logical_parameters);
+    let tensors = json["tensors"].as_array().unwrap();
+    assert_eq!(
+        tensors.len(),
+        model.tensors.len() - quantization_member_count(&quantization) + quantization.weights.len()
+    );
+    let q_proj = tensors
+        .iter()
+        .find(|t| t["name"] == "model.layers.0.self_attn.q_proj.weight")
+        .unwrap();
+    assert_eq!(q_proj["dtype"], "int4 (compressed-tensors)");
+    assert_eq!(q_proj["shape"], serde_json::json!([128, 128]));
+    assert_eq!(
+        q_proj["members"],
+        serde_json::json!([
+            "model.layers.0.self_attn.q_proj.weight_packed",
+            "model.layers.0.self_attn.q_proj.weight_shape",
+            "model.layers.0.self_attn.q_proj.weight_scale"
+        ])
+    );
+    let mix: Vec<&str> = json["dtypes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["dtype"].as_str().unwrap())
+        .collect();
+    assert_eq!(mix, ["BF16", "int4 (compressed-tensors)"]);
+
+    let expanded = stui(&["inspect", "--expand", path]);
+    // The columns after the name.
+    let row = |text: &str, name: &str| {
+        text.lines()
+            .find_map(|l| l.split_once(name))
+            .unwrap_or_else(|| panic!("no row {name} in\n{text}"))
+            .1
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        row(&expanded, "q_proj.weight ")[..3],
+        ["int4", "(compressed-tensors)", "[128,"]
+    );
+    assert_eq!(
+        row(&expanded, "weight_packed")[..3],
+        ["I32", "[128,", "16]"]
+    );
+    assert!(!stui(&["inspect", path]).contains("weight_packed"));
+
+    let raw: serde_json::Value =
+        serde_json::from_str(&stui(&["inspect", "--json", "--raw", path])).unwrap();
+    assert_eq!(
+        raw["tensors"].as_array().unwrap().len(),
+        model.tensors.len()
+    );
+    assert!(
+        raw["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t.get("members").is_none())
+    );
+    assert!(stui(&["inspect", "--flat", "--raw", path]).contains("q_proj.weight_packed"));
+}
+
+fn quantization_member_count(quantization: &Quantization) -> usize {
+    (0..quantization.weights.len())
+        .map(|w| quantization.members(w).len())
+        .sum()
+}
