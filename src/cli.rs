@@ -131,6 +131,10 @@ pub struct StatsArgs {
     /// Worker threads (default: one per core).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    /// Statistics of the stored tensors: a quantized weight's codes and scales, not the values
+    /// they encode.
+    #[arg(long)]
+    pub raw: bool,
 }
 
 #[derive(Debug, Args)]

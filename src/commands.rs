@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::finding::Severity;
 use crate::format::Model;
 use crate::jobs::{Scan, ScanEvent, ScanOptions, ScanOrder};
-use crate::quant::LogicalTensors;
+use crate::quant::{LogicalTensors, Quantization};
 use crate::report::{Check, Inspect, Listing, Report, Shown};
 use crate::report::{StatsRow, StatsWriter};
 use crate::tree::LayerTree;
@@ -184,23 +184,50 @@ fn check<W: Write>(args: &CheckArgs, out: &mut W) -> Result<Outcome, Failure> {
 fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
     let model = Arc::new(open(&args.path)?);
     let needle = args.filter.as_deref().map(str::to_lowercase);
-    // In the tree's order, without building it.
-    let chosen = crate::tree::display_order(&model.tensors, |tensor| {
+    let matches = |tensor: &crate::format::Tensor| {
         needle
             .as_deref()
             .is_none_or(|needle| crate::text::contains_ignore_case(tensor.name(), needle))
-    });
+    };
+    // A quantized model's logical weights are dequantized; the other tensors are scanned.
+    let quantization = if args.raw {
+        None
+    } else {
+        crate::arch::review(&model, None).1
+    };
+    let items = stats_items(&model, quantization.as_ref(), matches);
+    let chosen: Vec<usize> = items
+        .iter()
+        .filter_map(|item| match item {
+            Item::Stored(tensor) => Some(*tensor),
+            Item::Weight(_) => None,
+        })
+        .collect();
     let options = ScanOptions {
         threads: args.threads.map(usize::from),
         histograms: args.json,
         order: ScanOrder::Given,
         ..ScanOptions::default()
     };
-    let mut output = StatsWriter::new(args.json, chosen.iter().map(|&t| model.tensors[t].name()));
+    let name = |item: &Item| match item {
+        Item::Stored(tensor) => model.tensors[*tensor].name(),
+        Item::Weight(weight) => quantization
+            .as_ref()
+            .map_or("", |q| q.weights[*weight].name.as_str()),
+    };
+    let dtype_width = quantization.as_ref().map_or(0, |q| {
+        q.schemes()
+            .iter()
+            .map(|(scheme, _)| scheme.label().chars().count())
+            .max()
+            .unwrap_or(0)
+    });
+    let mut output =
+        StatsWriter::new(args.json, items.iter().map(name)).with_dtype_width(dtype_width);
     for finding in &model.findings {
         output.finding(finding)?;
     }
-    let mut rows = InOrder::new(&model, &chosen, args.json);
+    let mut rows = InOrder::new(&model, quantization.as_ref(), &items, args.json);
     let (sender, receiver) = mpsc::sync_channel(crate::jobs::EVENT_QUEUE);
     let scan = Scan::start(Arc::clone(&model), chosen.clone(), options, sender);
     let bar = progress_bar();
@@ -244,6 +271,38 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
     Ok(outcome)
 }
 
+/// The rows of `stui stats` in the tree's order (without building it): a quantized model's
+/// logical weights in place of their members.
+fn stats_items(
+    model: &Model,
+    quantization: Option<&Quantization>,
+    matches: impl Fn(&crate::format::Tensor) -> bool,
+) -> Vec<Item> {
+    match quantization {
+        Some(quantization) => {
+            let logical = LogicalTensors::new(model, quantization);
+            crate::tree::display_order(&logical.tensors, matches)
+                .into_iter()
+                .map(|index| match logical.stored(index) {
+                    Some(tensor) => Item::Stored(tensor),
+                    None => Item::Weight(logical.weight(index).unwrap_or_default()),
+                })
+                .collect()
+        }
+        None => crate::tree::display_order(&model.tensors, matches)
+            .into_iter()
+            .map(Item::Stored)
+            .collect(),
+    }
+}
+
+/// A row of `stui stats`: a stored tensor the scan reads, or a logical weight dequantized.
+#[derive(Clone, Copy, Debug)]
+enum Item {
+    Stored(usize),
+    Weight(usize),
+}
+
 /// What the scan has sent about a tensor whose row is not written yet.
 #[derive(Default)]
 struct PendingRow {
@@ -256,7 +315,8 @@ struct PendingRow {
 /// order asked, a few out of turn, so only those wait here.
 struct InOrder<'m> {
     model: &'m Model,
-    chosen: &'m [usize],
+    quantization: Option<&'m Quantization>,
+    items: &'m [Item],
     /// Each tensor's place in `chosen`.
     place: Vec<u32>,
     pending: std::collections::BTreeMap<u32, PendingRow>,
@@ -266,14 +326,22 @@ struct InOrder<'m> {
 }
 
 impl<'m> InOrder<'m> {
-    fn new(model: &'m Model, chosen: &'m [usize], histograms: bool) -> InOrder<'m> {
+    fn new(
+        model: &'m Model,
+        quantization: Option<&'m Quantization>,
+        items: &'m [Item],
+        histograms: bool,
+    ) -> InOrder<'m> {
         let mut place = vec![u32::MAX; model.tensors.len()];
-        for (i, &tensor) in chosen.iter().enumerate() {
-            place[tensor] = u32::try_from(i).unwrap_or(u32::MAX);
+        for (i, item) in items.iter().enumerate() {
+            if let Item::Stored(tensor) = *item {
+                place[tensor] = u32::try_from(i).unwrap_or(u32::MAX);
+            }
         }
         InOrder {
             model,
-            chosen,
+            quantization,
+            items,
             place,
             pending: std::collections::BTreeMap::new(),
             next: 0,
@@ -287,7 +355,14 @@ impl<'m> InOrder<'m> {
 
     /// Writes the rows that are complete and next in order.
     fn write_finished(&mut self, output: &mut StatsWriter) -> io::Result<()> {
-        while let Some(entry) = self.pending.first_entry() {
+        loop {
+            if let Some(Item::Weight(weight)) = self.items.get(self.next as usize) {
+                self.write_weight(output, *weight)?;
+                continue;
+            }
+            let Some(entry) = self.pending.first_entry() else {
+                break;
+            };
             let row = entry.get();
             let complete = row.failed
                 || row.moments.is_some() && (!self.histograms || row.histogram.is_some());
@@ -303,15 +378,65 @@ impl<'m> InOrder<'m> {
     /// Writes every row left, as far as the scan got with each.
     fn write_rest(&mut self, output: &mut StatsWriter) -> io::Result<()> {
         let empty = PendingRow::default();
-        while (self.next as usize) < self.chosen.len() {
+        while let Some(item) = self.items.get(self.next as usize) {
+            if let Item::Weight(weight) = *item {
+                self.write_weight(output, weight)?;
+                continue;
+            }
             let row = self.pending.remove(&self.next);
             self.write(output, row.as_ref().unwrap_or(&empty))?;
         }
         Ok(())
     }
 
+    /// Dequantizes logical weight `weight`, the next row, and writes it.
+    fn write_weight(&mut self, output: &mut StatsWriter, weight: usize) -> io::Result<()> {
+        self.next += 1;
+        let Some(quantization) = self.quantization else {
+            return Ok(());
+        };
+        let logical = &quantization.weights[weight];
+        let label = logical.scheme.label();
+        match crate::jobs::dequantized::weight_stats(
+            self.model,
+            quantization,
+            weight,
+            self.histograms,
+        ) {
+            Ok(stats) => {
+                for finding in &stats.findings {
+                    output.finding(finding)?;
+                }
+                output.row(&StatsRow {
+                    name: &logical.name,
+                    dtype: &label,
+                    moments: Some(&stats.moments),
+                    histogram: stats.histogram.as_ref(),
+                })
+            }
+            Err(message) => {
+                output.finding(
+                    &crate::finding::Finding::error(
+                        crate::finding::Code::DataUnreadable,
+                        format!("cannot dequantize: {message}"),
+                    )
+                    .for_tensor(crate::text::escape(&logical.name).into_owned()),
+                )?;
+                output.row(&StatsRow {
+                    name: &logical.name,
+                    dtype: &label,
+                    moments: None,
+                    histogram: None,
+                })
+            }
+        }
+    }
+
     fn write(&mut self, output: &mut StatsWriter, row: &PendingRow) -> io::Result<()> {
-        let tensor = &self.model.tensors[self.chosen[self.next as usize]];
+        let Some(&Item::Stored(tensor)) = self.items.get(self.next as usize) else {
+            return Ok(());
+        };
+        let tensor = &self.model.tensors[tensor];
         self.next += 1;
         output.row(&StatsRow {
             name: tensor.name(),

@@ -113,6 +113,7 @@ codes! {
     QuantConfig => "quant-config", "the quantization config and the stored tensors disagree (method, bits, group size, quantized or not)";
     QuantRotated => "quant-rotated", "the weights are stored in a rotated basis (Hadamard transforms): statistics are of the rotated weights";
     QuantOpaque => "quant-opaque", "quantized weights stui recognises but whose values it does not read (EXL2, EXL3)";
+    QuantScale => "quant-scale", "a quantized weight's scale or zero point is NaN, infinite, zero (zeroing its group), negative where the scheme forbids it, or out of range";
     ValuesNan => "values-nan", "a tensor holds NaN values";
     ValuesInf => "values-inf", "a tensor holds infinite values";
     ValuesAllZero => "values-all-zero", "every value of a tensor is zero";

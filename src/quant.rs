@@ -5,6 +5,7 @@
 //!
 //! A model with no quantized tensor costs nothing here: recognition returns `None`.
 
+pub mod dequantize;
 pub mod kernels;
 pub mod listed;
 pub mod logical;

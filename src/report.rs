@@ -1014,6 +1014,7 @@ impl<'a> StatsRowJson<'a> {
 pub struct StatsWriter {
     json: bool,
     name_width: usize,
+    dtype_width: usize,
     broken: Spool,
     rest: Spool,
     findings: Spool,
@@ -1113,6 +1114,13 @@ impl StatsWriter {
         StatsWriter::spooling(json, names, SPOOL_IN_MEMORY)
     }
 
+    /// Widens the dtype column to `width` (quantized weights' "int4 (GPTQ)").
+    #[must_use]
+    pub fn with_dtype_width(mut self, width: usize) -> StatsWriter {
+        self.dtype_width = self.dtype_width.max(width);
+        self
+    }
+
     fn spooling<'n>(
         json: bool,
         names: impl IntoIterator<Item = &'n str>,
@@ -1131,6 +1139,7 @@ impl StatsWriter {
         StatsWriter {
             json,
             name_width,
+            dtype_width: 5,
             broken: Spool::new(in_memory),
             rest: Spool::new(in_memory),
             findings: Spool::new(in_memory),
@@ -1149,7 +1158,7 @@ impl StatsWriter {
             return spool.push_json(&StatsRowJson::of(row));
         }
         spool.items += 1;
-        write_stats_line(&mut spool.out, row, self.name_width)
+        write_stats_line(&mut spool.out, row, self.name_width, self.dtype_width)
     }
 
     pub fn finding(&mut self, finding: &Finding) -> io::Result<()> {
@@ -1184,7 +1193,7 @@ impl StatsWriter {
         }
         writeln!(
             out,
-            "{:<width$}  {:<5}  {:>11}  {:>11}  {:>11}  {:>11}  {:>11}  {:>6}  {:>6}  {:>8}",
+            "{:<width$}  {:<dtype$}  {:>11}  {:>11}  {:>11}  {:>11}  {:>11}  {:>6}  {:>6}  {:>8}",
             "NAME",
             "DTYPE",
             "MIN",
@@ -1195,7 +1204,8 @@ impl StatsWriter {
             "NAN",
             "INF",
             "ZEROS",
-            width = self.name_width
+            width = self.name_width,
+            dtype = self.dtype_width
         )?;
         let (rows, broken) = (self.broken.items + self.rest.items, self.broken.items);
         self.broken.copy_to(out)?;
@@ -1246,11 +1256,17 @@ fn write_stats_line<W: Write + ?Sized>(
     out: &mut W,
     row: &StatsRow,
     name_width: usize,
+    dtype_width: usize,
 ) -> io::Result<()> {
     let name = escape(row.name);
     let pad = name_width.saturating_sub(display_width(&name));
     let mark = if row.is_broken() { "!" } else { " " };
-    write!(out, "{name}{:pad$}{mark} {:<5}", "", escape(row.dtype))?;
+    write!(
+        out,
+        "{name}{:pad$}{mark} {:<dtype_width$}",
+        "",
+        escape(row.dtype)
+    )?;
     match row.moments {
         Some(m) => {
             let number = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.4e}"));

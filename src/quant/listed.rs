@@ -12,6 +12,8 @@ pub struct LogicalTensors {
     pub tensors: Vec<Tensor>,
     /// `(listed tensor, logical weight)` for every logical weight, by listed tensor.
     weights: Vec<(u32, u32)>,
+    /// Each listed tensor's index in the model's tensors (`u32::MAX` for a logical weight).
+    stored: Vec<u32>,
 }
 
 impl LogicalTensors {
@@ -23,9 +25,11 @@ impl LogicalTensors {
                 - quantization.by_tensor.len().min(model.tensors.len()),
         );
         let mut weights = Vec::with_capacity(quantization.weights.len());
+        let mut stored = Vec::with_capacity(tensors.capacity());
         for (index, tensor) in model.tensors.iter().enumerate() {
             let Some(weight) = quantization.weight_of(index) else {
                 tensors.push(tensor.clone());
+                stored.push(u32::try_from(index).unwrap_or(u32::MAX));
                 continue;
             };
             let first = quantization.members(weight).iter().map(|m| m.tensor).min();
@@ -44,6 +48,7 @@ impl LogicalTensors {
                 u32::try_from(tensors.len()).unwrap_or(u32::MAX),
                 u32::try_from(weight).unwrap_or(u32::MAX),
             ));
+            stored.push(u32::MAX);
             tensors.push(Tensor {
                 info: TensorInfo {
                     name: w.name.clone(),
@@ -55,7 +60,20 @@ impl LogicalTensors {
             });
         }
         tensors.shrink_to_fit();
-        LogicalTensors { tensors, weights }
+        stored.shrink_to_fit();
+        LogicalTensors {
+            tensors,
+            weights,
+            stored,
+        }
+    }
+
+    /// The model's tensor listed tensor `index` is, when it is no logical weight.
+    pub fn stored(&self, index: usize) -> Option<usize> {
+        self.stored
+            .get(index)
+            .filter(|&&t| t != u32::MAX)
+            .map(|&t| t as usize)
     }
 
     /// The logical weight listed tensor `index` is, if it is one.

@@ -335,3 +335,37 @@ fn quantization_member_count(quantization: &Quantization) -> usize {
         .map(|w| quantization.members(w).len())
         .sum()
 }
+
+#[test]
+fn stats_are_of_the_dequantized_weights_as_their_producers_compute_them() {
+    for (name, ..) in FIXTURES {
+        let folder = fixtures().join(name);
+        let producer: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(folder.join("producer.json")).unwrap()).unwrap();
+        let stats: serde_json::Value =
+            serde_json::from_str(&stui(&["stats", "--json", folder.to_str().unwrap()])).unwrap();
+        let rows = stats["tensors"].as_array().unwrap();
+        let weights = producer["weights"].as_object().unwrap();
+        assert!(!weights.is_empty(), "{name}");
+        for (weight, expected) in weights {
+            let row = rows
+                .iter()
+                .find(|r| r["name"] == weight.as_str())
+                .unwrap_or_else(|| panic!("{name}: no row for {weight}"));
+            for key in ["min", "max", "absmax", "zeros"] {
+                assert_eq!(row[key], expected[key], "{name} {weight} {key}");
+            }
+            for key in ["mean", "std"] {
+                let (a, e) = (row[key].as_f64().unwrap(), expected[key].as_f64().unwrap());
+                assert!(
+                    (a - e).abs() <= 1e-6 * e.abs().max(1e-3),
+                    "{name} {weight} {key}: {a} against the producer's {e}"
+                );
+            }
+            assert!(
+                row["histogram"].is_object(),
+                "{name} {weight}: no histogram"
+            );
+        }
+    }
+}
