@@ -2,10 +2,17 @@
 //!
 //! A layout is built from its member tensors (borrowed bytes with their dtype and shape) and the
 //! scheme's parameters; its constructor checks every member against them and names the member
-//! and what is wrong. It then gives the logical weight's rows, dequantized exactly as the
-//! producer does (see [`grouped`] for the arithmetic), a block of rows at a time: callers stream,
-//! no whole tensor is ever dequantized into memory. It also counts the stored codes (levels used,
-//! codes clipped at the extremes) and lists the scales and zero points that break a group.
+//! and what is wrong. It then gives the logical weight's rows a block at a time (callers stream:
+//! no whole tensor is ever dequantized into memory), counts the stored codes (levels used, codes
+//! clipped at the extremes), and lists the scales and zero points that break a group.
+//!
+//! Values are the producer's own, bit for bit: its operations in its order, each rounded to
+//! the type it computes in. The torch producers compute in the scales' type (BF16 or F16 gives
+//! `bf16((q − zp) · s)`, F32 gives the F32 product), MLX rounds its product and then its sum to
+//! the scales' type, bitsandbytes computes in F32, compressed-tensors' NVFP4 rounds to BF16.
+//! A final cast to the model's dtype that a loader may add is not applied. The checkpoints of
+//! `tests/fixtures/quant`, written by the producers themselves, are checked against their own
+//! dequantization (`tests/it/quant_kernels.rs`).
 //!
 //! This module knows nothing of files, configs or names: recognising a scheme and finding its
 //! members is done above it.
@@ -13,6 +20,7 @@
 pub mod awq;
 mod bits;
 pub mod bnb;
+pub mod comfy;
 pub mod compressed_tensors;
 mod decode;
 pub mod fp8;
@@ -305,17 +313,34 @@ fn scalar(member: &'static str, stored: &Stored<'_>, dtypes: &[Dtype]) -> Result
 
 /// `[rows, cols]` or `[experts, rows, cols]` of a weight-like member: (experts, rows, cols).
 fn matrix(member: &'static str, stored: &Stored<'_>) -> Result<(usize, usize, usize), KernelError> {
-    match stored.shape.len() {
-        2 => Ok((1, stored.dim(0), stored.dim(1))),
-        3 => Ok((stored.dim(0), stored.dim(1), stored.dim(2))),
-        _ => Err(KernelError::new(
+    let dims = match stored.shape.len() {
+        2 => (1, stored.dim(0), stored.dim(1)),
+        3 => (stored.dim(0), stored.dim(1), stored.dim(2)),
+        _ => {
+            return Err(KernelError::new(
+                member,
+                format!("shape {:?}, expected 2 or 3 dimensions", stored.shape),
+            ));
+        }
+    };
+    // Logical sizes are products of these, and of up to 32 codes a stored element.
+    let fits = dims
+        .0
+        .checked_mul(dims.1)
+        .and_then(|n| n.checked_mul(dims.2))
+        .and_then(|n| n.checked_mul(32))
+        .is_some();
+    if fits {
+        Ok(dims)
+    } else {
+        Err(KernelError::new(
             member,
-            format!("shape {:?}, expected 2 or 3 dimensions", stored.shape),
-        )),
+            format!("shape {:?} is too large", stored.shape),
+        ))
     }
 }
 
-/// A shape with the experts' dimension in front when there are several... or one 3-D weight.
+/// `dims` with the experts' dimension in front, for a 3-D weight.
 fn with_experts(experts: Option<usize>, dims: &[usize]) -> Vec<usize> {
     experts.into_iter().chain(dims.iter().copied()).collect()
 }

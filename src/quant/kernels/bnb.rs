@@ -126,7 +126,12 @@ impl<'a> FourBit<'a> {
         if state.blocksize == 0 {
             return Err(KernelError::new("quant_state", "blocksize 0"));
         }
-        let count = rows * cols;
+        let count = rows.checked_mul(cols).ok_or_else(|| {
+            KernelError::new(
+                "quant_state",
+                format!("shape {:?} is too large", state.shape),
+            )
+        })?;
         let weight = members.weight;
         if weight.bytes.len() != count.div_ceil(2) {
             return Err(KernelError::new(

@@ -1112,6 +1112,26 @@ mod tests {
     }
 
     #[test]
+    fn shapes_whose_sizes_overflow_are_an_error_not_a_panic() {
+        let huge = 1usize << 62;
+        let weight = Owned::new(Dtype::I8, &[huge, huge, 0], vec![]);
+        let scale = Owned::f32(&[1], &[1.0]);
+        let error = Naive::new(
+            weight.stored(),
+            scale.stored(),
+            None,
+            None,
+            Strategy::Tensor,
+            8,
+        )
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!("weight: 0 bytes do not hold shape [{huge}, {huge}, 0] of I8")
+        );
+    }
+
+    #[test]
     fn broken_scales_and_zero_points_are_named_by_row_and_group() {
         let weight = Owned::i8(&[4, 8], &[1; 32]);
         let scale = Owned::f32(

@@ -1,11 +1,11 @@
 //! The engine every layout is built on: codes, and per group a scale, a zero point or a bias.
 //!
 //! A logical element `(r, i)` (`MoE` experts folded into the rows) is
-//! `((c − z) · s) · t` or, for MLX's affine mode, `c · s + b`, where `c` is its code's value (an
-//! integer, or a small float decoded exactly), `s`, `z` and `b` belong to its group and `t` is a
-//! tensor-wide factor (1 when absent). The operations and their order are the producers' own, in
-//! `f32`; where a producer computes in BF16 or F16, the `f32` result here is the exact product,
-//! which rounded to that type gives the producer's value.
+//! `((c − z) · s) · t` or, for MLX's affine mode and quanto, `c · s + b`, where `c` is its code's
+//! value (an integer, or a small float decoded exactly), `s`, `z` and `b` belong to its group and
+//! `t` is a tensor-wide factor (1 when absent). The operations and their order are the
+//! producers' own, in `f32`; where a producer computes in BF16 or F16 each result is rounded to
+//! it (`Grouped::rounding`), so the values are the producer's bit for bit.
 //!
 //! A row is dequantized in two passes over memory that stays in L1: its codes are unpacked into
 //! bytes, then each group's run is mapped to values in a loop with no branch and no bounds check,
@@ -47,6 +47,9 @@ pub enum Codes<'a> {
     Awq { bytes: &'a [u8], rows: usize },
     /// Nibbles of the flattened tensor, the first of each byte in the high half (bitsandbytes).
     FlatHighFirst(&'a [u8]),
+    /// Each row's nibbles in its own run of `row_bytes` bytes, the first of each byte in the
+    /// high half (`ComfyUI`'s NVFP4).
+    RowsHighFirst { bytes: &'a [u8], row_bytes: usize },
     /// optimum-quanto: the flattened tensor as a `[R, width]` matrix whose rows are stored in
     /// `8 / bits` chunks of `chunk_rows` rows, chunk `k` at bit `bits · k` of `[chunk_rows,
     /// width]` bytes.
@@ -142,6 +145,12 @@ pub enum Source<'a> {
     Divided(Floats<'a>, f32),
     /// Stored values negated (a shift subtracted, as an exactly equal bias added).
     Negated(Floats<'a>),
+    /// cuBLAS' blocked layout of a scale matrix (`ComfyUI`'s `to_blocked`): tiles of 128 rows
+    /// by 4 columns, `tiles` to a row of tiles, each stored as 32 rows of 4 × 4.
+    Blocked {
+        floats: Floats<'a>,
+        tiles: usize,
+    },
     /// Packed unsigned codes minus `offset` (packed zero points).
     Packed(PackedCodes<'a>),
     /// bitsandbytes' double quantization: `map[code[t]] · absmax[t / block] + offset`.
@@ -189,7 +198,9 @@ impl Source<'_> {
             Source::Stored(floats) => floats.get(index),
             Source::Divided(floats, divisor) => floats.get(index) / divisor,
             Source::Negated(floats) => -floats.get(index),
-            Source::Packed(_) | Source::Constant(_) => unreachable!("read through Grid::get"),
+            Source::Packed(_) | Source::Constant(_) | Source::Blocked { .. } => {
+                unreachable!("read through Grid::get")
+            }
             Source::Nested {
                 codes,
                 map,
@@ -216,6 +227,12 @@ impl Grid<'_> {
         match &self.values {
             Source::Constant(value) => *value,
             Source::Packed(packed) => packed.get(row, group),
+            Source::Blocked { floats, tiles } => floats.get(
+                ((row / 128) * tiles + group / 4) * 512
+                    + (row % 32) * 16
+                    + ((row % 128) / 32) * 4
+                    + group % 4,
+            ),
             source => source.get(row * self.row_stride + group * self.group_stride),
         }
     }
@@ -375,6 +392,13 @@ impl Grouped<'_> {
                     *code = u8::try_from(byte >> shift & ((1 << bits) - 1)).unwrap_or(0);
                 }
             }
+            Codes::RowsHighFirst { bytes, row_bytes } => {
+                let row = &bytes[row * row_bytes..(row + 1) * row_bytes];
+                for (i, code) in out.iter_mut().enumerate() {
+                    let shift = if i.is_multiple_of(2) { 4 } else { 0 };
+                    *code = nibble(u32::from(row[i / 2]) >> shift);
+                }
+            }
             Codes::FlatHighFirst(bytes) => {
                 let start = row * cols;
                 for (i, code) in out.iter_mut().enumerate() {
@@ -426,7 +450,13 @@ impl Grouped<'_> {
         let mut segments = Vec::new();
         let mut indexed = Vec::new();
         for (row, out) in rows.zip(out.chunks_exact_mut(cols.max(1))) {
-            self.unpack_row(row, &mut codes);
+            // Bytes are read where they lie; packed codes are unpacked first.
+            let codes: &[u8] = if let Codes::Bytes(bytes) = self.codes {
+                &bytes[row * cols..(row + 1) * cols]
+            } else {
+                self.unpack_row(row, &mut codes);
+                &codes
+            };
             let grid_row = self.grid_row(row);
             segments.clear();
             match &self.groups {
@@ -449,7 +479,7 @@ impl Grouped<'_> {
                 Groups::Indexed { index, count } => {
                     indexed.clear();
                     indexed.extend((0..*count).map(|g| self.parameters(row, grid_row, g)));
-                    for ((value, &code), &group) in out.iter_mut().zip(&codes).zip(index) {
+                    for ((value, &code), &group) in out.iter_mut().zip(codes).zip(index) {
                         let (s, z, b) = indexed[group as usize];
                         let c = self.code_value(code);
                         *value = match (self.biases.is_some(), self.rounding) {
@@ -462,7 +492,7 @@ impl Grouped<'_> {
                 }
             }
             if !segments.is_empty() {
-                self.run(&codes, out, &segments);
+                self.run(codes, out, &mut segments);
             }
             if let Some(factor) = self.factor {
                 scale_by(out, factor);
@@ -483,7 +513,13 @@ impl Grouped<'_> {
 
     /// A row's runs of groups, through one loop chosen for the code type, the rounding and
     /// the formula.
-    fn run(&self, codes: &[u8], out: &mut [f32], segments: &[Segment]) {
+    fn run(&self, codes: &[u8], out: &mut [f32], segments: &mut [Segment]) {
+        if let (Value::Unsigned { offset, .. }, None) = (self.value, &self.biases) {
+            // `u − (offset + z)`, one subtraction: exact, as every term is a small integer.
+            for segment in segments.iter_mut() {
+                segment.z += offset;
+            }
+        }
         match self.rounding {
             None => self.run_with(codes, out, segments, |x| x),
             Some(Half::Bf16) => self.run_with(codes, out, segments, |x| Half::Bf16.round(x)),
@@ -509,7 +545,11 @@ impl Grouped<'_> {
             };
         }
         match self.value {
-            Value::Unsigned { offset, .. } => with_value!(move |c: u8| f32::from(c) - offset),
+            Value::Unsigned { offset, .. } if bias => {
+                with_value!(move |c: u8| f32::from(c) - offset);
+            }
+            // The offset is in the segments' zero points (see `run`).
+            Value::Unsigned { .. } => with_value!(f32::from),
             Value::Signed => with_value!(|c: u8| f32::from(c.cast_signed())),
             Value::E4M3 => with_value!(e4m3),
             Value::E5M2 => with_value!(e5m2),
