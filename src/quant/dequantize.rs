@@ -159,12 +159,16 @@ pub fn kernel<'a>(
             need(Role::Blocks, "blocks")?,
             need(Role::BlockScales, "scales")?,
         )?),
-        Layout::ComfyNvfp4
-        | Layout::ComfyInt8
-        | Layout::Hqq
-        | Layout::Quanto
-        | Layout::Exl2
-        | Layout::Exl3 => {
+        Layout::ComfyNvfp4 => {
+            let rows = weight.shape.iter().rev().nth(1).unwrap_or(0);
+            Box::new(super::kernels::comfy::ComfyNvfp4::new(
+                need(Role::Weight, "weight")?,
+                need(Role::WeightScale, "weight_scale")?,
+                need(Role::WeightScale2, "weight_scale_2")?,
+                [usize::try_from(rows).unwrap_or(usize::MAX), cols],
+            )?)
+        }
+        Layout::ComfyInt8 | Layout::Hqq | Layout::Quanto | Layout::Exl2 | Layout::Exl3 => {
             return Err(KernelError::new(
                 "weight",
                 format!("stui does not read {} values yet", scheme.layout.family()),
