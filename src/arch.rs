@@ -17,6 +17,7 @@ pub use recognise::Architecture;
 
 use crate::finding::{Code, Finding, Findings};
 use crate::format::{Model, TensorInfo};
+use crate::quant::{Quantization, SideFiles};
 use crate::text::escape;
 use serde::Serialize;
 use std::fmt;
@@ -157,9 +158,19 @@ fn model_info<'a>(
 
 mod adapter;
 
+/// What reviewing a model finds: what the model is, its quantization, and the findings on its
+/// layers, its config and its quantized weights.
+#[derive(Debug)]
+pub struct Reviewed {
+    pub info: Option<ModelInfo>,
+    pub quantization: Option<Quantization>,
+    pub findings: Findings,
+}
+
 /// Checks the model against its config (see [`config_path`]) and its layers against each
-/// other: the findings, and what the model is.
-pub fn review_model(model: &Model, explicit: Option<&Path>) -> (Option<ModelInfo>, Findings) {
+/// other, over its logical weights when it is quantized (a packed weight's stored shape is not
+/// the layer's): the findings, what the model is, and how it is quantized.
+pub fn review_model(model: &Model, explicit: Option<&Path>) -> Reviewed {
     let mut findings = Findings::new();
     let config = match find_config(model, explicit) {
         Some(Ok(config)) => Some(config),
@@ -170,19 +181,88 @@ pub fn review_model(model: &Model, explicit: Option<&Path>) -> (Option<ModelInfo
         }
         None => None,
     };
-    let pattern = config.as_ref().and_then(LayerPattern::from_config);
-    let class = config
-        .as_ref()
-        .and_then(|config| config.architectures().first().map(|c| (*c).to_owned()));
+    let quantization = recognise_quantization(model, config.as_ref(), &mut findings);
+    let info = match &quantization {
+        Some(quantization) => {
+            let logical: Vec<TensorInfo> = quantization.logical_infos(model).collect();
+            // A weight whose rows are not stored (quanto's packed codes) has its element count
+            // for a shape: its name counts, its shape does not.
+            let flat: std::collections::HashSet<&str> = quantization
+                .weights
+                .iter()
+                .filter(|weight| weight.flat)
+                .map(|weight| weight.name.as_str())
+                .collect();
+            let shaped = logical
+                .iter()
+                .filter(|info| !flat.contains(info.name.as_str()));
+            review_tensors(config.as_ref(), logical.iter(), shaped, &mut findings)
+        }
+        None => review_tensors(
+            config.as_ref(),
+            tensors(model),
+            tensors(model),
+            &mut findings,
+        ),
+    };
+    Reviewed {
+        info,
+        quantization,
+        findings,
+    }
+}
+
+/// How the model is quantized, from its config and side files, without the other checks.
+pub fn quantization(model: &Model) -> Option<Quantization> {
+    let config = find_config(model, None).and_then(Result::ok);
+    recognise_quantization(model, config.as_ref(), &mut Findings::new())
+}
+
+/// The quantization from the config and the side files beside the model, with the findings on
+/// both.
+fn recognise_quantization(
+    model: &Model,
+    config: Option<&ModelConfig>,
+    findings: &mut Findings,
+) -> Option<Quantization> {
+    let folder = match config {
+        Some(config) => config.path.parent().map(Path::to_path_buf),
+        None => match model.source {
+            crate::format::model::Source::Folder => Some(model.path.clone()),
+            _ => model.path.parent().map(Path::to_path_buf),
+        },
+    };
+    let mut side_findings = Vec::new();
+    let side = SideFiles::read(
+        folder.as_deref(),
+        config.map(|config| config.json.clone()),
+        &mut side_findings,
+    );
+    let (quantization, quant_findings) = Quantization::recognise(model, &side);
+    findings.extend(side_findings);
+    findings.extend(quant_findings);
+    quantization
+}
+
+/// The layer checks, the config checks and the expected tensors over `tensors`; the
+/// architecture recognised from the shapes of `with_shapes`.
+fn review_tensors<'a>(
+    config: Option<&ModelConfig>,
+    tensors: impl Iterator<Item = &'a TensorInfo> + Clone + Send + Sync,
+    with_shapes: impl Iterator<Item = &'a TensorInfo> + Clone + Send + Sync,
+    findings: &mut Findings,
+) -> Option<ModelInfo> {
+    let pattern = config.and_then(LayerPattern::from_config);
+    let class = config.and_then(|config| config.architectures().first().map(|c| (*c).to_owned()));
     let template = class
         .as_deref()
         .and_then(|class| expected::templates().get(class));
     let (layer_review, shapes) = rayon::join(
-        || layer_findings(tensors(model), pattern.as_ref(), template),
-        || Architecture::recognise(tensors(model)),
+        || layer_findings(tensors.clone(), pattern.as_ref(), template),
+        || Architecture::recognise(with_shapes),
     );
     findings.append(layer_review.findings);
-    if let Some(config) = &config {
+    if let Some(config) = config {
         let label = escape(&config.path.display().to_string()).into_owned();
         if let (Some(pattern), Some(stack), Some(found)) =
             (&pattern, &layer_review.stack, layer_review.stack_layers)
@@ -208,26 +288,23 @@ pub fn review_model(model: &Model, explicit: Option<&Path>) -> (Option<ModelInfo
             (&pattern, &layer_review.stack, &class, template)
             && template.stack == *stack
         {
-            findings.extend(expected::check(template, class, pattern, tensors(model)));
+            findings.extend(expected::check(template, class, pattern, tensors.clone()));
         }
         if let Some(adapter) = config.adapter() {
-            findings.extend(adapter::check(&adapter, tensors(model), &label));
+            findings.extend(adapter::check(&adapter, tensors.clone(), &label));
         }
     }
-    let info = model_info(
-        config.as_ref(),
-        shapes,
-        pattern,
-        layer_review.stack,
-        tensors(model),
-    );
-    (info, findings)
+    model_info(config, shapes, pattern, layer_review.stack, tensors)
 }
 
-/// Opens a model and adds the findings of [`review_model`] to its own.
-pub fn open_reviewed(path: &Path, config: Option<&Path>) -> crate::error::Result<Model> {
+/// Opens a model and adds the findings of [`review_model`] to its own; gives its quantization
+/// too.
+pub fn open_reviewed(
+    path: &Path,
+    config: Option<&Path>,
+) -> crate::error::Result<(Model, Option<Quantization>)> {
     let mut model = Model::open(path)?;
-    let (_, findings) = review_model(&model, config);
-    model.findings.append(findings);
-    Ok(model)
+    let reviewed = review_model(&model, config);
+    model.findings.append(reviewed.findings);
+    Ok((model, reviewed.quantization))
 }

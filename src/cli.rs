@@ -100,6 +100,10 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "each is a command-line switch of its own"
+)]
 pub struct InspectArgs {
     /// The model: a .safetensors file, an index .json, or a folder.
     pub path: PathBuf,
@@ -119,6 +123,9 @@ pub struct InspectArgs {
     /// Compare the tensors with this config.json instead of the one beside the model.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// List the tensors as stored: a quantized weight's members, not the weight they encode.
+    #[arg(long)]
+    pub raw: bool,
 }
 
 #[derive(Debug, Args)]
@@ -166,6 +173,10 @@ pub struct StatsArgs {
     /// For a model read from the Hub: the most tensor bytes to download (e.g. 512M, 4G).
     #[arg(long, value_name = "SIZE", default_value = "512M")]
     pub fetch_limit: ByteSize,
+    /// Statistics of the stored tensors: a quantized weight's codes and scales, not the values
+    /// they encode.
+    #[arg(long)]
+    pub raw: bool,
 }
 
 /// What the layer map's cells show.

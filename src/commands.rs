@@ -12,7 +12,8 @@ use crate::format::Model;
 use crate::jobs::{Scan, ScanEvent, ScanOptions, ScanOrder};
 use crate::layermap::{Analysis, Glyphs, LayerMap, Measure, Values};
 use crate::paths;
-use crate::report::{Check, Inspect, Listing, Report};
+use crate::quant::{LogicalTensors, Quantization};
+use crate::report::{Check, Inspect, Listing, Report, Shown};
 use crate::report::{MapReport, StatsRow, StatsWriter};
 use crate::tree::LayerTree;
 use std::io::{self, Write};
@@ -60,6 +61,7 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
                     expand: false,
                     filter: None,
                     config: None,
+                    raw: false,
                 };
                 inspect(&args, out)
             }
@@ -113,28 +115,45 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
     check_config(args.config.as_deref())?;
     let mut model = open(&args.path)?;
     let needle = args.filter.as_deref().map(str::to_lowercase);
+    let matches = |tensor: &crate::format::Tensor| {
+        needle
+            .as_deref()
+            .is_none_or(|needle| crate::text::contains_ignore_case(tensor.name(), needle))
+    };
     // The checks, the tree and the structural id each read the whole tensor list: side by side.
-    let ((architecture, findings), (tree, structural_id)) = rayon::join(
+    let (reviewed, (stored_tree, structural_id)) = rayon::join(
         || crate::arch::review_model(&model, args.config.as_deref()),
         || {
             rayon::join(
-                || {
-                    LayerTree::build(&model.tensors, |tensor| {
-                        needle.as_deref().is_none_or(|needle| {
-                            crate::text::contains_ignore_case(tensor.name(), needle)
-                        })
-                    })
-                },
+                || LayerTree::build(&model.tensors, matches),
                 || crate::hash::structural_id(&model),
             )
         },
     );
-    model.findings.append(findings);
+    model.findings.append(reviewed.findings);
+    let architecture = reviewed.info;
+    // A quantized model is listed by its logical weights, unless asked for what is stored.
+    let logical = reviewed
+        .quantization
+        .as_ref()
+        .filter(|_| !args.raw)
+        .map(|quantization| {
+            let logical = LogicalTensors::new(&model, quantization);
+            let tree = LayerTree::build(&logical.tensors, matches);
+            (logical, quantization, tree)
+        });
+    let (shown, tree) = match &logical {
+        Some((logical, quantization, logical_tree)) => {
+            (Shown::logical(&model, logical, quantization), logical_tree)
+        }
+        None => (Shown::stored(&model), &stored_tree),
+    };
     let report = Inspect {
-        model: &model,
-        tree: &tree,
+        shown,
+        tree,
         filter: args.filter.as_deref(),
         architecture: architecture.as_ref(),
+        quantization: reviewed.quantization.as_ref(),
         structural_id: &structural_id,
     };
     let mut out = io::BufWriter::with_capacity(1 << 16, out);
@@ -154,14 +173,15 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
     } else {
         Outcome::Clean
     };
+    skip_freeing(logical);
+    skip_freeing(stored_tree);
     skip_freeing(model);
-    skip_freeing(tree);
     Ok(outcome)
 }
 
 fn check<W: Write>(args: &CheckArgs, out: &mut W) -> Result<Outcome, Failure> {
     check_config(args.config.as_deref())?;
-    let model = crate::arch::open_reviewed(&args.path, args.config.as_deref())?;
+    let (model, _) = crate::arch::open_reviewed(&args.path, args.config.as_deref())?;
     let report = Check {
         model: &model,
         findings: &model.findings,
@@ -183,12 +203,19 @@ fn check<W: Write>(args: &CheckArgs, out: &mut W) -> Result<Outcome, Failure> {
 fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
     let model = Arc::new(open(&args.path)?);
     let needle = args.filter.as_deref().map(str::to_lowercase);
-    // In the tree's order, without building it.
-    let chosen = crate::tree::display_order(&model.tensors, |tensor| {
+    let matches = |tensor: &crate::format::Tensor| {
         needle
             .as_deref()
             .is_none_or(|needle| crate::text::contains_ignore_case(tensor.name(), needle))
-    });
+    };
+    // A quantized model's logical weights are dequantized; the other tensors are scanned.
+    let quantization = if args.raw {
+        None
+    } else {
+        crate::arch::quantization(&model)
+    };
+    let items = stats_items(&model, quantization.as_ref(), matches);
+    let chosen = stored_items(&items);
     within_fetch_limit(&model, &chosen, args.fetch_limit)?;
     let options = ScanOptions {
         threads: args.threads.map(usize::from),
@@ -196,59 +223,33 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
         order: ScanOrder::Given,
         ..ScanOptions::default()
     };
-    let mut output = StatsWriter::new(args.json, chosen.iter().map(|&t| model.tensors[t].name()));
+    let name = |item: &Item| match item {
+        Item::Stored(tensor) => model.tensors[*tensor].name(),
+        Item::Weight(weight) => quantization
+            .as_ref()
+            .map_or("", |q| q.weights[*weight].name.as_str()),
+    };
+    let mut output = StatsWriter::new(args.json, items.iter().map(name))
+        .with_dtype_width(scheme_width(quantization.as_ref()));
     for finding in &model.findings {
         output.finding(finding)?;
     }
-    let mut rows = InOrder::new(&model, &chosen, args.json);
+    let mut rows = InOrder::new(&model, quantization.as_ref(), &items, args.json);
     // A few numbers a tensor, for the layer map and its findings.
     let mut values = Values::new(model.tensors.len());
     // With --map, the findings printed under it (as bounded as the model's).
     let mut scan_findings = crate::finding::Findings::new();
     scan_findings.append(model.findings.clone());
-    let (sender, receiver) = mpsc::sync_channel(crate::jobs::EVENT_QUEUE);
-    let scan = Scan::start(Arc::clone(&model), chosen.clone(), options, sender);
-    let bar = progress_bar();
-    let mut scanned = 0;
-    for event in receiver {
-        match event {
-            ScanEvent::Started { .. } => {}
-            ScanEvent::Stats { tensor, moments } => {
-                values.record(tensor, &moments);
-                rows.pending(tensor).moments = Some(moments);
-            }
-            ScanEvent::Histogram { tensor, histogram } => {
-                rows.pending(tensor).histogram = Some(histogram);
-            }
-            ScanEvent::Failed { tensor, finding } => {
-                values.record_failed(tensor);
-                rows.pending(tensor).failed = true;
-                output.finding(&finding)?;
-                if args.map {
-                    scan_findings.push(finding);
-                }
-            }
-            ScanEvent::Finding(finding) => {
-                output.finding(&finding)?;
-                if args.map {
-                    scan_findings.push(finding);
-                }
-            }
-            ScanEvent::Progress(progress) => {
-                bar.set_length(progress.bytes_total);
-                bar.set_position(progress.bytes_done);
-            }
-            ScanEvent::Done(progress) => {
-                scanned = progress.bytes_done;
-                break;
-            }
-            ScanEvent::Cancelled => break,
-        }
-        rows.write_finished(&mut output)?;
-    }
-    bar.finish_and_clear();
-    let elapsed = bar.elapsed().as_secs_f64();
-    scan.wait();
+    let noted = args.map.then_some(&mut scan_findings);
+    let (scanned, elapsed) = scan_into(
+        &model,
+        &chosen,
+        options,
+        &mut output,
+        &mut rows,
+        &mut values,
+        noted,
+    )?;
     rows.write_rest(&mut output)?;
     let map = LayerMap::build(
         chosen
@@ -267,22 +268,77 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
     };
     let mut out = io::BufWriter::with_capacity(1 << 16, out);
     if args.map {
-        let report = MapReport {
-            model: &model,
-            map: &map,
-            rows: &[],
-            values: &values,
-            measure: Measure::Std,
-            analysis: &Analysis::default(),
-            findings: &scan_findings,
-            bytes_scanned: scanned,
-        };
-        write_map(report, args, &mut out)?;
+        write_map(
+            &model,
+            &map,
+            &values,
+            &scan_findings,
+            scanned,
+            args,
+            &mut out,
+        )?;
     } else {
         output.finish(&mut out, &model, scanned, elapsed)?;
     }
     out.flush()?;
     Ok(outcome)
+}
+
+/// Runs the scan over `chosen`, writing each row as soon as the rows before it are written, and
+/// noting the findings in `noted` when given; gives the bytes scanned and the seconds taken.
+fn scan_into(
+    model: &Arc<Model>,
+    chosen: &[usize],
+    options: ScanOptions,
+    output: &mut StatsWriter,
+    rows: &mut InOrder,
+    values: &mut Values,
+    mut noted: Option<&mut crate::finding::Findings>,
+) -> Result<(u64, f64), Failure> {
+    let (sender, receiver) = mpsc::sync_channel(crate::jobs::EVENT_QUEUE);
+    let scan = Scan::start(Arc::clone(model), chosen.to_vec(), options, sender);
+    let bar = progress_bar();
+    let mut scanned = 0;
+    for event in receiver {
+        match event {
+            ScanEvent::Started { .. } => {}
+            ScanEvent::Stats { tensor, moments } => {
+                values.record(tensor, &moments);
+                rows.pending(tensor).moments = Some(moments);
+            }
+            ScanEvent::Histogram { tensor, histogram } => {
+                rows.pending(tensor).histogram = Some(histogram);
+            }
+            ScanEvent::Failed { tensor, finding } => {
+                values.record_failed(tensor);
+                rows.pending(tensor).failed = true;
+                output.finding(&finding)?;
+                if let Some(noted) = noted.as_deref_mut() {
+                    noted.push(finding);
+                }
+            }
+            ScanEvent::Finding(finding) => {
+                output.finding(&finding)?;
+                if let Some(noted) = noted.as_deref_mut() {
+                    noted.push(finding);
+                }
+            }
+            ScanEvent::Progress(progress) => {
+                bar.set_length(progress.bytes_total);
+                bar.set_position(progress.bytes_done);
+            }
+            ScanEvent::Done(progress) => {
+                scanned = progress.bytes_done;
+                break;
+            }
+            ScanEvent::Cancelled => break,
+        }
+        rows.write_finished(output)?;
+    }
+    bar.finish_and_clear();
+    let elapsed = bar.elapsed().as_secs_f64();
+    scan.wait();
+    Ok((scanned, elapsed))
 }
 
 /// For a model read from the Hub, refuses to download more than `limit` bytes of tensors.
@@ -331,7 +387,25 @@ fn map_findings(model: &Model, map: &LayerMap, values: &Values) -> Vec<crate::fi
 
 /// `stats --map`: `report` has the model, the map, its values and findings; its rows, measure
 /// and analysis come from the arguments.
-fn write_map(report: MapReport, args: &StatsArgs, out: &mut dyn Write) -> io::Result<()> {
+fn write_map(
+    model: &Model,
+    map: &LayerMap,
+    values: &Values,
+    findings: &[crate::finding::Finding],
+    bytes_scanned: u64,
+    args: &StatsArgs,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    let report = MapReport {
+        model,
+        map,
+        rows: &[],
+        values,
+        measure: Measure::Std,
+        analysis: &Analysis::default(),
+        findings,
+        bytes_scanned,
+    };
     let shown = report.map.rows(!args.experts, None);
     let measure = match args.measure {
         MapMeasure::Std => Measure::Std,
@@ -366,6 +440,60 @@ fn index32(tensor: usize) -> u32 {
     u32::try_from(tensor).unwrap_or(u32::MAX)
 }
 
+/// The rows of `stui stats` in the tree's order (without building it): a quantized model's
+/// logical weights in place of their members.
+fn stats_items(
+    model: &Model,
+    quantization: Option<&Quantization>,
+    matches: impl Fn(&crate::format::Tensor) -> bool,
+) -> Vec<Item> {
+    match quantization {
+        Some(quantization) => {
+            let logical = LogicalTensors::new(model, quantization);
+            crate::tree::display_order(&logical.tensors, matches)
+                .into_iter()
+                .map(|index| match logical.stored(index) {
+                    Some(tensor) => Item::Stored(tensor),
+                    None => Item::Weight(logical.weight(index).unwrap_or_default()),
+                })
+                .collect()
+        }
+        None => crate::tree::display_order(&model.tensors, matches)
+            .into_iter()
+            .map(Item::Stored)
+            .collect(),
+    }
+}
+
+/// The widest scheme label, for the width of the table's dtype column.
+fn scheme_width(quantization: Option<&Quantization>) -> usize {
+    quantization.map_or(0, |q| {
+        q.schemes()
+            .iter()
+            .map(|(scheme, _)| scheme.label().chars().count())
+            .max()
+            .unwrap_or(0)
+    })
+}
+
+/// The stored tensors among `items`: those the scan reads.
+fn stored_items(items: &[Item]) -> Vec<usize> {
+    items
+        .iter()
+        .filter_map(|item| match item {
+            Item::Stored(tensor) => Some(*tensor),
+            Item::Weight(_) => None,
+        })
+        .collect()
+}
+
+/// A row of `stui stats`: a stored tensor the scan reads, or a logical weight dequantized.
+#[derive(Clone, Copy, Debug)]
+enum Item {
+    Stored(usize),
+    Weight(usize),
+}
+
 /// What the scan has sent about a tensor whose row is not written yet.
 #[derive(Default)]
 struct PendingRow {
@@ -378,7 +506,8 @@ struct PendingRow {
 /// order asked, a few out of turn, so only those wait here.
 struct InOrder<'m> {
     model: &'m Model,
-    chosen: &'m [usize],
+    quantization: Option<&'m Quantization>,
+    items: &'m [Item],
     /// Each tensor's place in `chosen`.
     place: Vec<u32>,
     pending: std::collections::BTreeMap<u32, PendingRow>,
@@ -388,14 +517,22 @@ struct InOrder<'m> {
 }
 
 impl<'m> InOrder<'m> {
-    fn new(model: &'m Model, chosen: &'m [usize], histograms: bool) -> InOrder<'m> {
+    fn new(
+        model: &'m Model,
+        quantization: Option<&'m Quantization>,
+        items: &'m [Item],
+        histograms: bool,
+    ) -> InOrder<'m> {
         let mut place = vec![u32::MAX; model.tensors.len()];
-        for (i, &tensor) in chosen.iter().enumerate() {
-            place[tensor] = u32::try_from(i).unwrap_or(u32::MAX);
+        for (i, item) in items.iter().enumerate() {
+            if let Item::Stored(tensor) = *item {
+                place[tensor] = u32::try_from(i).unwrap_or(u32::MAX);
+            }
         }
         InOrder {
             model,
-            chosen,
+            quantization,
+            items,
             place,
             pending: std::collections::BTreeMap::new(),
             next: 0,
@@ -409,7 +546,14 @@ impl<'m> InOrder<'m> {
 
     /// Writes the rows that are complete and next in order.
     fn write_finished(&mut self, output: &mut StatsWriter) -> io::Result<()> {
-        while let Some(entry) = self.pending.first_entry() {
+        loop {
+            if let Some(Item::Weight(weight)) = self.items.get(self.next as usize) {
+                self.write_weight(output, *weight)?;
+                continue;
+            }
+            let Some(entry) = self.pending.first_entry() else {
+                break;
+            };
             let row = entry.get();
             let complete = row.failed
                 || row.moments.is_some() && (!self.histograms || row.histogram.is_some());
@@ -425,15 +569,65 @@ impl<'m> InOrder<'m> {
     /// Writes every row left, as far as the scan got with each.
     fn write_rest(&mut self, output: &mut StatsWriter) -> io::Result<()> {
         let empty = PendingRow::default();
-        while (self.next as usize) < self.chosen.len() {
+        while let Some(item) = self.items.get(self.next as usize) {
+            if let Item::Weight(weight) = *item {
+                self.write_weight(output, weight)?;
+                continue;
+            }
             let row = self.pending.remove(&self.next);
             self.write(output, row.as_ref().unwrap_or(&empty))?;
         }
         Ok(())
     }
 
+    /// Dequantizes logical weight `weight`, the next row, and writes it.
+    fn write_weight(&mut self, output: &mut StatsWriter, weight: usize) -> io::Result<()> {
+        self.next += 1;
+        let Some(quantization) = self.quantization else {
+            return Ok(());
+        };
+        let logical = &quantization.weights[weight];
+        let label = logical.scheme.label();
+        match crate::jobs::dequantized::weight_stats(
+            self.model,
+            quantization,
+            weight,
+            self.histograms,
+        ) {
+            Ok(stats) => {
+                for finding in &stats.findings {
+                    output.finding(finding)?;
+                }
+                output.row(&StatsRow {
+                    name: &logical.name,
+                    dtype: &label,
+                    moments: Some(&stats.moments),
+                    histogram: stats.histogram.as_ref(),
+                })
+            }
+            Err(message) => {
+                output.finding(
+                    &crate::finding::Finding::error(
+                        crate::finding::Code::DataUnreadable,
+                        format!("cannot dequantize: {message}"),
+                    )
+                    .for_tensor(crate::text::escape(&logical.name).into_owned()),
+                )?;
+                output.row(&StatsRow {
+                    name: &logical.name,
+                    dtype: &label,
+                    moments: None,
+                    histogram: None,
+                })
+            }
+        }
+    }
+
     fn write(&mut self, output: &mut StatsWriter, row: &PendingRow) -> io::Result<()> {
-        let tensor = &self.model.tensors[self.chosen[self.next as usize]];
+        let Some(&Item::Stored(tensor)) = self.items.get(self.next as usize) else {
+            return Ok(());
+        };
+        let tensor = &self.model.tensors[tensor];
         self.next += 1;
         output.row(&StatsRow {
             name: tensor.name(),

@@ -109,6 +109,15 @@ codes! {
     TensorInTwoShards => "tensor-in-two-shards", "the same tensor name is stored in two shards";
     IndexTotalSize => "index-total-size", "metadata.total_size in the index differs from the tensors' bytes";
     MetadataMismatch => "metadata-mismatch", "shards disagree on a __metadata__ value";
+    QuantMemberMissing => "quant-member-missing", "a quantized weight lacks a member its scheme needs (a scale, the packed shape, the codes themselves)";
+    QuantMemberShape => "quant-member-shape", "a quantized weight's member has a shape its scheme and group size do not give";
+    QuantPackedWidth => "quant-packed-width", "a packed weight's width disagrees with its `weight_shape` (or the bits) it is read with";
+    QuantGroupIndex => "quant-group-index", "a `g_idx` is not a valid group assignment (a group out of range, or too many columns in one)";
+    QuantIgnore => "quant-ignore", "a Linear left unquantized that the config's ignore list does not name, or named but quantized";
+    QuantConfig => "quant-config", "the quantization config and the stored tensors disagree (method, bits, group size, quantized or not)";
+    QuantRotated => "quant-rotated", "the weights are stored in a rotated basis (Hadamard transforms): statistics are of the rotated weights";
+    QuantOpaque => "quant-opaque", "quantized weights stui recognises but whose values it does not read (EXL2, EXL3)";
+    QuantScale => "quant-scale", "a quantized weight's scale or zero point is NaN, infinite, zero (zeroing its group), negative where the scheme forbids it, or out of range";
     ValuesNan => "values-nan", "a tensor holds NaN values";
     ValuesInf => "values-inf", "a tensor holds infinite values";
     ValuesAllZero => "values-all-zero", "every value of a tensor is zero";

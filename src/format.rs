@@ -15,7 +15,7 @@ pub mod sniff;
 pub mod string_map;
 pub mod writer;
 
-pub use dtype::{Dtype, TensorDtype};
+pub use dtype::{Dtype, OtherDtype, TensorDtype};
 pub use file::SafetensorsFile;
 pub use model::Model;
 pub use shape::Shape;

@@ -10,6 +10,8 @@
 //! the tensors it affects, never a crash. Cancel is checked before every chunk. A failure on one
 //! tensor (an I/O error, a panic in a worker) becomes a finding and the scan goes on.
 
+pub mod dequantized;
+
 use crate::analysis::checks::{self, Limits, Spread};
 use crate::analysis::{self, Histogram, HistogramBuilder, Moments, values};
 use crate::finding::{Code, Finding};
@@ -498,10 +500,13 @@ impl Coordinator<'_> {
             let one_chunk = self.scanner.model.tensors[tensor].info.byte_len() <= CHUNK as u64;
             let outcome = guarded(|| {
                 self.pool.install(|| {
+                    let counted = !self.done.contains(tensor);
                     if one_chunk {
-                        self.scanner.small_tensor(tensor, histogram)
+                        self.scanner.small_tensor(tensor, histogram, counted)
                     } else {
-                        self.scanner.moments(tensor).map(|moments| (moments, None))
+                        self.scanner
+                            .moments(tensor, counted)
+                            .map(|moments| (moments, None))
                     }
                 })
             });
@@ -510,7 +515,10 @@ impl Coordinator<'_> {
         self.pool.install(|| {
             batch
                 .par_iter()
-                .map(|&(t, h)| (t, h, guarded(|| self.scanner.small_tensor(t, h))))
+                .map(|&(t, h)| {
+                    let counted = !self.done.contains(t);
+                    (t, h, guarded(|| self.scanner.small_tensor(t, h, counted)))
+                })
                 .collect()
         })
     }
@@ -571,7 +579,7 @@ impl Coordinator<'_> {
         }
         match guarded(|| {
             self.pool
-                .install(|| self.scanner.histogram(tensor, &moments))
+                .install(|| self.scanner.histogram(tensor, &moments, first_time))
         }) {
             Ok(Ok(histogram)) => {
                 let _ = self.events.send(ScanEvent::Histogram { tensor, histogram });
@@ -719,17 +727,18 @@ struct Scanner<'a> {
 
 impl Scanner<'_> {
     /// The tensor's statistics, its chunks spread over the pool's workers.
-    fn moments(&self, tensor: usize) -> Result<Moments, Stop> {
+    /// `counted`: whether the bytes read count towards progress (not when read again).
+    fn moments(&self, tensor: usize, counted: bool) -> Result<Moments, Stop> {
         use rayon::prelude::*;
         let chunks = self.chunks(tensor);
         if chunks.len() <= 1 {
             return chunks.first().map_or(Ok(Moments::EMPTY), |&chunk| {
-                self.chunk_moments(tensor, chunk)
+                self.chunk_moments(tensor, chunk, counted)
             });
         }
         chunks
             .par_iter()
-            .map(|&chunk| self.chunk_moments(tensor, chunk))
+            .map(|&chunk| self.chunk_moments(tensor, chunk, counted))
             .try_reduce(
                 || Moments::EMPTY,
                 |mut a, b| {
@@ -745,6 +754,7 @@ impl Scanner<'_> {
         &self,
         tensor: usize,
         histogram: bool,
+        counted: bool,
     ) -> Result<(Moments, Option<Histogram>), Stop> {
         // Small tensors are at most one chunk long.
         let len = usize::try_from(self.model.tensors[tensor].info.byte_len()).unwrap_or(CHUNK);
@@ -753,35 +763,46 @@ impl Scanner<'_> {
             return Ok((moments, histogram.then(|| histogram_of(&moments, |_| {}))));
         }
         let chunk = (0, len);
-        let counted = histogram && self.count_histograms;
-        let (moments, histogram) = self.with_chunk(tensor, chunk, true, |dtype, bytes| {
+        let histogram_counted = counted && histogram && self.count_histograms;
+        let (moments, histogram) = self.with_chunk(tensor, chunk, counted, |dtype, bytes| {
             crate::fault::inject("scan");
             let moments = analysis::moments_of(dtype, bytes);
             let histogram =
                 histogram.then(|| histogram_of(&moments, |b| values::feed(dtype, bytes, b)));
             (moments, histogram)
         })?;
-        if counted {
+        if histogram_counted {
             self.tracker.advance(chunk.1 as u64);
         }
         Ok((moments, histogram))
     }
 
-    fn chunk_moments(&self, tensor: usize, chunk: (u64, usize)) -> Result<Moments, Stop> {
-        self.with_chunk(tensor, chunk, true, |dtype, bytes| {
+    fn chunk_moments(
+        &self,
+        tensor: usize,
+        chunk: (u64, usize),
+        counted: bool,
+    ) -> Result<Moments, Stop> {
+        self.with_chunk(tensor, chunk, counted, |dtype, bytes| {
             crate::fault::inject("scan");
             analysis::moments_of(dtype, bytes)
         })
     }
 
     /// The tensor's histogram over the range its statistics found.
-    fn histogram(&self, tensor: usize, moments: &Moments) -> Result<Histogram, Stop> {
+    fn histogram(
+        &self,
+        tensor: usize,
+        moments: &Moments,
+        first_time: bool,
+    ) -> Result<Histogram, Stop> {
         use rayon::prelude::*;
         let chunks = self.chunks(tensor);
         let builder = chunks
             .par_iter()
             .map(|&chunk| {
-                self.with_chunk(tensor, chunk, self.count_histograms, |dtype, bytes| {
+                let counted = self.count_histograms && first_time;
+                self.with_chunk(tensor, chunk, counted, |dtype, bytes| {
                     let mut builder = builder_for(moments);
                     values::feed(dtype, bytes, &mut builder);
                     builder

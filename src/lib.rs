@@ -11,6 +11,7 @@
 //! - [`format`]: reading headers leniently, the reference's strict verdict, sharded models, and
 //!   the writer. Never reads tensor data when opening.
 //! - [`arch`]: the architecture recognised from names and shapes, checked against config.json.
+//! - [`quant`]: quantized checkpoints: the scheme recognised, logical weights and their members.
 //! - [`tree`]: the layer tree built from dotted names, with totals on every node.
 //! - [`analysis`]: statistics, histograms and numeric findings from tensor bytes, every dtype.
 //! - [`layermap`]: the layer map, layers across and tensor kinds down, and what stands out in it.

@@ -1,3 +1,359 @@
-//! Quantized weights read as the values they encode.
+//! Quantized checkpoints read as the model they encode: the scheme recognised from side files,
+//! metadata and tensor names ([`recognise`], [`members`]), each quantized Linear grouped into
+//! one logical weight named as the tensor it encodes ([`logical`]), with findings where the
+//! members, the config and the scheme disagree.
+//!
+//! A model with no quantized tensor costs nothing here: recognition returns `None`.
 
+pub mod dequantize;
 pub mod kernels;
+pub mod listed;
+pub mod logical;
+pub mod members;
+pub mod recognise;
+pub mod scheme;
+
+use crate::finding::{Code, Finding};
+use crate::format::{Model, Shape, TensorInfo};
+use crate::text::escape;
+use compact_str::CompactString;
+pub use listed::LogicalTensors;
+pub use members::Role;
+pub use recognise::{Declared, SideFiles};
+pub use scheme::{Grouping, Layout, Scheme};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// A quantized weight as the model computes with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogicalWeight {
+    /// The name of the weight it encodes (`P.weight`), whatever its members are called.
+    pub name: CompactString,
+    pub shape: Shape,
+    pub scheme: Scheme,
+    first_member: u32,
+    member_count: u16,
+    /// Bytes of all its members.
+    pub stored_bytes: u64,
+    /// The shape is only the element count: the layout does not store the weight's rows
+    /// (quanto's packed codes).
+    pub flat: bool,
+}
+
+impl LogicalWeight {
+    pub fn element_count(&self) -> u64 {
+        self.shape.iter().product()
+    }
+
+    /// Stored bits per logical element, scales and zero points included.
+    pub fn bits_per_weight(&self) -> f64 {
+        let elements = self.element_count();
+        if elements == 0 {
+            0.0
+        } else {
+            self.stored_bytes as f64 * 8.0 / elements as f64
+        }
+    }
+}
+
+/// A stored tensor of a logical weight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Its index in [`Model::tensors`].
+    pub tensor: u32,
+    pub role: Role,
+}
+
+/// What a model's quantization is: the declaration, its logical weights and their members.
+#[derive(Debug)]
+pub struct Quantization {
+    pub declared: Option<Declared>,
+    pub weights: Vec<LogicalWeight>,
+    members: Vec<Member>,
+    /// `(tensor, weight)` for every member, by tensor.
+    by_tensor: Vec<(u32, u32)>,
+    /// Weights are stored in a rotated basis: statistics are of the rotated weights, and they
+    /// are not element-aligned with an unrotated model.
+    pub rotated: bool,
+}
+
+impl Quantization {
+    /// Recognises the quantization of `model`, given the side files beside it; `None` (and no
+    /// finding) for a model that neither declares nor stores quantized weights. The findings
+    /// are about members, the config and the scheme disagreeing.
+    pub fn recognise(model: &Model, side: &SideFiles) -> (Option<Quantization>, Vec<Finding>) {
+        let mut findings = Vec::new();
+        let declared = Declared::find(side, &model.metadata, &mut findings);
+        let built = logical::build(model, declared.as_ref());
+        findings.extend(built.findings);
+        if built.weights.is_empty() {
+            if let Some(declared) = declared.as_ref().filter(|d| d.stores_quantized()) {
+                findings.push(Finding::warning(
+                    Code::QuantConfig,
+                    format!(
+                        "{} declares quantized weights, but no tensor is stored quantized",
+                        declared.summary()
+                    ),
+                ));
+            }
+            return (None, findings);
+        }
+        let mut by_tensor: Vec<(u32, u32)> = Vec::with_capacity(built.members.len());
+        for (index, weight) in built.weights.iter().enumerate() {
+            let weight_index = u32::try_from(index).unwrap_or(u32::MAX);
+            let members =
+                &built.members[weight.first_member as usize..][..usize::from(weight.member_count)];
+            by_tensor.extend(members.iter().map(|m| (m.tensor, weight_index)));
+        }
+        by_tensor.sort_unstable();
+        let rotated = declared.as_ref().is_some_and(|d| d.rotated);
+        let quantization = Quantization {
+            declared,
+            weights: built.weights,
+            members: built.members,
+            by_tensor,
+            rotated,
+        };
+        quantization.check_against_config(model, side, &mut findings);
+        (Some(quantization), findings)
+    }
+
+    /// The members of weight `weight`.
+    pub fn members(&self, weight: usize) -> &[Member] {
+        let w = &self.weights[weight];
+        &self.members[w.first_member as usize..][..usize::from(w.member_count)]
+    }
+
+    /// The member of `weight` in `role`, as an index into the model's tensors.
+    pub fn member(&self, weight: usize, role: Role) -> Option<usize> {
+        self.members(weight)
+            .iter()
+            .find(|m| m.role == role)
+            .map(|m| m.tensor as usize)
+    }
+
+    /// The logical weight stored tensor `tensor` belongs to.
+    pub fn weight_of(&self, tensor: usize) -> Option<usize> {
+        let tensor = u32::try_from(tensor).ok()?;
+        let at = self
+            .by_tensor
+            .binary_search_by_key(&tensor, |&(t, _)| t)
+            .ok()?;
+        Some(self.by_tensor[at].1 as usize)
+    }
+
+    /// The model's schemes, most weights first, with how many weights use each.
+    pub fn schemes(&self) -> Vec<(Scheme, usize)> {
+        let mut counts: Vec<(Scheme, usize)> = Vec::new();
+        for weight in &self.weights {
+            match counts.iter_mut().find(|(s, _)| *s == weight.scheme) {
+                Some((_, count)) => *count += 1,
+                None => counts.push((weight.scheme, 1)),
+            }
+        }
+        counts.sort_by_key(|&(_, count)| std::cmp::Reverse(count));
+        counts
+    }
+
+    /// The scheme shown once for the model: "int4 g128 asym, GPTQ v1", with "+ 2 more" when
+    /// weights differ, and "rotated" when they are stored so.
+    pub fn summary(&self) -> String {
+        let schemes = self.schemes();
+        let mut text = schemes
+            .first()
+            .map_or_else(String::new, |(s, _)| s.to_string());
+        if schemes.len() > 1 {
+            let _ = write!(text, " + {} more", schemes.len() - 1);
+        }
+        if self.rotated {
+            text.push_str(", rotated");
+        }
+        text
+    }
+
+    /// Stored bits per logical element over all the quantized weights.
+    pub fn bits_per_weight(&self) -> f64 {
+        let (bytes, elements) = self.weights.iter().fold((0u64, 0u64), |(b, e), w| {
+            (b + w.stored_bytes, e + w.element_count())
+        });
+        if elements == 0 {
+            0.0
+        } else {
+            bytes as f64 * 8.0 / elements as f64
+        }
+    }
+
+    /// The model's tensors as the model computes with them: every tensor that is no member,
+    /// and each logical weight in the place of its first member, with its logical shape and
+    /// its members' bytes (a weight whose rows are not known has its element count as its
+    /// shape, so that its name is there for the checks that look for it).
+    pub fn logical_infos<'a>(&'a self, model: &'a Model) -> impl Iterator<Item = TensorInfo> + 'a {
+        model
+            .tensors
+            .iter()
+            .enumerate()
+            .filter_map(move |(index, tensor)| match self.weight_of(index) {
+                None => Some(tensor.info.clone()),
+                Some(weight) => {
+                    let first = self.members(weight).iter().map(|m| m.tensor).min();
+                    let w = &self.weights[weight];
+                    (first == u32::try_from(index).ok()).then(|| TensorInfo {
+                        name: w.name.clone(),
+                        dtype: tensor.info.dtype.clone(),
+                        shape: w.shape.clone(),
+                        data_offsets: [0, w.stored_bytes],
+                    })
+                }
+            })
+    }
+
+    fn check_against_config(&self, model: &Model, side: &SideFiles, findings: &mut Vec<Finding>) {
+        let Some(declared) = &self.declared else {
+            if side.config.is_some() {
+                findings.push(Finding::warning(
+                    Code::QuantConfig,
+                    format!(
+                        "the tensors are stored quantized ({}), but config.json declares no \
+                         quantization: loaders will read them as plain tensors",
+                        self.summary()
+                    ),
+                ));
+            }
+            return;
+        };
+        let mut unexpected: BTreeMap<Layout, usize> = BTreeMap::new();
+        for weight in &self.weights {
+            if !method_allows(&declared.method, weight.scheme.layout) {
+                *unexpected.entry(weight.scheme.layout).or_default() += 1;
+            }
+            let module = weight.name.strip_suffix(".weight").unwrap_or(&weight.name);
+            if declared.ignores(module) == Some(true) {
+                findings.push(
+                    Finding::warning(
+                        Code::QuantIgnore,
+                        "stored quantized although the config's ignore list names it",
+                    )
+                    .for_tensor(escape(&weight.name).into_owned()),
+                );
+            }
+        }
+        for (layout, count) in unexpected {
+            findings.push(Finding::warning(
+                Code::QuantConfig,
+                format!(
+                    "{} declares `{}`, but {count} weight(s) are stored in the {} layout",
+                    escape(&declared.source),
+                    escape(&declared.method),
+                    layout.family()
+                ),
+            ));
+        }
+        self.check_left_unquantized(model, declared, findings);
+        if self.rotated {
+            findings.push(Finding::info(
+                Code::QuantRotated,
+                "the weights are stored in a rotated basis: their statistics are of the rotated \
+                 weights, and a diff against an unrotated model is not element-aligned",
+            ));
+        }
+        let opaque: Vec<&str> = self
+            .schemes()
+            .iter()
+            .filter(|(s, _)| s.layout.is_opaque())
+            .map(|(s, _)| s.layout.family())
+            .collect();
+        for family in opaque {
+            findings.push(Finding::info(
+                Code::QuantOpaque,
+                format!("{family} weights are recognised, but stui does not read their values"),
+            ));
+        }
+    }
+
+    /// A plain float weight of a kind (its last module name) that is quantized elsewhere in the
+    /// model, which the config's ignore list does not name.
+    fn check_left_unquantized(
+        &self,
+        model: &Model,
+        declared: &Declared,
+        findings: &mut Vec<Finding>,
+    ) {
+        let mut kinds: Vec<&str> = self
+            .weights
+            .iter()
+            .filter_map(|w| {
+                let module = w.name.strip_suffix(".weight")?;
+                Some(module.rsplit('.').next().unwrap_or(module))
+            })
+            .collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        for (index, tensor) in model.tensors.iter().enumerate() {
+            if self.weight_of(index).is_some()
+                || tensor.info.shape.len() < 2
+                || !tensor
+                    .info
+                    .dtype
+                    .known()
+                    .is_some_and(crate::format::Dtype::is_float)
+            {
+                continue;
+            }
+            let Some(module) = tensor.name().strip_suffix(".weight") else {
+                continue;
+            };
+            let kind = module.rsplit('.').next().unwrap_or(module);
+            if kinds.binary_search(&kind).is_err() {
+                continue;
+            }
+            if declared.ignores(module) != Some(true) {
+                findings.push(
+                    Finding::warning(
+                        Code::QuantIgnore,
+                        format!(
+                            "left unquantized ({}), but the config's ignore list does not name it",
+                            tensor.info.dtype.name()
+                        ),
+                    )
+                    .for_tensor(escape(tensor.name()).into_owned()),
+                );
+            }
+        }
+    }
+}
+
+/// Whether `method` (a config's `quant_method`) writes weights in `layout`.
+fn method_allows(method: &str, layout: Layout) -> bool {
+    use Layout as L;
+    match method {
+        "compressed-tensors" => matches!(
+            layout,
+            L::CompressedInt
+                | L::CompressedFloat
+                | L::CompressedPacked
+                | L::CompressedNvfp4
+                | L::CompressedMxfp4
+                | L::CompressedMxfp8
+        ),
+        "gptq" => matches!(layout, L::GptqV1 | L::GptqV2),
+        "awq" => layout == L::Awq,
+        "auto-round" | "autoround" => matches!(layout, L::GptqV1 | L::GptqV2 | L::Awq),
+        "bitsandbytes" => matches!(layout, L::BnbInt8 | L::BnbNf4 | L::BnbFp4),
+        "fp8" | "fbgemm_fp8" => matches!(layout, L::Fp8ScaleInv | L::Fp8Scaled),
+        "modelopt" => matches!(layout, L::ModelOptNvfp4 | L::Fp8Scaled),
+        "mxfp4" => layout == L::GptOssMxfp4,
+        "mlx" => matches!(
+            layout,
+            L::MlxAffine | L::MlxMxfp4 | L::MlxNvfp4 | L::MlxMxfp8
+        ),
+        "hqq" => layout == L::Hqq,
+        "quanto" => layout == L::Quanto,
+        "exl2" => layout == L::Exl2,
+        "exl3" => layout == L::Exl3,
+        "comfyui" => matches!(
+            layout,
+            L::ComfyInt8 | L::ComfyNvfp4 | L::Fp8Scaled | L::CompressedMxfp8
+        ),
+        _ => true,
+    }
+}

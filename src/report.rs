@@ -6,7 +6,9 @@ pub mod cache;
 use crate::analysis::{Histogram, Moments};
 use crate::arch::ModelInfo;
 use crate::finding::{Finding, Severity, Tally};
+use crate::format::Tensor;
 use crate::format::model::{Model, Source};
+use crate::quant::{LogicalTensors, Quantization};
 use crate::text::{
     Bytes, Count, Shape, display_width, escape, escape_path, format_bytes, format_count,
     is_numeric_part, natural_cmp,
@@ -142,7 +144,7 @@ fn dtypes_json(mix: &DtypeMix) -> Vec<DtypeJson> {
     mix.0
         .iter()
         .map(|share| DtypeJson {
-            dtype: share.dtype.map_or("unknown", |d| d.name()).to_owned(),
+            dtype: share.name("unknown").to_owned(),
             tensors: share.tensors,
             parameters: share.parameters,
             bytes: share.bytes,
@@ -155,10 +157,15 @@ struct TensorJson<'a> {
     name: &'a str,
     dtype: &'a str,
     shape: &'a crate::format::Shape,
-    data_offsets: [u64; 2],
+    /// `None` for a logical weight, whose bytes are its members'.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data_offsets: Option<[u64; 2]>,
     file: &'a str,
     parameters: Option<u64>,
     bytes: u64,
+    /// A logical weight's stored tensors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    members: Option<Vec<&'a str>>,
 }
 
 #[derive(Serialize)]
@@ -176,31 +183,126 @@ struct InspectJson<'a> {
     metadata: &'a crate::format::StringMap,
     structural_id: &'a str,
     architecture: Option<&'a ModelInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quantization: Option<QuantizationJson<'a>>,
     tensors: TensorListJson<'a>,
+}
+
+/// A quantized model's scheme and its logical weights, for `inspect --json`.
+#[derive(Serialize)]
+struct QuantizationJson<'a> {
+    scheme: String,
+    declared: Option<String>,
+    bits_per_weight: f64,
+    rotated: bool,
+    weights: Vec<LogicalWeightJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct LogicalWeightJson<'a> {
+    name: &'a str,
+    shape: &'a crate::format::Shape,
+    scheme: String,
+    bits_per_weight: f64,
+    members: Vec<&'a str>,
+}
+
+fn quantization_json<'a>(model: &'a Model, quantization: &'a Quantization) -> QuantizationJson<'a> {
+    QuantizationJson {
+        scheme: quantization.summary(),
+        declared: quantization
+            .declared
+            .as_ref()
+            .map(crate::quant::Declared::summary),
+        bits_per_weight: quantization.bits_per_weight(),
+        rotated: quantization.rotated,
+        weights: quantization
+            .weights
+            .iter()
+            .enumerate()
+            .map(|(index, weight)| LogicalWeightJson {
+                name: &weight.name,
+                shape: &weight.shape,
+                scheme: weight.scheme.to_string(),
+                bits_per_weight: weight.bits_per_weight(),
+                members: quantization
+                    .members(index)
+                    .iter()
+                    .map(|m| model.tensors[m.tensor as usize].name())
+                    .collect(),
+            })
+            .collect(),
+    }
 }
 
 /// Every tensor of the tree in display order, written as it is walked rather than gathered
 /// first: the listing of a million tensors would otherwise be held whole.
 struct TensorListJson<'a> {
-    model: &'a Model,
+    shown: Shown<'a>,
     tree: &'a LayerTree,
 }
 
 impl Serialize for TensorListJson<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let model = self.model;
+        let shown = self.shown;
         serializer.collect_seq(self.tree.tensors_below(ROOT).map(|index| {
-            let tensor = &model.tensors[index];
+            let tensor = &shown.tensors[index];
+            let members = shown.members(index).map(|members| {
+                members
+                    .iter()
+                    .map(|m| shown.model.tensors[m.tensor as usize].name())
+                    .collect()
+            });
             TensorJson {
                 name: tensor.name(),
                 dtype: tensor.info.dtype.name(),
                 shape: &tensor.info.shape,
-                data_offsets: tensor.info.data_offsets,
-                file: &model.shard_of(tensor).label,
+                data_offsets: members.is_none().then_some(tensor.info.data_offsets),
+                file: &shown.model.shard_of(tensor).label,
                 parameters: tensor.info.element_count(),
                 bytes: tensor.info.byte_len(),
+                members,
             }
         }))
+    }
+}
+
+/// What a listing shows: the tensors its tree was built from (the model's own, or a quantized
+/// model's [`LogicalTensors`]) and, for the latter, each logical weight's members.
+#[derive(Clone, Copy, Debug)]
+pub struct Shown<'a> {
+    pub model: &'a Model,
+    pub tensors: &'a [Tensor],
+    pub logical: Option<(&'a LogicalTensors, &'a Quantization)>,
+}
+
+impl<'a> Shown<'a> {
+    /// The model's stored tensors.
+    pub fn stored(model: &'a Model) -> Shown<'a> {
+        Shown {
+            model,
+            tensors: &model.tensors,
+            logical: None,
+        }
+    }
+
+    /// A quantized model's logical weights in place of their members.
+    pub fn logical(
+        model: &'a Model,
+        logical: &'a LogicalTensors,
+        quantization: &'a Quantization,
+    ) -> Shown<'a> {
+        Shown {
+            model,
+            tensors: &logical.tensors,
+            logical: Some((logical, quantization)),
+        }
+    }
+
+    /// The members of shown tensor `index`, when it is a logical weight.
+    fn members(&self, index: usize) -> Option<&'a [crate::quant::Member]> {
+        let (logical, quantization) = self.logical?;
+        Some(quantization.members(logical.weight(index)?))
     }
 }
 
@@ -219,18 +321,20 @@ pub enum Listing {
 /// `stui inspect`: the model in one view. `tree` holds the tensors shown (filtered or all).
 #[derive(Debug)]
 pub struct Inspect<'a> {
-    pub model: &'a Model,
+    pub shown: Shown<'a>,
     pub tree: &'a LayerTree,
     pub filter: Option<&'a str>,
     pub architecture: Option<&'a ModelInfo>,
+    pub quantization: Option<&'a Quantization>,
     /// [`crate::hash::structural_id`] of the model.
     pub structural_id: &'a str,
 }
 
 impl Inspect<'_> {
     pub fn write_json<W: Write>(&self, out: &mut W) -> io::Result<()> {
-        let model = self.model;
-        let totals = self.tree.totals(ROOT, &model.tensors);
+        let model = self.shown.model;
+        let tensors = self.shown.tensors;
+        let totals = self.tree.totals(ROOT, tensors);
         write_json(
             out,
             &InspectJson {
@@ -243,12 +347,13 @@ impl Inspect<'_> {
                 parameters: totals.parameters,
                 total_bytes: totals.bytes,
                 file_bytes: model.file_bytes(),
-                dtypes: dtypes_json(&self.tree.dtype_mix(ROOT, &model.tensors)),
+                dtypes: dtypes_json(&self.tree.dtype_mix(ROOT, tensors)),
                 metadata: &model.metadata,
                 structural_id: self.structural_id,
                 architecture: self.architecture,
+                quantization: self.quantization.map(|q| quantization_json(model, q)),
                 tensors: TensorListJson {
-                    model,
+                    shown: self.shown,
                     tree: self.tree,
                 },
             },
@@ -258,12 +363,13 @@ impl Inspect<'_> {
     pub fn write_text<W: Write>(&self, out: &mut W, listing: Listing) -> io::Result<()> {
         self.write_summary(out)?;
         writeln!(out)?;
-        write_rows(out, self.model, self.tree, listing)
+        write_rows(out, self.shown, self.tree, listing)
     }
 
     fn write_summary<W: Write>(&self, out: &mut W) -> io::Result<()> {
-        let model = self.model;
-        let totals = self.tree.totals(ROOT, &model.tensors);
+        let model = self.shown.model;
+        let tensors = self.shown.tensors;
+        let totals = self.tree.totals(ROOT, tensors);
         let verdict = if model.is_valid() {
             "valid"
         } else {
@@ -301,7 +407,7 @@ impl Inspect<'_> {
         )?;
         let dtypes: Vec<String> = self
             .tree
-            .dtype_mix(ROOT, &model.tensors)
+            .dtype_mix(ROOT, tensors)
             .0
             .iter()
             .map(|share| {
@@ -312,22 +418,13 @@ impl Inspect<'_> {
                 };
                 format!(
                     "{} {} ({percent:.0}%)",
-                    share.dtype.map_or("unknown", |d| d.name()),
+                    share.name("unknown"),
                     share.tensors
                 )
             })
             .collect();
         writeln!(out, "structure   {}", self.structural_id)?;
-        if let Some(architecture) = self.architecture {
-            writeln!(out, "arch        {architecture}")?;
-            if let Some(pattern) = &architecture.layer_pattern {
-                let stack = pattern
-                    .stack
-                    .as_deref()
-                    .map_or_else(String::new, |stack| format!("`{}` ", escape(stack)));
-                writeln!(out, "pattern     {stack}{}", pattern.summary)?;
-            }
-        }
+        self.write_identity(out)?;
         writeln!(
             out,
             "dtypes      {}",
@@ -347,6 +444,34 @@ impl Inspect<'_> {
                 "{label:<12}{} = {}",
                 escape(key),
                 escape(&shorten(value, 200))
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The `arch`, `pattern` and `quantized` lines: what the model is.
+    fn write_identity<W: Write>(&self, out: &mut W) -> io::Result<()> {
+        if let Some(architecture) = self.architecture {
+            writeln!(out, "arch        {architecture}")?;
+            if let Some(pattern) = &architecture.layer_pattern {
+                let stack = pattern
+                    .stack
+                    .as_deref()
+                    .map_or_else(String::new, |stack| format!("`{}` ", escape(stack)));
+                writeln!(out, "pattern     {stack}{}", pattern.summary)?;
+            }
+        }
+        if let Some(quantization) = self.quantization {
+            writeln!(
+                out,
+                "quantized   {}  {:.2} bits/weight  {} weights{}",
+                escape(&quantization.summary()),
+                quantization.bits_per_weight(),
+                quantization.weights.len(),
+                quantization
+                    .declared
+                    .as_ref()
+                    .map_or_else(String::new, |d| format!("  declared: {}", d.summary()))
             )?;
         }
         Ok(())
@@ -391,18 +516,15 @@ impl Row {
     }
 
     /// Measures the dtype and shape columns for node `id` without writing them out.
-    fn measure(&mut self, model: &Model, tree: &LayerTree, id: NodeId) {
+    fn measure(&mut self, tensors: &[Tensor], tree: &LayerTree, id: NodeId) {
         let node = tree.node(id);
-        let digits = |n: u64| n.checked_ilog10().unwrap_or(0) as usize + 1;
         self.measured = Some(match node.tensor() {
             Some(index) if tree.children(id).is_empty() => {
-                let info = &model.tensors[index].info;
-                let dims: usize = info.shape.iter().map(digits).sum();
-                let shape = 2 + dims + 2 * info.shape.len().saturating_sub(1);
-                (display_width(&escape(info.dtype.name())), shape)
+                Self::measure_tensor(&tensors[index].info)
             }
             _ => {
-                let totals = tree.totals(id, &model.tensors);
+                let digits = |n: u64| n.checked_ilog10().unwrap_or(0) as usize + 1;
+                let totals = tree.totals(id, tensors);
                 let dtypes = totals.dtypes;
                 let dtype = if dtypes.len() == 1 {
                     4
@@ -414,23 +536,33 @@ impl Row {
         });
     }
 
+    /// The dtype and shape columns' widths for a tensor.
+    fn measure_tensor(info: &crate::format::TensorInfo) -> (usize, usize) {
+        let digits = |n: u64| n.checked_ilog10().unwrap_or(0) as usize + 1;
+        let dims: usize = info.shape.iter().map(digits).sum();
+        let shape = 2 + dims + 2 * info.shape.len().saturating_sub(1);
+        (display_width(&escape(info.dtype.name())), shape)
+    }
+
+    /// Fills the columns after the label with a tensor's own figures.
+    fn fill_tensor(&mut self, info: &crate::format::TensorInfo) {
+        self.dtype.push_str(&escape(info.dtype.name()));
+        let _ = write!(self.shape, "{}", Shape(&info.shape));
+        match info.element_count() {
+            Some(count) => write!(self.parameters, "{}", Count(count)),
+            None => write!(self.parameters, "overflow"),
+        }
+        .ok();
+        let _ = write!(self.bytes, "{}", Bytes(info.byte_len()));
+    }
+
     /// Fills the columns after the label for node `id`: a tensor's own figures, or a group's totals.
-    fn fill(&mut self, model: &Model, tree: &LayerTree, id: NodeId) {
+    fn fill(&mut self, tensors: &[Tensor], tree: &LayerTree, id: NodeId) {
         let node = tree.node(id);
         match node.tensor() {
-            Some(index) if tree.children(id).is_empty() => {
-                let info = &model.tensors[index].info;
-                self.dtype.push_str(&escape(info.dtype.name()));
-                let _ = write!(self.shape, "{}", Shape(&info.shape));
-                match info.element_count() {
-                    Some(count) => write!(self.parameters, "{}", Count(count)),
-                    None => write!(self.parameters, "overflow"),
-                }
-                .ok();
-                let _ = write!(self.bytes, "{}", Bytes(info.byte_len()));
-            }
+            Some(index) if tree.children(id).is_empty() => self.fill_tensor(&tensors[index].info),
             _ => {
-                let totals = tree.totals(id, &model.tensors);
+                let totals = tree.totals(id, tensors);
                 self.dtype.push_str(&set_label(totals.dtypes));
                 let _ = write!(self.shape, "{} tensors", totals.tensors);
                 let _ = write!(self.parameters, "{}", Count(totals.parameters));
@@ -444,19 +576,20 @@ impl Row {
 /// label is written out and the other columns measured. `prints` are the tree's
 /// [`Fingerprints`] when identical siblings are to be folded.
 fn for_each_row(
-    model: &Model,
+    shown: Shown,
     tree: &LayerTree,
     listing: Listing,
     prints: Option<&Fingerprints>,
     measure: bool,
     mut emit: impl FnMut(&Row),
 ) {
+    let tensors = shown.tensors;
     let mut row = Row::default();
     let fill = |row: &mut Row, id| {
         if measure {
-            row.measure(model, tree, id);
+            row.measure(tensors, tree, id);
         } else {
-            row.fill(model, tree, id);
+            row.fill(tensors, tree, id);
         }
     };
     if listing == Listing::Flat {
@@ -465,7 +598,7 @@ fn for_each_row(
                 continue;
             };
             row.clear();
-            row.label.push_str(&escape(model.tensors[index].name()));
+            row.label.push_str(&escape(tensors[index].name()));
             fill(&mut row, id);
             emit(&row);
         }
@@ -507,6 +640,37 @@ fn for_each_row(
         fill(&mut row, id);
         emit(&row);
         guides.push(!last);
+        if listing == Listing::Expanded {
+            let members = tree
+                .node(id)
+                .tensor()
+                .and_then(|index| Some((tensors[index].name(), shown.members(index)?)));
+            if let Some((weight, members)) = members {
+                for (k, member) in members.iter().enumerate() {
+                    let info = &shown.model.tensors[member.tensor as usize].info;
+                    row.clear();
+                    for &open in &guides[1..] {
+                        row.label.push_str(if open { "│  " } else { "   " });
+                    }
+                    row.label.push_str(if k + 1 == members.len() {
+                        "└─ "
+                    } else {
+                        "├─ "
+                    });
+                    row.indent = 3 * (depth + 1);
+                    row.label
+                        .push_str(&escape(crate::quant::listed::member_label(
+                            weight, &info.name,
+                        )));
+                    if measure {
+                        row.measured = Some(Row::measure_tensor(info));
+                    } else {
+                        row.fill_tensor(info);
+                    }
+                    emit(&row);
+                }
+            }
+        }
         stack.push((tree.children(id), 0));
     }
 }
@@ -561,9 +725,12 @@ fn sibling_row(
     (first, None, i + 1)
 }
 
-/// `BF16`, `BF16+F32`, or `3 dtypes`.
+/// `BF16`, `BF16+F32`, `quant+BF16` (quantized weights and BF16 tensors), or `3 dtypes`.
 pub fn set_label(set: DtypeSet) -> String {
-    let mut names = set.iter().map(|d| d.map_or("?", |d| d.name()));
+    let mut names = set
+        .iter()
+        .map(|d| d.map_or("?", |d| d.name()))
+        .chain(set.has_quantized().then_some("quant"));
     match (set.len(), names.next(), names.next()) {
         (0, ..) => "-".into(),
         (1, Some(a), _) => a.into(),
@@ -574,7 +741,9 @@ pub fn set_label(set: DtypeSet) -> String {
 
 /// `BF16`, `BF16+F32`, or `3 dtypes`, largest share first.
 pub fn mix_label(mix: &DtypeMix) -> String {
-    let name = |share: &crate::tree::DtypeShare| share.dtype.map_or("?", |d| d.name());
+    fn name(share: &crate::tree::DtypeShare) -> &str {
+        share.name("?")
+    }
     match &mix.0[..] {
         [] => "-".into(),
         [one] => name(one).into(),
@@ -586,16 +755,16 @@ pub fn mix_label(mix: &DtypeMix) -> String {
 /// Writes the listing: one pass to size the columns, one to write them.
 fn write_rows<W: Write>(
     out: &mut W,
-    model: &Model,
+    shown: Shown,
     tree: &LayerTree,
     listing: Listing,
 ) -> io::Result<()> {
     const MAX_LABEL: usize = 72;
     // Parameters and bytes take at most 6 and 8 columns ("65.5 M", "1023 KiB").
     let mut widths = [4, 5, 5, 6, 8];
-    let prints = (listing == Listing::Tree).then(|| Fingerprints::new(tree, &model.tensors));
+    let prints = (listing == Listing::Tree).then(|| Fingerprints::new(tree, shown.tensors));
     let prints = prints.as_ref();
-    for_each_row(model, tree, listing, prints, true, |row| {
+    for_each_row(shown, tree, listing, prints, true, |row| {
         widths[0] = widths[0].max(row.width(0, &row.label));
         if let Some((dtype, shape)) = row.measured {
             widths[1] = widths[1].max(dtype);
@@ -637,7 +806,7 @@ fn write_rows<W: Write>(
         result = out.write_all(line.as_bytes());
     };
     write_row(&header);
-    for_each_row(model, tree, listing, prints, false, write_row);
+    for_each_row(shown, tree, listing, prints, false, write_row);
     result
 }
 
@@ -863,6 +1032,7 @@ impl<'a> StatsRowJson<'a> {
 pub struct StatsWriter {
     json: bool,
     name_width: usize,
+    dtype_width: usize,
     broken: Spool,
     rest: Spool,
     findings: Spool,
@@ -962,6 +1132,13 @@ impl StatsWriter {
         StatsWriter::spooling(json, names, SPOOL_IN_MEMORY)
     }
 
+    /// Widens the dtype column to `width` (quantized weights' "int4 (GPTQ)").
+    #[must_use]
+    pub fn with_dtype_width(mut self, width: usize) -> StatsWriter {
+        self.dtype_width = self.dtype_width.max(width);
+        self
+    }
+
     fn spooling<'n>(
         json: bool,
         names: impl IntoIterator<Item = &'n str>,
@@ -980,6 +1157,7 @@ impl StatsWriter {
         StatsWriter {
             json,
             name_width,
+            dtype_width: 5,
             broken: Spool::new(in_memory),
             rest: Spool::new(in_memory),
             findings: Spool::new(in_memory),
@@ -998,7 +1176,7 @@ impl StatsWriter {
             return spool.push_json(&StatsRowJson::of(row));
         }
         spool.items += 1;
-        write_stats_line(&mut spool.out, row, self.name_width)
+        write_stats_line(&mut spool.out, row, self.name_width, self.dtype_width)
     }
 
     pub fn finding(&mut self, finding: &Finding) -> io::Result<()> {
@@ -1033,7 +1211,7 @@ impl StatsWriter {
         }
         writeln!(
             out,
-            "{:<width$}  {:<5}  {:>11}  {:>11}  {:>11}  {:>11}  {:>11}  {:>6}  {:>6}  {:>8}",
+            "{:<width$}  {:<dtype$}  {:>11}  {:>11}  {:>11}  {:>11}  {:>11}  {:>6}  {:>6}  {:>8}",
             "NAME",
             "DTYPE",
             "MIN",
@@ -1044,7 +1222,8 @@ impl StatsWriter {
             "NAN",
             "INF",
             "ZEROS",
-            width = self.name_width
+            width = self.name_width,
+            dtype = self.dtype_width
         )?;
         let (rows, broken) = (self.broken.items + self.rest.items, self.broken.items);
         self.broken.copy_to(out)?;
@@ -1095,11 +1274,17 @@ fn write_stats_line<W: Write + ?Sized>(
     out: &mut W,
     row: &StatsRow,
     name_width: usize,
+    dtype_width: usize,
 ) -> io::Result<()> {
     let name = escape(row.name);
     let pad = name_width.saturating_sub(display_width(&name));
     let mark = if row.is_broken() { "!" } else { " " };
-    write!(out, "{name}{:pad$}{mark} {:<5}", "", escape(row.dtype))?;
+    write!(
+        out,
+        "{name}{:pad$}{mark} {:<dtype_width$}",
+        "",
+        escape(row.dtype)
+    )?;
     match row.moments {
         Some(m) => {
             let number = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.4e}"));

@@ -1,9 +1,10 @@
 //! The layer tree: tensors grouped by the dotted parts of their names, with totals on every node.
 //! Plain data: the TUI and the text reports each draw it their own way.
 
-use crate::format::{Dtype, Tensor};
+use crate::format::{Dtype, OtherDtype, Tensor, TensorDtype};
 use crate::text::{common_prefix_len, natural_cmp};
 use std::ops::Range;
+use std::sync::Arc;
 
 pub type NodeId = u32;
 
@@ -58,9 +59,19 @@ pub struct DtypeSet(u32);
 
 impl DtypeSet {
     const UNKNOWN: u32 = 1 << Dtype::ALL.len();
+    const QUANTIZED: u32 = 1 << (Dtype::ALL.len() + 1);
 
-    fn insert(&mut self, dtype: Option<Dtype>) {
-        self.0 |= dtype.map_or(Self::UNKNOWN, |d| 1 << d.rank());
+    fn insert(&mut self, dtype: &TensorDtype) {
+        self.0 |= match dtype {
+            TensorDtype::Known(d) => 1 << d.rank(),
+            TensorDtype::Unknown(other) if other.is_quantized() => Self::QUANTIZED,
+            TensorDtype::Unknown(_) => Self::UNKNOWN,
+        };
+    }
+
+    /// Whether quantized logical weights are below.
+    pub fn has_quantized(self) -> bool {
+        self.0 & Self::QUANTIZED != 0
     }
 
     pub fn len(self) -> usize {
@@ -71,7 +82,8 @@ impl DtypeSet {
         self.0 == 0
     }
 
-    /// The dtypes present, in declaration order; `None` stands for names the format does not define.
+    /// The dtypes present, in declaration order; `None` stands for names the format does not
+    /// define. Quantized weights are left out (see [`DtypeSet::has_quantized`]).
     pub fn iter(self) -> impl Iterator<Item = Option<Dtype>> {
         let known = Dtype::ALL
             .into_iter()
@@ -85,13 +97,27 @@ impl DtypeSet {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DtypeMix(pub Vec<DtypeShare>);
 
-/// One dtype's share of a subtree. `dtype` is `None` for names the format does not define.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One dtype's share of a subtree. `dtype` is `None` for names the format does not define and
+/// for quantized weights, which `quantized` names by scheme ("int4 (GPTQ)").
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DtypeShare {
     pub dtype: Option<Dtype>,
+    pub quantized: Option<Arc<OtherDtype>>,
     pub tensors: u64,
     pub parameters: u64,
     pub bytes: u64,
+}
+
+impl DtypeShare {
+    /// The dtype's name, the scheme's label for quantized weights, `unknown` for names the
+    /// format does not define.
+    pub fn name<'a>(&'a self, unknown: &'a str) -> &'a str {
+        match (&self.quantized, self.dtype) {
+            (Some(label), _) => label,
+            (None, Some(dtype)) => dtype.name(),
+            (None, None) => unknown,
+        }
+    }
 }
 
 impl Node {
@@ -116,7 +142,7 @@ impl Totals {
             bytes: share.bytes,
             dtypes: DtypeSet::default(),
         };
-        totals.dtypes.insert(share.dtype);
+        totals.dtypes.insert(&tensor.info.dtype);
         totals
     }
 
@@ -131,6 +157,10 @@ impl Totals {
 fn tensor_share(tensor: &Tensor) -> DtypeShare {
     DtypeShare {
         dtype: tensor.info.dtype.known(),
+        quantized: match &tensor.info.dtype {
+            TensorDtype::Unknown(other) if other.is_quantized() => Some(other.clone()),
+            _ => None,
+        },
         tensors: 1,
         parameters: tensor.info.element_count().unwrap_or(0),
         bytes: tensor.info.byte_len(),
@@ -271,7 +301,10 @@ impl LayerTree {
         let mut shares: Vec<DtypeShare> = Vec::new();
         for index in self.tensors_below(id) {
             let share = tensor_share(&tensors[index]);
-            match shares.iter_mut().find(|s| s.dtype == share.dtype) {
+            match shares
+                .iter_mut()
+                .find(|s| s.dtype == share.dtype && s.quantized == share.quantized)
+            {
                 Some(existing) => {
                     existing.tensors += 1;
                     existing.parameters = existing.parameters.saturating_add(share.parameters);
@@ -285,6 +318,12 @@ impl LayerTree {
                 .cmp(&a.bytes)
                 .then(b.tensors.cmp(&a.tensors))
                 .then(a.dtype.cmp(&b.dtype))
+                .then_with(|| {
+                    a.quantized
+                        .as_deref()
+                        .map(|q| &**q)
+                        .cmp(&b.quantized.as_deref().map(|q| &**q))
+                })
         });
         DtypeMix(shares)
     }

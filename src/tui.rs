@@ -50,7 +50,8 @@ pub struct Options {
 /// standard output when that is a terminal, else on the terminal stui runs in; without one it
 /// fails, as it does when a path is not one it can use, before it changes anything on screen.
 pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
-    let model = Arc::new(crate::arch::open_reviewed(path, None)?);
+    let (model, _) = crate::arch::open_reviewed(path, None)?;
+    let model = Arc::new(model);
     let mut log = match &options.log {
         Some(file) => Some(BufWriter::new(open_log(file).with_context(|| {
             format!("cannot write the log {}", crate::text::escape_path(file))
@@ -58,7 +59,7 @@ pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
         None => None,
     };
     let other = match &options.diff {
-        Some(other) => Some(crate::arch::open_reviewed(other, None)?),
+        Some(other) => Some(crate::arch::open_reviewed(other, None)?.0),
         None => None,
     };
     let mut terminal = screen::take_over()?;
@@ -216,7 +217,7 @@ impl Session {
                     });
             }
             Effect::Reopen(path) => match crate::arch::open_reviewed(&path, None) {
-                Ok(model) => {
+                Ok((model, _)) => {
                     let options = Options {
                         color: self.color,
                         log: None,

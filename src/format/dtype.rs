@@ -200,8 +200,31 @@ impl fmt::Display for Dtype {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum TensorDtype {
     Known(Dtype),
-    /// Shared by the entries that give the same name (see [`TensorDtype::unknown`]).
-    Unknown(std::sync::Arc<str>),
+    /// Shared by the entries that give the same name (see [`TensorDtype::named`]). A thin
+    /// pointer, so that a tensor entry stays small.
+    Unknown(std::sync::Arc<OtherDtype>),
+}
+
+/// A dtype name the format does not define or, never read from a header, the encoding of a
+/// quantized logical weight, named by its scheme ("int4 (GPTQ)").
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct OtherDtype {
+    name: Box<str>,
+    quantized: bool,
+}
+
+impl OtherDtype {
+    pub fn is_quantized(&self) -> bool {
+        self.quantized
+    }
+}
+
+impl std::ops::Deref for OtherDtype {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.name
+    }
 }
 
 impl TensorDtype {
@@ -211,7 +234,7 @@ impl TensorDtype {
     pub fn named(name: &str) -> TensorDtype {
         const SHARED: usize = 256;
         thread_local! {
-            static NAMES: std::cell::RefCell<std::collections::HashMap<Box<str>, std::sync::Arc<str>>> =
+            static NAMES: std::cell::RefCell<std::collections::HashMap<Box<str>, std::sync::Arc<OtherDtype>>> =
                 std::cell::RefCell::default();
         }
         if let Some(dtype) = Dtype::from_name(name) {
@@ -221,12 +244,28 @@ impl TensorDtype {
             if let Some(shared) = names.get(name) {
                 return TensorDtype::Unknown(shared.clone());
             }
-            let shared: std::sync::Arc<str> = name.into();
+            let shared = std::sync::Arc::new(OtherDtype {
+                name: name.into(),
+                quantized: false,
+            });
             if names.len() < SHARED {
                 names.insert(name.into(), shared.clone());
             }
             TensorDtype::Unknown(shared)
         })
+    }
+
+    /// The encoding of quantized logical weights of the scheme labelled `label`.
+    pub fn quantized(label: &str) -> TensorDtype {
+        TensorDtype::Unknown(std::sync::Arc::new(OtherDtype {
+            name: label.into(),
+            quantized: true,
+        }))
+    }
+
+    /// Whether this is a quantized logical weight's encoding (see [`TensorDtype::quantized`]).
+    pub fn is_quantized(&self) -> bool {
+        matches!(self, TensorDtype::Unknown(other) if other.quantized)
     }
 
     pub fn known(&self) -> Option<Dtype> {

@@ -72,10 +72,11 @@ fn tensor_flags(tensor: &TensorInfo) -> Vec<Finding> {
     let Some(dtype) = tensor.dtype.known() else {
         return findings;
     };
-    // U8, I8 and I32 are left out: quantized formats pack their weights in them.
+    // U8, I8, I32 and U32 are left out: quantized formats pack their weights in them (MLX in
+    // U32).
     let integer = matches!(
         dtype,
-        Dtype::Bool | Dtype::U16 | Dtype::U32 | Dtype::U64 | Dtype::I16 | Dtype::I64
+        Dtype::Bool | Dtype::U16 | Dtype::U64 | Dtype::I16 | Dtype::I64
     );
     let float_weight = || {
         let lower = name.to_ascii_lowercase();

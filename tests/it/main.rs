@@ -13,6 +13,7 @@ mod hf_cache;
 mod hostile;
 mod layermap;
 mod paths;
+mod quant;
 mod quant_kernels;
 mod quantize;
 mod reference;

@@ -523,6 +523,50 @@ fn a_tensor_asked_for_again_gets_its_statistics_again_and_its_findings_once() {
 }
 
 #[test]
+fn a_tensor_read_again_is_not_counted_again_in_the_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = big_model(dir.path());
+    let large = (0..model.tensors.len())
+        .max_by_key(|&t| model.tensors[t].info.byte_len())
+        .unwrap();
+    let (sender, receiver) = mpsc::sync_channel(1 << 16);
+    let scan = Scan::start(
+        Arc::clone(&model),
+        0..model.tensors.len(),
+        ScanOptions {
+            serve: true,
+            ..ScanOptions::default()
+        },
+        sender,
+    );
+    let events = collect(&receiver);
+    let done = events
+        .iter()
+        .find_map(|e| match e {
+            ScanEvent::Done(progress) => Some(*progress),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(done.bytes_done, done.bytes_total);
+    scan.prioritize(large, true);
+    let mut read_again = false;
+    while let Ok(event) = receiver.recv_timeout(Duration::from_secs(60)) {
+        match event {
+            ScanEvent::Stats { tensor, .. } if tensor == large => read_again = true,
+            ScanEvent::Progress(progress) if read_again => {
+                assert_eq!(
+                    (progress.bytes_done, progress.tensors_done),
+                    (done.bytes_done, done.tensors_done)
+                );
+                return;
+            }
+            _ => {}
+        }
+    }
+    panic!("no progress after the tensor was read again");
+}
+
+#[test]
 fn cancel_takes_effect_quickly_and_ends_with_cancelled() {
     let dir = tempfile::tempdir().unwrap();
     let model = big_model(dir.path());

@@ -473,7 +473,7 @@ fn a_long_metadata_popup_shows_what_fits() {
 #[test]
 fn the_header_names_the_model_and_the_layers_show_their_pattern() {
     let dir = support::rebuild_fixture("deepseek_v3", &mut |_, _| {});
-    let model = stui::arch::open_reviewed(dir.path(), None).unwrap();
+    let (model, _) = stui::arch::open_reviewed(dir.path(), None).unwrap();
     let mut app = App::new(Arc::new(model), Theme::new(false));
     for _ in 0..20 {
         let path = app.selected_node().map(|node| app.tree.path(node));

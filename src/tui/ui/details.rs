@@ -139,13 +139,7 @@ fn group_lines(app: &App, node: crate::tree::NodeId) -> Vec<Line<'static>> {
         .dtype_mix(node)
         .0
         .iter()
-        .map(|share| {
-            format!(
-                "{} {}",
-                share.dtype.map_or("?", |d| d.name()),
-                format_bytes(share.bytes)
-            )
-        })
+        .map(|share| format!("{} {}", share.name("?"), format_bytes(share.bytes)))
         .collect();
     let marks = app.marks(node);
     let pattern = app

@@ -1,0 +1,122 @@
+//! The tensor list a quantized model is shown as: each logical weight in place of its members.
+
+use super::Quantization;
+use crate::format::{Model, Tensor, TensorDtype, TensorInfo};
+
+/// A quantized model's tensors as the model computes with them: every tensor that is no member,
+/// and each logical weight, named `P.weight`, in the place of its first member, with its logical
+/// shape, its scheme as dtype ([`TensorDtype::Quantized`]) and its members' bytes. Built only
+/// for a quantized model, so a plain model costs nothing.
+#[derive(Debug)]
+pub struct LogicalTensors {
+    pub tensors: Vec<Tensor>,
+    /// `(listed tensor, logical weight)` for every logical weight, by listed tensor.
+    weights: Vec<(u32, u32)>,
+    /// Each listed tensor's index in the model's tensors (`u32::MAX` for a logical weight).
+    stored: Vec<u32>,
+}
+
+impl LogicalTensors {
+    pub fn new(model: &Model, quantization: &Quantization) -> LogicalTensors {
+        // One shared label per scheme: a model has a handful.
+        let mut labels: Vec<(super::Scheme, TensorDtype)> = Vec::new();
+        let mut tensors = Vec::with_capacity(
+            model.tensors.len() + quantization.weights.len()
+                - quantization.by_tensor.len().min(model.tensors.len()),
+        );
+        let mut weights = Vec::with_capacity(quantization.weights.len());
+        let mut stored = Vec::with_capacity(tensors.capacity());
+        for (index, tensor) in model.tensors.iter().enumerate() {
+            let Some(weight) = quantization.weight_of(index) else {
+                tensors.push(tensor.clone());
+                stored.push(u32::try_from(index).unwrap_or(u32::MAX));
+                continue;
+            };
+            let first = quantization.members(weight).iter().map(|m| m.tensor).min();
+            if first != u32::try_from(index).ok() {
+                continue;
+            }
+            let w = &quantization.weights[weight];
+            let label = if let Some((_, label)) = labels.iter().find(|(s, _)| *s == w.scheme) {
+                label.clone()
+            } else {
+                let label = TensorDtype::quantized(&w.scheme.label());
+                labels.push((w.scheme, label.clone()));
+                label
+            };
+            weights.push((
+                u32::try_from(tensors.len()).unwrap_or(u32::MAX),
+                u32::try_from(weight).unwrap_or(u32::MAX),
+            ));
+            stored.push(u32::MAX);
+            tensors.push(Tensor {
+                info: TensorInfo {
+                    name: w.name.clone(),
+                    dtype: label,
+                    shape: w.shape.clone(),
+                    data_offsets: [0, w.stored_bytes],
+                },
+                shard: tensor.shard,
+            });
+        }
+        tensors.shrink_to_fit();
+        stored.shrink_to_fit();
+        LogicalTensors {
+            tensors,
+            weights,
+            stored,
+        }
+    }
+
+    /// The model's tensor listed tensor `index` is, when it is no logical weight.
+    pub fn stored(&self, index: usize) -> Option<usize> {
+        self.stored
+            .get(index)
+            .filter(|&&t| t != u32::MAX)
+            .map(|&t| t as usize)
+    }
+
+    /// The logical weight listed tensor `index` is, if it is one.
+    pub fn weight(&self, index: usize) -> Option<usize> {
+        let index = u32::try_from(index).ok()?;
+        let at = self
+            .weights
+            .binary_search_by_key(&index, |&(t, _)| t)
+            .ok()?;
+        Some(self.weights[at].1 as usize)
+    }
+}
+
+/// A member's name as shown below its weight: the part after the module both share
+/// (`weight_scale` of `P.weight_scale`, `qzeros` of `P.qzeros`).
+pub fn member_label<'a>(weight: &str, member: &'a str) -> &'a str {
+    let module = weight.strip_suffix("weight").unwrap_or(weight);
+    let module = module.trim_end_matches(['.', '_']);
+    member
+        .strip_prefix(module)
+        .map(|rest| rest.trim_start_matches(['.', '_']))
+        .filter(|rest| !rest.is_empty())
+        .unwrap_or(member)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_labels_drop_the_module() {
+        assert_eq!(
+            member_label("m.q_proj.weight", "m.q_proj.weight_scale"),
+            "weight_scale"
+        );
+        assert_eq!(member_label("m.q_proj.weight", "m.q_proj.qzeros"), "qzeros");
+        assert_eq!(
+            member_label("m.experts.down_proj", "m.experts.down_proj_blocks"),
+            "blocks"
+        );
+        assert_eq!(
+            member_label("m.q_proj.weight", "other.scale"),
+            "other.scale"
+        );
+    }
+}

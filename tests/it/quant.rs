@@ -1,0 +1,371 @@
+//! Quantized checkpoints written by their real producers (llm-compressor, MLX, bitsandbytes,
+//! optimum-quanto; `tests/fixtures/quant`, with each producer's own dequantized weights in
+//! `reference.safetensors`): the scheme recognised, one logical weight per quantized Linear
+//! with the shape of the weight it encodes, and no finding on a clean checkpoint.
+
+use std::path::{Path, PathBuf};
+use stui::arch::open_reviewed;
+use stui::finding::{Code, Severity};
+use stui::format::Model;
+use stui::quant::{Layout, Quantization};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/quant")
+}
+
+fn open(name: &str) -> (Model, Quantization) {
+    let (model, quantization) =
+        open_reviewed(&fixtures().join(name).join("model.safetensors"), None).unwrap();
+    (
+        model,
+        quantization.unwrap_or_else(|| panic!("{name}: not recognised")),
+    )
+}
+
+/// Every fixture with its expected layout and scheme text (of its first weight).
+const FIXTURES: &[(&str, Layout, &str)] = &[
+    (
+        "ct-w4a16",
+        Layout::CompressedPacked,
+        "int4 g128, compressed-tensors",
+    ),
+    (
+        "ct-w4a16-asym",
+        Layout::CompressedPacked,
+        "int4 g128 asym, compressed-tensors",
+    ),
+    (
+        "ct-w8a16",
+        Layout::CompressedPacked,
+        "int8 g128, compressed-tensors",
+    ),
+    (
+        "ct-w8a8",
+        Layout::CompressedInt,
+        "int8 per channel, compressed-tensors",
+    ),
+    (
+        "ct-fp8-block",
+        Layout::CompressedFloat,
+        "fp8 e4m3 block 128x128, compressed-tensors",
+    ),
+    (
+        "ct-fp8-dynamic",
+        Layout::CompressedFloat,
+        "fp8 e4m3 per channel, compressed-tensors",
+    ),
+    (
+        "ct-nvfp4a16",
+        Layout::CompressedNvfp4,
+        "nvfp4 g16, compressed-tensors",
+    ),
+    (
+        "ct-mxfp4a16",
+        Layout::CompressedMxfp4,
+        "mxfp4 g32, compressed-tensors",
+    ),
+    (
+        "ct-mxfp8a16",
+        Layout::CompressedMxfp8,
+        "fp8 e4m3 g32, compressed-tensors",
+    ),
+    (
+        "mlx-affine-4bit-g64",
+        Layout::MlxAffine,
+        "int4 g64 affine, MLX",
+    ),
+    (
+        "mlx-affine-8bit-g32",
+        Layout::MlxAffine,
+        "int8 g32 affine, MLX",
+    ),
+    (
+        "mlx-affine-3bit-g128",
+        Layout::MlxAffine,
+        "int3 g128 affine, MLX",
+    ),
+    ("mlx-mxfp4", Layout::MlxMxfp4, "mxfp4 g32, MLX"),
+    ("mlx-nvfp4", Layout::MlxNvfp4, "nvfp4 g16, MLX"),
+    ("mlx-mxfp8", Layout::MlxMxfp8, "fp8 e4m3 g32, MLX"),
+    (
+        "bnb-nf4-nested",
+        Layout::BnbNf4,
+        "nf4 g64 double-quant, bitsandbytes",
+    ),
+    ("bnb-fp4", Layout::BnbFp4, "fp4 g64, bitsandbytes"),
+    (
+        "bnb-int8",
+        Layout::BnbInt8,
+        "int8 per channel, bitsandbytes",
+    ),
+    ("quanto-qint8", Layout::Quanto, "int8 per channel, quanto"),
+    ("quanto-qint4", Layout::Quanto, "int4 g96 affine, quanto"),
+];
+
+#[test]
+fn every_real_producers_checkpoint_is_recognised_without_a_finding() {
+    for &(name, layout, scheme) in FIXTURES {
+        let (model, quantization) = open(name);
+        let problems: Vec<String> = model
+            .findings
+            .iter()
+            .filter(|f| f.severity != Severity::Info || f.code.as_str().starts_with("quant-"))
+            .map(|f| format!("{} {}", f.code, f.message))
+            .collect();
+        assert!(problems.is_empty(), "{name}: {problems:?}");
+        assert!(
+            !model
+                .findings
+                .iter()
+                .any(|f| f.code == Code::ConfigMismatch),
+            "{name}"
+        );
+        assert!(
+            quantization
+                .weights
+                .iter()
+                .all(|w| w.scheme.layout == layout),
+            "{name}: {:?}",
+            quantization.schemes()
+        );
+        assert_eq!(quantization.weights[0].scheme.to_string(), scheme, "{name}");
+        assert!(quantization.declared.is_some(), "{name}");
+    }
+}
+
+#[test]
+fn logical_weights_have_the_names_and_shapes_of_the_producers_dequantized_weights() {
+    for &(name, ..) in FIXTURES {
+        let (_, quantization) = open(name);
+        let reference = Model::open(&fixtures().join(name).join("reference.safetensors")).unwrap();
+        let mut expected: Vec<(String, Vec<u64>)> = reference
+            .tensors
+            .iter()
+            .map(|t| (t.name().to_string(), t.info.shape.to_vec()))
+            .collect();
+        let mut found: Vec<(String, Vec<u64>)> = quantization
+            .weights
+            .iter()
+            .map(|w| (w.name.to_string(), w.shape.to_vec()))
+            .collect();
+        expected.sort();
+        found.sort();
+        if name == "quanto-qint4" {
+            // quanto's packed codes do not keep the weight's rows: only the element count.
+            let count = |list: &[(String, Vec<u64>)]| -> Vec<(String, u64)> {
+                list.iter()
+                    .map(|(n, s)| (n.clone(), s.iter().product()))
+                    .collect()
+            };
+            assert_eq!(count(&found), count(&expected), "{name}");
+        } else {
+            assert_eq!(found, expected, "{name}");
+        }
+    }
+}
+
+#[test]
+fn bits_per_weight_count_every_member() {
+    let (model, quantization) = open("ct-w4a16");
+    for (index, weight) in quantization.weights.iter().enumerate() {
+        let bytes: u64 = quantization
+            .members(index)
+            .iter()
+            .map(|m| model.tensors[m.tensor as usize].info.byte_len())
+            .sum();
+        let elements: u64 = weight.shape.iter().product();
+        assert_eq!(
+            weight.bits_per_weight(),
+            bytes as f64 * 8.0 / elements as f64
+        );
+        // int4 codes plus one BF16 scale per 128 columns, and the shape's 16 bytes.
+        assert!(weight.bits_per_weight() > 4.125, "{}", weight.name);
+        assert!(weight.bits_per_weight() < 4.2, "{}", weight.name);
+    }
+}
+
+#[test]
+fn the_source_model_is_not_quantized() {
+    let (model, quantization) =
+        open_reviewed(&fixtures().join("source/model.safetensors"), None).unwrap();
+    assert!(quantization.is_none());
+    assert!(model.findings.is_empty(), "{:?}", &model.findings[..]);
+}
+
+#[test]
+fn members_missing_or_misshapen_are_findings_on_the_weight() {
+    use stui::demo::{Fill, SyntheticModel};
+    use stui::format::Dtype;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.safetensors");
+    let scale = Fill::Normal {
+        mean: 0.01,
+        std: 0.0,
+    };
+    SyntheticModel::new(7)
+        // A per-row scale with one row too few.
+        .tensor("m.layers.0.q_proj.weight", Dtype::I8, &[4, 8], Fill::Zeros)
+        .tensor(
+            "m.layers.0.q_proj.weight_scale",
+            Dtype::F32,
+            &[3, 1],
+            scale.clone(),
+        )
+        // A scale whose weight is not stored.
+        .tensor("m.layers.0.k_proj.weight_scale", Dtype::F32, &[4, 1], scale)
+        .write(&path)
+        .unwrap();
+    let (model, quantization) = open_reviewed(&path, None).unwrap();
+    let quantization = quantization.unwrap();
+    assert_eq!(quantization.weights.len(), 1);
+    let about = |code: Code| -> Vec<Option<String>> {
+        model
+            .findings
+            .iter()
+            .filter(|f| f.code == code)
+            .map(|f| f.tensor.clone())
+            .collect()
+    };
+    assert_eq!(
+        about(Code::QuantMemberShape),
+        [Some("m.layers.0.q_proj.weight".to_string())]
+    );
+    assert_eq!(
+        about(Code::QuantMemberMissing),
+        [Some("m.layers.0.k_proj.weight".to_string())]
+    );
+}
+
+/// Runs `stui` with `args` and gives its standard output.
+fn stui(args: &[&str]) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_stui"))
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn inspect_lists_logical_weights_and_raw_lists_what_is_stored() {
+    let path = fixtures().join("ct-w4a16");
+    let path = path.to_str().unwrap();
+    let (model, quantization) = open("ct-w4a16");
+    let logical_parameters: u64 = model
+        .tensors
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| quantization.weight_of(*i).is_none())
+        .map(|(_, t)| t.info.element_count().unwrap())
+        .chain(
+            quantization
+                .weights
+                .iter()
+                .map(|w| w.shape.iter().product()),
+        )
+        .sum();
+    let json: serde_json::Value =
+        serde_json::from_str(&stui(&["inspect", "--json", path])).unwrap();
+    assert_eq!(json["parameters"], logical_parameters);
+    let tensors = json["tensors"].as_array().unwrap();
+    assert_eq!(
+        tensors.len(),
+        model.tensors.len() - quantization_member_count(&quantization) + quantization.weights.len()
+    );
+    let q_proj = tensors
+        .iter()
+        .find(|t| t["name"] == "model.layers.0.self_attn.q_proj.weight")
+        .unwrap();
+    assert_eq!(q_proj["dtype"], "int4 (compressed-tensors)");
+    assert_eq!(q_proj["shape"], serde_json::json!([128, 128]));
+    assert_eq!(
+        q_proj["members"],
+        serde_json::json!([
+            "model.layers.0.self_attn.q_proj.weight_packed",
+            "model.layers.0.self_attn.q_proj.weight_shape",
+            "model.layers.0.self_attn.q_proj.weight_scale"
+        ])
+    );
+    let mix: Vec<&str> = json["dtypes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["dtype"].as_str().unwrap())
+        .collect();
+    assert_eq!(mix, ["BF16", "int4 (compressed-tensors)"]);
+
+    let expanded = stui(&["inspect", "--expand", path]);
+    // The columns after the name.
+    let row = |text: &str, name: &str| {
+        text.lines()
+            .find_map(|l| l.split_once(name))
+            .unwrap_or_else(|| panic!("no row {name} in\n{text}"))
+            .1
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        row(&expanded, "q_proj.weight ")[..3],
+        ["int4", "(compressed-tensors)", "[128,"]
+    );
+    assert_eq!(
+        row(&expanded, "weight_packed")[..3],
+        ["I32", "[128,", "16]"]
+    );
+    assert!(!stui(&["inspect", path]).contains("weight_packed"));
+
+    let raw: serde_json::Value =
+        serde_json::from_str(&stui(&["inspect", "--json", "--raw", path])).unwrap();
+    assert_eq!(
+        raw["tensors"].as_array().unwrap().len(),
+        model.tensors.len()
+    );
+    assert!(
+        raw["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t.get("members").is_none())
+    );
+    assert!(stui(&["inspect", "--flat", "--raw", path]).contains("q_proj.weight_packed"));
+}
+
+fn quantization_member_count(quantization: &Quantization) -> usize {
+    (0..quantization.weights.len())
+        .map(|w| quantization.members(w).len())
+        .sum()
+}
+
+#[test]
+fn stats_are_of_the_dequantized_weights_as_their_producers_compute_them() {
+    for (name, ..) in FIXTURES {
+        let folder = fixtures().join(name);
+        let producer: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(folder.join("producer.json")).unwrap()).unwrap();
+        let stats: serde_json::Value =
+            serde_json::from_str(&stui(&["stats", "--json", folder.to_str().unwrap()])).unwrap();
+        let rows = stats["tensors"].as_array().unwrap();
+        let weights = producer["weights"].as_object().unwrap();
+        assert!(!weights.is_empty(), "{name}");
+        for (weight, expected) in weights {
+            let row = rows
+                .iter()
+                .find(|r| r["name"] == weight.as_str())
+                .unwrap_or_else(|| panic!("{name}: no row for {weight}"));
+            for key in ["min", "max", "absmax", "zeros"] {
+                assert_eq!(row[key], expected[key], "{name} {weight} {key}");
+            }
+            for key in ["mean", "std"] {
+                let (a, e) = (row[key].as_f64().unwrap(), expected[key].as_f64().unwrap());
+                assert!(
+                    (a - e).abs() <= 1e-6 * e.abs().max(1e-3),
+                    "{name} {weight} {key}: {a} against the producer's {e}"
+                );
+            }
+            assert!(
+                row["histogram"].is_object(),
+                "{name} {weight}: no histogram"
+            );
+        }
+    }
+}
