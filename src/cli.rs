@@ -134,6 +134,15 @@ pub struct QuantizeArgs {
     /// Where to write: a .safetensors file (a folder for a sharded model).
     #[arg(short, long, value_name = "OUT")]
     pub output: PathBuf,
+    /// The scheme, as the compressed-tensors preset of that name: W8A8 (the default), W8A16,
+    /// W4A16, `W4A16_ASYM`, `FP8_DYNAMIC`, `FP8_BLOCK` or NVFP4A16.
+    #[arg(long, value_name = "NAME", value_parser = parse_scheme, default_value = "W8A8")]
+    pub scheme: crate::quantize::Scheme,
+    /// Columns of a group for W8A16, W4A16 and `W4A16_ASYM`; weights whose columns do not divide
+    /// into groups are kept as they are.
+    #[arg(long, value_name = "N", default_value_t = crate::quantize::scheme::DEFAULT_GROUP,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub group_size: u64,
     /// One scale per output channel (row); the default.
     #[arg(long, conflicts_with = "per_tensor")]
     pub per_channel: bool,
@@ -178,4 +187,14 @@ pub struct HashArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+fn parse_scheme(name: &str) -> Result<crate::quantize::Scheme, String> {
+    crate::quantize::Scheme::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = crate::quantize::Scheme::ALL
+            .iter()
+            .map(|s| s.name())
+            .collect();
+        format!("unknown scheme; one of {}", names.join(", "))
+    })
 }

@@ -312,6 +312,8 @@ fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failu
         ))));
     }
     let options = Options {
+        scheme: args.scheme,
+        group_size: args.group_size,
         granularity: if args.per_tensor {
             Granularity::PerTensor
         } else {

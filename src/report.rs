@@ -1124,12 +1124,9 @@ pub fn write_quantize<W: Write>(
     }
     writeln!(
         out,
-        "{} tensors quantized to int8 ({}), {} kept; {} -> {}; {}",
+        "{} tensors quantized to {}, {} kept; {} -> {}; {}",
         summary.quantized.len(),
-        match summary.granularity {
-            crate::quantize::Granularity::PerChannel => "per channel",
-            crate::quantize::Granularity::PerTensor => "per tensor",
-        },
+        scheme_label(summary),
         summary.kept().count(),
         format_bytes(summary.bytes_before),
         format_bytes(summary.bytes_after),
@@ -1160,6 +1157,23 @@ pub fn write_quantize<W: Write>(
     Ok(())
 }
 
+/// The scheme of a quantization as the summary says it: `int8 (per channel)` for W8A8.
+fn scheme_label(summary: &crate::quantize::Summary) -> String {
+    use crate::quantize::{Granularity, Scheme};
+    match summary.scheme {
+        Scheme::W8A8 => match summary.granularity {
+            Granularity::PerChannel => "int8 (per channel)".into(),
+            Granularity::PerTensor => "int8 (per tensor)".into(),
+        },
+        Scheme::W8A16 | Scheme::W4A16 | Scheme::W4A16Asym => {
+            format!("{} (groups of {})", summary.scheme, summary.group_size)
+        }
+        Scheme::Fp8Dynamic => "FP8_DYNAMIC (per channel)".into(),
+        Scheme::Fp8Block => "FP8_BLOCK (128x128 blocks)".into(),
+        Scheme::Nvfp4A16 => "NVFP4A16 (groups of 16)".into(),
+    }
+}
+
 /// A quantization's summary as JSON, each tensor named as it is written.
 struct QuantizeJson<'a> {
     model: &'a Model,
@@ -1171,8 +1185,9 @@ impl Serialize for QuantizeJson<'_> {
         use serde::ser::SerializeStruct;
         let QuantizeJson { model, summary } = *self;
         let name = |tensor: usize| model.tensors[tensor].name();
-        let mut json = serializer.serialize_struct("Summary", 8)?;
+        let mut json = serializer.serialize_struct("Summary", 9)?;
         json.serialize_field("output", &summary.output)?;
+        json.serialize_field("scheme", &summary.scheme)?;
         json.serialize_field("granularity", &summary.granularity)?;
         json.serialize_field("quantized", &QuantizedList(self))?;
         json.serialize_field("kept", &KeptList(self))?;
@@ -1194,10 +1209,11 @@ impl Serialize for QuantizedList<'_> {
             QuantizedJson {
                 name: model.tensors[q.tensor].name(),
                 source_dtype: dtype.map_or("?", crate::format::Dtype::name),
-                scale_dtype: crate::quantize::scale_dtype(
-                    dtype.unwrap_or(crate::format::Dtype::F32),
-                )
-                .name(),
+                scale_dtype: if summary.scheme == crate::quantize::Scheme::Nvfp4A16 {
+                    crate::format::Dtype::F8E4M3.name()
+                } else {
+                    crate::quantize::scale_dtype(dtype.unwrap_or(crate::format::Dtype::F32)).name()
+                },
                 error: &q.error,
             }
         }))
