@@ -29,30 +29,66 @@ fn group(plan: &Plan) -> usize {
     usize::try_from(plan.group).unwrap_or(usize::MAX).max(1)
 }
 
-/// A group's scale and zero point (0 when symmetric), the scale as stored.
+/// A group's scale and zero point (0 when symmetric), the scale as stored: of the scales and
+/// zero points that keep every value within half a step, the one that leaves the least error.
+///
+/// Symmetric: the codes reach half a step further below zero than above it (`-2^(b-1)` against
+/// `2^(b-1) - 1`), so the scale is the larger of the positive side's need and the negative side's,
+/// which is finer than `absmax / (2^(b-1) - 1/2)` whenever the largest magnitude is negative.
+/// Asymmetric: the stored scale nearest `(max - min) / (2^b - 1)` on either side, with every zero
+/// point that keeps both ends within half a step.
 fn scale_and_zero(plan: &Plan, values: &[f32]) -> (f64, i32) {
     let half = f64::from(1u32 << (bits(plan) - 1));
-    if plan.scheme == Scheme::W4A16Asym {
-        let (min, max) = values
-            .iter()
-            .fold((0.0f32, 0.0f32), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-        let (min, max) = (f64::from(min), f64::from(max));
-        let scale = stored_at_least(plan.scale_dtype, (max - min) / (2.0 * half - 1.0));
-        if scale == 0.0 || !scale.is_finite() {
-            return (scale, 0);
-        }
-        #[expect(clippy::cast_possible_truncation, reason = "clamped to the code range")]
-        let zero = (-half - min / scale)
-            .round_ties_even()
-            .clamp(-half, half - 1.0) as i32;
-        (scale, zero)
-    } else {
-        let absmax = values.iter().fold(0.0f32, |m, &x| m.max(x.abs()));
-        (
-            stored_at_least(plan.scale_dtype, f64::from(absmax) / (half - 0.5)),
-            0,
-        )
+    let (min, max) = values
+        .iter()
+        .fold((0.0f32, 0.0f32), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    let (min, max) = (f64::from(min), f64::from(max));
+    if plan.scheme != Scheme::W4A16Asym {
+        let need = (max / (half - 0.5)).max(-min / (half + 0.5));
+        return (stored_at_least(plan.scale_dtype, need), 0);
     }
+    let exact = (max - min) / (2.0 * half - 1.0);
+    let up = stored_at_least(plan.scale_dtype, exact);
+    if up == 0.0 || !up.is_finite() {
+        return (up, 0);
+    }
+    let nearest = super::stored(plan.scale_dtype, exact);
+    let mut best = (f64::INFINITY, up, 0);
+    for scale in [nearest, up] {
+        if scale <= 0.0 {
+            continue;
+        }
+        // Zero points keeping `min` at or above the lowest code less half a step, and `max` at
+        // or below the highest plus half a step.
+        #[expect(clippy::cast_possible_truncation, reason = "within the code range")]
+        let lowest = (-half - 0.5 - min / scale).ceil().max(-half) as i32;
+        #[expect(clippy::cast_possible_truncation, reason = "within the code range")]
+        let highest = (half - 0.5 - max / scale).floor().min(half - 1.0) as i32;
+        for zero in lowest..=highest {
+            let error = group_error(values, scale, zero, f32::from(1u16 << (bits(plan) - 1)));
+            if error < best.0 {
+                best = (error, scale, zero);
+            }
+        }
+    }
+    (best.1, best.2)
+}
+
+/// The squared error a group is left with under `scale` and `zero`.
+fn group_error(values: &[f32], scale: f64, zero: i32, half: f32) -> f64 {
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "scales are at most f32 here"
+    )]
+    let scale32 = scale as f32;
+    values
+        .iter()
+        .map(|&x| {
+            let q = ((x / scale32).round_ties_even() + zero as f32).clamp(-half, half - 1.0);
+            let error = f64::from(x) - (f64::from(q) - f64::from(zero)) * scale;
+            error * error
+        })
+        .sum()
 }
 
 /// Packs `codes` (each below `2^bits`) into a little-endian stream of 32-bit words.

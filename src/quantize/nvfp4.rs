@@ -72,15 +72,53 @@ fn columns(plan: &Plan) -> usize {
     usize::try_from(plan.columns).unwrap_or(usize::MAX).max(1)
 }
 
-/// A group's scale as stored (an E4M3 byte), and the scale its values are divided by.
+/// A group's scale as stored (an E4M3 byte), and the scale its values are divided by: of the
+/// two E4M3 values either side of `absmax / 6 · global`, the one that leaves the group the least
+/// error while keeping its largest value within half a step of 6.
 fn group_scale(plan: &Plan, group: &[f32]) -> (u8, f32) {
     let absmax = group.iter().fold(0.0f32, |m, &x| m.max(x.abs()));
     let global = plan.global_scale;
-    let mut byte = fp8::encode((absmax / 6.0 * global).min(fp8::MAX));
-    // Up one code at a time while the largest value would land past 6 and half a step (2).
-    while byte < 0x7E && absmax > 0.0 && absmax / (fp8::decode(byte) / global) > 7.0 {
-        byte += 1;
+    let ideal = (absmax / 6.0 * global).min(fp8::MAX);
+    let nearest = fp8::encode(ideal);
+    let other = if fp8::decode(nearest) > ideal {
+        nearest.saturating_sub(1)
+    } else {
+        (nearest + 1).min(0x7E)
+    };
+    let within = |byte: u8| absmax == 0.0 || absmax / (fp8::decode(byte) / global) <= 7.0;
+    let error = |byte: u8| {
+        let scale = fp8::decode(byte) / global;
+        if scale == 0.0 {
+            return f64::INFINITY;
+        }
+        group
+            .iter()
+            .map(|&x| {
+                let e = f64::from(x) - f64::from(decode(encode(x / scale))) * f64::from(scale);
+                e * e
+            })
+            .sum::<f64>()
+    };
+    let mut best = None::<(f64, u8)>;
+    for byte in [nearest, other] {
+        if within(byte) {
+            let e = error(byte);
+            if best.is_none_or(|(least, _)| e < least) {
+                best = Some((e, byte));
+            }
+        }
     }
+    let byte = best.map_or_else(
+        || {
+            // Up one code at a time while the largest value would land past 6 and half a step.
+            let mut byte = nearest;
+            while byte < 0x7E && !within(byte) {
+                byte += 1;
+            }
+            byte
+        },
+        |(_, byte)| byte,
+    );
     (byte, fp8::decode(byte) / global)
 }
 

@@ -10,6 +10,7 @@ mod conformance;
 mod hostile;
 mod quantize;
 mod reference;
+mod schemes;
 mod sharded;
 mod stats;
 mod support;

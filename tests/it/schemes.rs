@@ -1,0 +1,271 @@
+//! Every scheme on a tiny BF16 Llama, beside llm-compressor's own `model_free_ptq` output of the
+//! same preset on the same weights (tests/fixtures/quant, with the producer's versions in each
+//! `producer.json`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use stui::format::{Dtype, Model};
+use stui::quantize::scheme::{Plan, Role, Scheme, Streams};
+use stui::quantize::{self, Control, Options};
+
+const PRESETS: [(Scheme, &str); 6] = [
+    (Scheme::W8A16, "ct-w8a16"),
+    (Scheme::W4A16, "ct-w4a16"),
+    (Scheme::W4A16Asym, "ct-w4a16-asym"),
+    (Scheme::Fp8Dynamic, "ct-fp8-dynamic"),
+    (Scheme::Fp8Block, "ct-fp8-block"),
+    (Scheme::Nvfp4A16, "ct-nvfp4a16"),
+];
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/quant")
+}
+
+fn source() -> PathBuf {
+    fixtures().join("source/model.safetensors")
+}
+
+/// Quantizes the fixture's source into `folder` (with its config.json).
+fn quantize_into(folder: &Path, scheme: Scheme) -> quantize::Summary {
+    let model = Model::open(&source()).unwrap();
+    let options = Options {
+        scheme,
+        ..Options::default()
+    };
+    quantize::quantize(
+        &model,
+        &folder.join("model.safetensors"),
+        &options,
+        &Control::default(),
+    )
+    .unwrap()
+}
+
+/// Every tensor's dtype and shape, as the reference crate reads them.
+fn layout(bytes: &[u8]) -> BTreeMap<String, (String, Vec<usize>)> {
+    let file = safetensors::SafeTensors::deserialize(bytes).unwrap();
+    file.tensors()
+        .into_iter()
+        .map(|(name, view)| (name, (format!("{:?}", view.dtype()), view.shape().to_vec())))
+        .collect()
+}
+
+fn quantization_config(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&text).unwrap();
+    config["quantization_config"].clone()
+}
+
+/// The source's values of `name`, as f32.
+fn source_values(bytes: &[u8], name: &str) -> Vec<f32> {
+    let file = safetensors::SafeTensors::deserialize(bytes).unwrap();
+    let view = file.tensor(name).unwrap();
+    assert_eq!(view.dtype(), safetensors::Dtype::BF16);
+    view.data()
+        .chunks(2)
+        .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+        .collect()
+}
+
+/// The SNR of weight `name` as written in `output` (the whole tensor at once), dequantized by
+/// the scheme's own read-back.
+fn snr_of(output: &[u8], source: &[f32], name: &str, scheme: Scheme) -> f64 {
+    let file = safetensors::SafeTensors::deserialize(output).unwrap();
+    let source_file =
+        safetensors::SafeTensors::deserialize(&std::fs::read(self::source()).unwrap())
+            .unwrap()
+            .tensor(name)
+            .unwrap()
+            .shape()
+            .to_vec();
+    let [rows, columns] = [source_file[0] as u64, source_file[1] as u64];
+    let absmax = source.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    let mut plan = Plan::new(
+        scheme,
+        quantize::scheme::DEFAULT_GROUP,
+        [rows, columns],
+        Dtype::Bf16,
+        f64::from(absmax),
+    );
+    let mut streams = Streams::default();
+    for member in plan.members() {
+        let data = file
+            .tensor(&format!("{name}{}", member.suffix))
+            .unwrap()
+            .data()
+            .to_vec();
+        match member.role {
+            Role::GlobalScale => plan.global_scale = f32::from_le_bytes(data.try_into().unwrap()),
+            Role::Shape => {}
+            role => *streams.of_mut(role).unwrap() = data,
+        }
+    }
+    let (sums, _) = plan.check(source, &streams);
+    10.0 * (sums.signal / sums.noise).log10()
+}
+
+/// The same tensors (names, dtypes, shapes) as llm-compressor's output, but for the embedding
+/// that stui keeps as it is by default; the same `format`, `config_groups` and keys in
+/// `quantization_config`, in config.json and in the metadata; every weight at least as accurate,
+/// both outputs dequantized the same way.
+#[test]
+fn each_scheme_writes_the_presets_layout_at_least_as_accurately() {
+    let source_bytes = std::fs::read(source()).unwrap();
+    for (scheme, preset) in PRESETS {
+        let dir = tempfile::tempdir().unwrap();
+        let summary = quantize_into(dir.path(), scheme);
+        assert!(summary.verified, "{scheme}");
+        let ours = std::fs::read(dir.path().join("model.safetensors")).unwrap();
+        let theirs = std::fs::read(fixtures().join(preset).join("model.safetensors")).unwrap();
+        let outside_embedding = |layout: BTreeMap<String, (String, Vec<usize>)>| {
+            layout
+                .into_iter()
+                .filter(|(name, _)| !name.starts_with("model.embed_tokens."))
+                .collect::<BTreeMap<_, _>>()
+        };
+        assert_eq!(
+            outside_embedding(layout(&ours)),
+            outside_embedding(layout(&theirs)),
+            "{scheme}"
+        );
+        let expected = quantization_config(&fixtures().join(preset).join("config.json"));
+        let written = quantization_config(&dir.path().join("config.json"));
+        let metadata = safetensors::SafeTensors::read_metadata(&ours).unwrap().1;
+        let in_metadata: serde_json::Value =
+            serde_json::from_str(&metadata.metadata().as_ref().unwrap()["quantization_config"])
+                .unwrap();
+        assert_eq!(written, in_metadata, "{scheme}");
+        assert_eq!(written["format"], expected["format"], "{scheme}");
+        assert_eq!(
+            written["config_groups"], expected["config_groups"],
+            "{scheme}"
+        );
+        let keys =
+            |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(keys(&written), keys(&expected), "{scheme}");
+        let model = Model::open(&source()).unwrap();
+        for quantized in &summary.quantized {
+            let name = model.tensors[quantized.tensor].name();
+            let values = source_values(&source_bytes, name);
+            if theirs_has(&theirs, name) {
+                let their_snr = snr_of(&theirs, &values, name, scheme);
+                let our_snr = snr_of(&ours, &values, name, scheme);
+                assert!(
+                    (our_snr - quantized.error.snr_db).abs() < 1e-9,
+                    "{scheme} {name}"
+                );
+                assert!(
+                    our_snr >= their_snr,
+                    "{scheme} {name}: {our_snr} < {their_snr}"
+                );
+            }
+        }
+    }
+}
+
+fn theirs_has(theirs: &[u8], name: &str) -> bool {
+    let file = safetensors::SafeTensors::deserialize(theirs).unwrap();
+    file.tensor(&format!("{name}_scale")).is_ok()
+}
+
+/// The Python `safetensors` package reads every scheme's output, and numpy alone dequantizes it
+/// from the layout within half a step of the source (`tests/interop/schemes_numpy.py`). Runs where
+/// `STUI_PYTHON` names a Python with both (`.ci/run` sets one up).
+#[test]
+fn numpy_dequantizes_every_scheme_within_half_a_step() {
+    let Some(python) = std::env::var_os("STUI_PYTHON") else {
+        assert!(std::env::var_os("CI").is_none(), "CI must set STUI_PYTHON");
+        eprintln!("STUI_PYTHON is not set: the Python interop test cannot run here");
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/schemes_numpy.py");
+    for scheme in Scheme::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let summary = quantize_into(dir.path(), scheme);
+        let result = Command::new(&python)
+            .arg(&script)
+            .arg(source())
+            .arg(dir.path().join("model.safetensors"))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&result.stdout);
+        assert!(
+            result.status.success(),
+            "{scheme}: {stdout}{}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        assert!(
+            stdout.contains(&format!(
+                "checked {} quantized weights",
+                summary.quantized.len()
+            )),
+            "{scheme}: {stdout}"
+        );
+    }
+}
+
+/// A weight whose columns do not divide into groups is kept as it is, and said so.
+#[test]
+fn weights_without_whole_groups_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let summary = quantize_into(dir.path(), Scheme::W4A16);
+    let model = Model::open(&source()).unwrap();
+    let kept: Vec<&str> = summary
+        .kept()
+        .filter(|&(_, why)| why == quantize::Kept::Ungrouped)
+        .map(|(t, _)| model.tensors[t].name())
+        .collect();
+    assert_eq!(kept, ["model.layers.0.mlp.down_proj.weight"]);
+    let config = quantization_config(&dir.path().join("config.json"));
+    assert!(
+        config["ignore"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("model.layers.0.mlp.down_proj"))
+    );
+}
+
+/// The command line: `--scheme` by its preset name, an unknown one refused with the list.
+#[test]
+fn the_command_line_takes_the_preset_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("out.safetensors");
+    let done = Command::new(env!("CARGO_BIN_EXE_stui"))
+        .args([
+            "quantize",
+            "--json",
+            "--scheme",
+            "w4a16_asym",
+            "--group-size",
+            "64",
+        ])
+        .arg(source())
+        .arg("-o")
+        .arg(&output)
+        .output()
+        .unwrap();
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&done.stdout).unwrap();
+    assert_eq!(summary["scheme"], "W4A16_ASYM");
+    assert_eq!(summary["verified"], true);
+    let bytes = std::fs::read(&output).unwrap();
+    let layout = layout(&bytes);
+    assert_eq!(
+        layout["model.layers.0.mlp.down_proj.weight_scale"].1,
+        [128, 3]
+    );
+    let refused = Command::new(env!("CARGO_BIN_EXE_stui"))
+        .args(["quantize", "--scheme", "W3A16"])
+        .arg(source())
+        .arg("-o")
+        .arg(dir.path().join("other.safetensors"))
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("NVFP4A16"));
+}
