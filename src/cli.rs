@@ -132,8 +132,15 @@ pub struct QuantizeArgs {
     /// The model: a .safetensors file, an index .json, or a folder.
     pub path: PathBuf,
     /// Where to write: a .safetensors file (a folder for a sharded model).
-    #[arg(short, long, value_name = "OUT")]
-    pub output: PathBuf,
+    #[arg(short, long, value_name = "OUT", required_unless_present = "compare")]
+    pub output: Option<PathBuf>,
+    /// Write nothing: print every scheme side by side (output size, bits per weight with
+    /// scales, worst and median SNR, the worst tensor) over the weights that would be quantized.
+    #[arg(long, conflicts_with_all = ["output", "keep_below_snr"])]
+    pub compare: bool,
+    /// Keep in source precision every weight whose SNR under the scheme would fall below DB.
+    #[arg(long, value_name = "DB")]
+    pub keep_below_snr: Option<f64>,
     /// The scheme, as the compressed-tensors preset of that name: W8A8 (the default), W8A16,
     /// W4A16, `W4A16_ASYM`, `FP8_DYNAMIC`, `FP8_BLOCK` or NVFP4A16.
     #[arg(long, value_name = "NAME", value_parser = parse_scheme, default_value = "W8A8")]

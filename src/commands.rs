@@ -305,12 +305,6 @@ impl<'m> InOrder<'m> {
 fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failure> {
     use crate::quantize::{Control, Granularity, NonFinite, Options};
     let model = open(&args.path)?;
-    if args.output.exists() && !args.yes {
-        return Err(Failure::Stui(crate::error::Error::Invalid(format!(
-            "{} exists; pass --yes to replace it",
-            crate::text::escape_path(&args.output)
-        ))));
-    }
     let options = Options {
         scheme: args.scheme,
         group_size: args.group_size,
@@ -326,18 +320,34 @@ fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failu
         } else {
             NonFinite::Stop
         },
+        keep_below_snr: args.keep_below_snr,
         ..Options::default()
     };
     let control = Control::default();
-    let summary = with_progress(
-        || {
-            (
-                control.bytes_total.load(Ordering::Relaxed),
-                control.bytes_done.load(Ordering::Relaxed),
-            )
-        },
-        || crate::quantize::quantize(&model, &args.output, &options, &control),
-    );
+    let progress = || {
+        (
+            control.bytes_total.load(Ordering::Relaxed),
+            control.bytes_done.load(Ordering::Relaxed),
+        )
+    };
+    let Some(output) = args.output.as_deref().filter(|_| !args.compare) else {
+        let comparison = with_progress(progress, || {
+            crate::quantize::compare(&model, &options, &control)
+        })?;
+        let mut out = io::BufWriter::new(out);
+        crate::report::write_comparison(&mut out, &model, &comparison, args.json)?;
+        out.flush()?;
+        return Ok(Outcome::Clean);
+    };
+    if output.exists() && !args.yes {
+        return Err(Failure::Stui(crate::error::Error::Invalid(format!(
+            "{} exists; pass --yes to replace it",
+            crate::text::escape_path(output)
+        ))));
+    }
+    let summary = with_progress(progress, || {
+        crate::quantize::quantize(&model, output, &options, &control)
+    });
     let summary = summary?;
     let mut out = io::BufWriter::new(out);
     crate::report::write_quantize(&mut out, &model, &summary, args.json)?;

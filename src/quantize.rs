@@ -13,12 +13,14 @@
 //! Output is streamed a chunk at a time, so memory stays bounded whatever the model's size, and
 //! written through a temporary file in the target folder that is renamed into place.
 
+mod compare;
 mod fp8;
 mod int_packed;
 mod nvfp4;
 mod pipeline;
 pub mod scheme;
 
+pub use compare::{Comparison, SchemeResult, compare};
 pub use scheme::Scheme;
 
 use crate::analysis::simd::Lanes;
@@ -88,6 +90,9 @@ pub struct Options {
     pub keep_lm_head: bool,
     pub keep_norms: bool,
     pub non_finite: NonFinite,
+    /// Keep in source precision every weight whose SNR under the scheme would fall below this
+    /// many dB.
+    pub keep_below_snr: Option<f64>,
 }
 
 impl Default for Options {
@@ -102,6 +107,7 @@ impl Default for Options {
             keep_lm_head: true,
             keep_norms: true,
             non_finite: NonFinite::Stop,
+            keep_below_snr: None,
         }
     }
 }
@@ -124,6 +130,8 @@ pub enum Kept {
     Unreadable,
     /// Its columns do not divide into the scheme's groups.
     Ungrouped,
+    /// Its SNR under the scheme falls below the threshold asked for.
+    BelowSnr,
 }
 
 /// The decision for one tensor.
@@ -452,7 +460,10 @@ fn quantize_keeping(
 ) -> Result<Summary> {
     let (sharded, targets, files) = prepare(model, output)?;
     let mut choices: Vec<Choice> = model.tensors.iter().map(|t| choose(t, options)).collect();
-
+    if let Some(threshold) = options.keep_below_snr {
+        let below = compare::below_snr(model, &files, &choices, options, threshold, control)?;
+        compare::keep_below(&mut choices, &below);
+    }
     let absmax = first_pass(model, &files, &mut choices, options, control, kept_scales)?;
     let folder = targets[0]
         .parent()

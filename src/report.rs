@@ -1136,6 +1136,17 @@ pub fn write_quantize<W: Write>(
             "THE OUTPUT DID NOT VERIFY"
         }
     )?;
+    let below: Vec<&str> = summary
+        .kept()
+        .filter(|&(_, why)| why == crate::quantize::Kept::BelowSnr)
+        .map(|(t, _)| model.tensors[t].name())
+        .collect();
+    if !below.is_empty() {
+        writeln!(out, "kept in source precision (SNR below the threshold):")?;
+        for name in below {
+            writeln!(out, "  {}", escape(name))?;
+        }
+    }
     let worst = summary.worst_first();
     if !worst.is_empty() {
         writeln!(
@@ -1152,6 +1163,72 @@ pub fn write_quantize<W: Write>(
             q.error.snr_db,
             q.error.max_abs_error,
             q.error.relative_rms_error
+        )?;
+    }
+    Ok(())
+}
+
+/// Every scheme side by side, as a table or JSON.
+pub fn write_comparison<W: Write>(
+    out: &mut W,
+    model: &Model,
+    comparison: &crate::quantize::Comparison,
+    json: bool,
+) -> io::Result<()> {
+    let worst_name =
+        |result: &crate::quantize::SchemeResult| result.worst.map(|t| model.tensors[t].name());
+    if json {
+        #[derive(Serialize)]
+        struct Row<'a> {
+            #[serde(flatten)]
+            result: &'a crate::quantize::SchemeResult,
+            worst_tensor: Option<&'a str>,
+        }
+        #[derive(Serialize)]
+        struct Document<'a> {
+            schemes: Vec<Row<'a>>,
+            non_finite: Vec<&'a str>,
+        }
+        let document = Document {
+            schemes: comparison
+                .schemes
+                .iter()
+                .map(|result| Row {
+                    result,
+                    worst_tensor: worst_name(result),
+                })
+                .collect(),
+            non_finite: comparison
+                .non_finite
+                .iter()
+                .map(|&t| model.tensors[t].name())
+                .collect(),
+        };
+        return write_json(out, &document);
+    }
+    writeln!(
+        out,
+        "{:<12}  {:>7}  {:>10}  {:>9}  {:>9}  {:>9}  WORST TENSOR",
+        "SCHEME", "WEIGHTS", "OUTPUT", "BITS/W", "WORST dB", "MEDIAN dB"
+    )?;
+    for result in &comparison.schemes {
+        writeln!(
+            out,
+            "{:<12}  {:>7}  {:>10}  {:>9.2}  {:>9.2}  {:>9.2}  {}",
+            result.scheme.name(),
+            result.weights,
+            format_bytes(result.output_bytes),
+            result.bits_per_weight,
+            result.worst_snr_db,
+            result.median_snr_db,
+            worst_name(result).map(escape).unwrap_or_default()
+        )?;
+    }
+    for &tensor in &comparison.non_finite {
+        writeln!(
+            out,
+            "{} holds NaN or Inf: left out",
+            escape(model.tensors[tensor].name())
         )?;
     }
     Ok(())

@@ -8,7 +8,7 @@
 //! streaming a weight's codes are kept for later when they fit in [`KEPT_BYTES`], and worked out
 //! again otherwise, so that memory does not grow with the model.
 
-use super::scheme::{ErrorSums, Member, Plan, Role, Scheme, Streams};
+use super::scheme::{ErrorSums, Member, Plan, Role, Streams};
 use super::{
     Choice, Control, Kept, NonFinite, Options, Quantized, Summary, copy_tensor, map_rows_aligned,
     output_metadata, prepare, tensor_absmax,
@@ -26,28 +26,12 @@ use std::sync::atomic::Ordering;
 /// Bytes of small members kept between the codes' pass and the place they are written.
 const KEPT_BYTES: u64 = 32 << 20;
 
-/// Whether `tensor`, chosen by name and dtype, fits the scheme's groups.
 fn fits(tensor: &Tensor, options: &Options) -> bool {
-    let columns = tensor.info.shape.get(1).unwrap_or(0);
-    match options.scheme {
-        Scheme::W8A16 | Scheme::W4A16 | Scheme::W4A16Asym => {
-            super::int_packed::fits(columns, options.group_size)
-        }
-        Scheme::Nvfp4A16 => columns.is_multiple_of(super::scheme::NVFP4_GROUP),
-        Scheme::W8A8 | Scheme::Fp8Dynamic | Scheme::Fp8Block => true,
-    }
+    super::compare::fits(options.scheme, options.group_size, tensor)
 }
 
-/// The plan for quantized `tensor`, whose largest magnitude is `absmax`.
 fn plan_of(options: &Options, tensor: &Tensor, absmax: f64) -> Plan {
-    let [rows, columns] = tensor.info.shape.matrix().unwrap_or([1, 1]);
-    Plan::new(
-        options.scheme,
-        options.group_size,
-        [rows, columns],
-        tensor.info.dtype.known().unwrap_or(Dtype::F32),
-        absmax,
-    )
+    super::compare::plan_for(options.scheme, options.group_size, tensor, absmax)
 }
 
 pub fn quantize(
@@ -75,6 +59,11 @@ pub fn quantize(
         })
         .sum();
     control.bytes_total.store(total, Ordering::Relaxed);
+    if let Some(threshold) = options.keep_below_snr {
+        let below =
+            super::compare::below_snr(model, &files, &choices, options, threshold, control)?;
+        super::compare::keep_below(&mut choices, &below);
+    }
     let mut absmax = vec![0.0; model.tensors.len()];
     for (index, tensor) in model.tensors.iter().enumerate() {
         if choices[index] != Choice::Quantize {

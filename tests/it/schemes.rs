@@ -269,3 +269,75 @@ fn the_command_line_takes_the_preset_names() {
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("NVFP4A16"));
 }
+
+/// `--compare` gives each scheme the very errors that writing it reads back from the file.
+#[test]
+fn the_comparison_matches_what_each_scheme_writes() {
+    let model = Model::open(&source()).unwrap();
+    let comparison = quantize::compare(&model, &Options::default(), &Control::default()).unwrap();
+    assert_eq!(comparison.schemes.len(), Scheme::ALL.len());
+    for result in &comparison.schemes {
+        let dir = tempfile::tempdir().unwrap();
+        let summary = quantize_into(dir.path(), result.scheme);
+        assert_eq!(result.weights, summary.quantized.len(), "{}", result.scheme);
+        for (quantized, &(tensor, error)) in summary.quantized.iter().zip(&result.errors) {
+            assert_eq!(quantized.tensor, tensor);
+            assert!(
+                (quantized.error.snr_db - error.snr_db).abs() < 1e-9,
+                "{} {}: {} against {}",
+                result.scheme,
+                model.tensors[tensor].name(),
+                quantized.error.snr_db,
+                error.snr_db
+            );
+        }
+        let data: u64 = std::fs::metadata(dir.path().join("model.safetensors"))
+            .unwrap()
+            .len();
+        assert!(result.output_bytes <= data && data < result.output_bytes + (16 << 10));
+    }
+}
+
+/// `--keep-below-snr`: the weights below the threshold stay as they were, listed as kept and in
+/// `ignore`; the others are quantized.
+#[test]
+fn weights_below_the_threshold_are_kept() {
+    let model = Model::open(&source()).unwrap();
+    let comparison = quantize::compare(&model, &Options::default(), &Control::default()).unwrap();
+    let nvfp4 = &comparison.schemes[6];
+    assert_eq!(nvfp4.scheme, Scheme::Nvfp4A16);
+    let threshold = nvfp4.median_snr_db;
+    let expected: Vec<&str> = nvfp4
+        .errors
+        .iter()
+        .filter(|(_, e)| e.snr_db < threshold)
+        .map(|&(t, _)| model.tensors[t].name())
+        .collect();
+    assert!(!expected.is_empty());
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options {
+        scheme: Scheme::Nvfp4A16,
+        keep_below_snr: Some(threshold),
+        ..Options::default()
+    };
+    let summary = quantize::quantize(
+        &model,
+        &dir.path().join("model.safetensors"),
+        &options,
+        &Control::default(),
+    )
+    .unwrap();
+    assert!(summary.verified);
+    let kept: Vec<&str> = summary
+        .kept()
+        .filter(|&(_, why)| why == quantize::Kept::BelowSnr)
+        .map(|(t, _)| model.tensors[t].name())
+        .collect();
+    assert_eq!(kept, expected);
+    assert_eq!(summary.quantized.len(), nvfp4.weights - kept.len());
+    let config = quantization_config(&dir.path().join("config.json"));
+    let ignore = config["ignore"].as_array().unwrap();
+    for name in kept {
+        assert!(ignore.contains(&serde_json::json!(name.strip_suffix(".weight").unwrap())));
+    }
+}
