@@ -49,9 +49,14 @@ pub(super) fn fits(scheme: Scheme, group: u64, tensor: &Tensor) -> bool {
             super::int_packed::fits(columns, group)
         }
         Scheme::Nvfp4A16 => columns.is_multiple_of(super::scheme::NVFP4_GROUP),
-        Scheme::W8A8 | Scheme::Fp8Dynamic | Scheme::Fp8Block => true,
+        // A run of rows holds a whole row of blocks: kept within bounds by its width.
+        Scheme::Fp8Block => columns <= MAX_BLOCK_COLUMNS,
+        Scheme::W8A8 | Scheme::Fp8Dynamic => true,
     }
 }
+
+/// The widest weight `FP8_BLOCK` quantizes: 128 of its rows as `f32` take at most 64 MiB.
+const MAX_BLOCK_COLUMNS: u64 = 1 << 17;
 
 /// The plan for `tensor` (whose largest magnitude is `absmax`) under `scheme`.
 pub(super) fn plan_for(scheme: Scheme, group: u64, tensor: &Tensor, absmax: f64) -> Plan {
@@ -111,11 +116,17 @@ pub(super) fn evaluate(
             .unwrap_or(1)
             .max(1);
         let mut sums = vec![ErrorSums::default(); schemes.len()];
+        let align = plans
+            .iter()
+            .flatten()
+            .map(Plan::row_multiple)
+            .max()
+            .unwrap_or(1);
         map_rows_aligned(
             model,
             files,
             tensor,
-            super::scheme::BLOCK,
+            align,
             control,
             |_, values: &[f32]| {
                 let mut streams = Streams::default();
