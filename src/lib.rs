@@ -11,6 +11,7 @@
 //! - [`tree`]: the layer tree built from dotted names, with totals on every node.
 //! - [`analysis`]: statistics, histograms and numeric findings from tensor bytes, every dtype.
 //! - [`jobs`]: the background scan that reads tensor data and streams results on a channel.
+//! - [`quant`]: quantized weights dequantized exactly, layout by layout.
 //! - [`quantize`]: int8 quantization, written in the compressed-tensors layout.
 //! - [`diff`]: what changed between two checkpoints, tensor by tensor.
 //! - [`hash`]: SHA-256 of files and tensors, and the structural ID.
@@ -30,6 +31,7 @@ pub mod finding;
 pub mod format;
 pub mod hash;
 pub mod jobs;
+pub mod quant;
 pub mod quantize;
 pub mod recycle;
 pub mod report;

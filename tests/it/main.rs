@@ -8,6 +8,7 @@
 mod cli;
 mod conformance;
 mod hostile;
+mod quant_kernels;
 mod quantize;
 mod reference;
 mod schemes;

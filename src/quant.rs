@@ -1,0 +1,3 @@
+//! Quantized weights read as the values they encode.
+
+pub mod kernels;

@@ -1,0 +1,146 @@
+//! `ComfyUI`'s NVFP4 (`comfy_kitchen` `TensorCoreNVFP4Layout`): `weight` U8 `[R, C/2]` with the
+//! FIRST element of each byte in the HIGH nibble (the opposite of compressed-tensors and
+//! `ModelOpt`), `weight_scale` `F8_E4M3` per 16 columns stored in cuBLAS' blocked (swizzled)
+//! layout `[roundup(R, 128), roundup(C/16, 4)]`, and `weight_scale_2` F32 that multiplies:
+//! `W = v · fp8(s) · weight_scale_2`. Read row-major, the swizzled scales give garbage without
+//! an error. The weight may be padded to multiples of 16; the logical shape is given.
+//!
+//! `ComfyUI`'s `float8_e4m3fn` and `int8_tensorwise` layouts (one `weight_scale`, scalar or
+//! `[N, 1]`) are read by [`super::fp8::Fp8`] and [`super::compressed_tensors::Naive`].
+
+use super::decode::{FloatKind, Floats};
+use super::grouped::{Checks, Codes, Grid, Grouped, Groups, Source, Value};
+use super::{KernelError, Stored, grouped_layout, scalar};
+use crate::format::Dtype;
+
+#[derive(Clone, Debug)]
+pub struct ComfyNvfp4<'a> {
+    inner: Grouped<'a>,
+}
+grouped_layout!(ComfyNvfp4);
+
+impl<'a> ComfyNvfp4<'a> {
+    pub fn new(
+        weight: Stored<'a>,
+        weight_scale: Stored<'a>,
+        weight_scale_2: Stored<'a>,
+        [rows, cols]: [usize; 2],
+    ) -> Result<Self, KernelError> {
+        let factor = scalar("weight_scale_2", &weight_scale_2, &[Dtype::F32])?;
+        weight.check("weight", &[Dtype::U8])?;
+        if weight.shape.len() != 2 || weight.dim(0) < rows || 2 * weight.dim(1) < cols {
+            return Err(KernelError::new(
+                "weight",
+                format!(
+                    "shape {:?} does not hold [{rows}, {cols}] in FP4",
+                    weight.shape
+                ),
+            ));
+        }
+        let row_bytes = weight.dim(1);
+        let groups = (2 * row_bytes).div_ceil(16);
+        let tiles = groups.div_ceil(4);
+        weight_scale.check_shape(
+            "weight_scale",
+            &[Dtype::F8E4M3],
+            &[weight.dim(0).div_ceil(128) * 128, tiles * 4],
+        )?;
+        Ok(ComfyNvfp4 {
+            inner: Grouped {
+                rows,
+                cols,
+                experts: 1,
+                codes: Codes::RowsHighFirst {
+                    bytes: weight.bytes,
+                    row_bytes,
+                },
+                value: Value::E2M1,
+                groups: Groups::Tiles {
+                    rows: 1,
+                    cols: 16,
+                    expert_rows: rows,
+                },
+                scales: Grid {
+                    values: Source::Blocked {
+                        floats: Floats::new(weight_scale.bytes, FloatKind::E4M3),
+                        tiles,
+                    },
+                    row_stride: 0,
+                    group_stride: 0,
+                },
+                scale_member: "weight_scale",
+                zeros: None,
+                biases: None,
+                factor: Some(factor),
+                rounding: None,
+                checks: Checks {
+                    negative_scales: false,
+                    zero_range: None,
+                },
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![expect(
+        clippy::cast_possible_truncation,
+        reason = "fixtures of small, known sizes and values"
+    )]
+    use super::super::testing::{Owned, Rng, assert_same, dequantize_all, e2m1_value, e4m3_value};
+    use super::*;
+
+    #[test]
+    fn swizzled_block_scales_and_high_nibbles_first() {
+        // 130 rows cross a 128-row tile; 96 columns make 6 groups, padded to 8.
+        let (rows, cols) = (130, 96);
+        let groups = cols / 16;
+        let mut rng = Rng::new(71);
+        let bytes: Vec<u8> = (0..rows * cols / 2).map(|_| rng.below(256) as u8).collect();
+        let weight = Owned::new(Dtype::U8, &[rows, cols / 2], bytes.clone());
+        let logical: Vec<u8> = (0..rows * groups)
+            .map(|_| 0x20 + rng.below(0x40) as u8)
+            .collect();
+        // `to_blocked`: pad to [256, 8], cut into 128×4 tiles, each tile as [32, 4, 4] → 512.
+        let (padded_rows, padded_cols) = (256, 8);
+        let mut blocked = vec![0u8; padded_rows * padded_cols];
+        for r in 0..rows {
+            for c in 0..groups {
+                let tile = (r / 128) * (padded_cols / 4) + c / 4;
+                let within = (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4;
+                blocked[tile * 512 + within] = logical[r * groups + c];
+            }
+        }
+        let scales = Owned::new(Dtype::F8E4M3, &[padded_rows, padded_cols], blocked);
+        let scale_2 = Owned::f32(&[], &[0.37 / 2688.0]);
+        let kernel = ComfyNvfp4::new(
+            weight.stored(),
+            scales.stored(),
+            scale_2.stored(),
+            [rows, cols],
+        )
+        .unwrap();
+        let expected: Vec<f32> = (0..rows * cols)
+            .map(|k| {
+                let byte = bytes[k / 2];
+                let code = if k % 2 == 0 { byte >> 4 } else { byte & 15 };
+                let s = e4m3_value(logical[(k / cols) * groups + (k % cols) / 16]);
+                e2m1_value(code) * s * (0.37 / 2688.0)
+            })
+            .collect();
+        assert_same(&dequantize_all(&kernel), &expected, cols);
+        let row_major = Owned::new(Dtype::F8E4M3, &[rows, groups], logical);
+        assert_eq!(
+            ComfyNvfp4::new(
+                weight.stored(),
+                row_major.stored(),
+                scale_2.stored(),
+                [rows, cols]
+            )
+            .unwrap_err()
+            .to_string(),
+            "weight_scale: shape [130, 6], expected [256, 8]"
+        );
+    }
+}
