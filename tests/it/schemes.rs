@@ -341,3 +341,107 @@ fn weights_below_the_threshold_are_kept() {
         assert!(ignore.contains(&serde_json::json!(name.strip_suffix(".weight").unwrap())));
     }
 }
+
+/// `stui::quant::kernels`, written from compressed-tensors' decompressors (and equal to them on
+/// llm-compressor's own checkpoints), dequantizes every scheme's output: the worst error stays
+/// within the one stui measured from the file plus the BF16 rounding those kernels apply, and the
+/// SNR within the noise of that rounding.
+#[test]
+fn the_dequantization_kernels_read_every_scheme_back() {
+    use stui::quant::kernels::compressed_tensors::{Naive, Nvfp4, Packed, PackedMembers, Strategy};
+    use stui::quant::kernels::{Dequantize, Stored};
+    let source_bytes = std::fs::read(source()).unwrap();
+    let model = Model::open(&source()).unwrap();
+    for (scheme, _) in PRESETS {
+        let dir = tempfile::tempdir().unwrap();
+        let summary = quantize_into(dir.path(), scheme);
+        let bytes = std::fs::read(dir.path().join("model.safetensors")).unwrap();
+        let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let shapes: BTreeMap<String, Vec<u64>> = file
+            .tensors()
+            .into_iter()
+            .map(|(name, view)| (name, view.shape().iter().map(|&d| d as u64).collect()))
+            .collect();
+        for quantized in &summary.quantized {
+            let name = model.tensors[quantized.tensor].name();
+            let get = |suffix: &str| {
+                let key = format!("{name}{suffix}");
+                let view = file.tensor(&key).ok()?;
+                let dtype = Dtype::from_name(&format!("{:?}", view.dtype())).unwrap();
+                Some(Stored {
+                    bytes: view.data(),
+                    dtype,
+                    shape: shapes[&key].as_slice(),
+                })
+            };
+            let kernel: Box<dyn Dequantize> = match scheme {
+                Scheme::W8A16 | Scheme::W4A16 | Scheme::W4A16Asym => Box::new(
+                    Packed::new(
+                        PackedMembers {
+                            weight_packed: get("_packed").unwrap(),
+                            weight_shape: get("_shape").unwrap(),
+                            weight_scale: get("_scale").unwrap(),
+                            weight_zero_point: get("_zero_point"),
+                            weight_g_idx: None,
+                        },
+                        scheme.bits(),
+                        Strategy::Group { size: 128 },
+                        None,
+                    )
+                    .unwrap(),
+                ),
+                Scheme::Fp8Dynamic | Scheme::Fp8Block => Box::new(
+                    Naive::new(
+                        get("").unwrap(),
+                        get("_scale").unwrap(),
+                        None,
+                        None,
+                        if scheme == Scheme::Fp8Block {
+                            Strategy::Block {
+                                rows: 128,
+                                cols: 128,
+                            }
+                        } else {
+                            Strategy::Channel
+                        },
+                        8,
+                    )
+                    .unwrap(),
+                ),
+                _ => Box::new(
+                    Nvfp4::new(
+                        get("_packed").unwrap(),
+                        get("_scale").unwrap(),
+                        get("_global_scale").unwrap(),
+                        usize::try_from(model.tensors[quantized.tensor].info.shape.get(1).unwrap())
+                            .unwrap(),
+                    )
+                    .unwrap(),
+                ),
+            };
+            let mut values = vec![0f32; kernel.rows() * kernel.cols()];
+            kernel.dequantize_rows(0..kernel.rows(), &mut values);
+            let x = source_values(&source_bytes, name);
+            let absmax = x.iter().fold(0f64, |m, &v| m.max(f64::from(v).abs()));
+            let (mut signal, mut noise, mut worst) = (0f64, 0f64, 0f64);
+            for (&x, &y) in x.iter().zip(&values) {
+                let error = f64::from(x) - f64::from(y);
+                signal += f64::from(x) * f64::from(x);
+                noise += error * error;
+                worst = worst.max(error.abs());
+            }
+            let snr = 10.0 * (signal / noise).log10();
+            let error = quantized.error;
+            assert!(
+                worst <= error.max_abs_error + absmax * 2f64.powi(-8),
+                "{scheme} {name}: {worst} against {}",
+                error.max_abs_error
+            );
+            assert!(
+                (snr - error.snr_db).abs() < 0.5,
+                "{scheme} {name}: {snr} against {}",
+                error.snr_db
+            );
+        }
+    }
+}
