@@ -72,8 +72,9 @@ pub enum Command {
     /// Tensors holding NaN or Inf come first. Exits 1 when any tensor holds NaN or Inf, or any
     /// error is found.
     Stats(StatsArgs),
-    /// Quantize the 2-D float weights to int8 (symmetric, round half to even) and save a copy in
-    /// the compressed-tensors layout that vLLM, transformers and llm-compressor read.
+    /// Quantize the 2-D float weights (int8 by default; int4, FP8 and NVFP4 with --scheme) and
+    /// save a copy in the compressed-tensors layout that vLLM, transformers and llm-compressor
+    /// read, or compare every scheme without writing (--compare).
     ///
     /// Norms, biases, 1-D tensors, embeddings and `lm_head` are kept as they are. The output is
     /// checked after saving and every quantized tensor compared with its source.
@@ -195,8 +196,30 @@ pub struct QuantizeArgs {
     /// The model: a .safetensors file, an index .json, or a folder.
     pub path: PathBuf,
     /// Where to write: a .safetensors file (a folder for a sharded model).
-    #[arg(short, long, value_name = "OUT")]
-    pub output: PathBuf,
+    #[arg(short, long, value_name = "OUT", required_unless_present = "compare")]
+    pub output: Option<PathBuf>,
+    /// Write nothing: print every scheme side by side (output size, bits per weight with
+    /// scales, worst and median SNR, the worst tensor) over the weights that would be quantized.
+    #[arg(long, conflicts_with_all = ["output", "keep_below_snr"])]
+    pub compare: bool,
+    /// Keep in source precision every weight whose SNR under the scheme would fall below DB.
+    #[arg(long, value_name = "DB")]
+    pub keep_below_snr: Option<f64>,
+    #[arg(
+        long,
+        value_name = "NAME",
+        value_parser = parse_scheme,
+        default_value = "W8A8",
+        help = "The scheme, as the compressed-tensors preset of that name: W8A8 (int8 per channel \
+                or tensor), W8A16, W4A16, W4A16_ASYM (int in groups, pack-quantized), FP8_DYNAMIC \
+                (per channel), FP8_BLOCK (128x128 blocks) or NVFP4A16"
+    )]
+    pub scheme: crate::quantize::Scheme,
+    #[arg(long, value_name = "N", default_value_t = crate::quantize::scheme::DEFAULT_GROUP,
+          help = "Columns of a group for W8A16, W4A16 and W4A16_ASYM; weights whose columns do \
+                  not divide into groups are kept as they are",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub group_size: u64,
     /// One scale per output channel (row); the default.
     #[arg(long, conflicts_with = "per_tensor")]
     pub per_channel: bool,
@@ -286,4 +309,14 @@ impl std::str::FromStr for ByteSize {
             .map(ByteSize)
             .ok_or_else(|| format!("`{text}` is not a size such as 512M or 4G"))
     }
+}
+
+fn parse_scheme(name: &str) -> Result<crate::quantize::Scheme, String> {
+    crate::quantize::Scheme::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = crate::quantize::Scheme::ALL
+            .iter()
+            .map(|s| s.name())
+            .collect();
+        format!("unknown scheme; one of {}", names.join(", "))
+    })
 }

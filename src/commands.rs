@@ -647,14 +647,9 @@ fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failu
             remote.repo, remote.repo.id
         ))));
     }
-    let existing = paths::look_at_output(&args.output).map_err(|e| Error::io(&args.output, e))?;
-    if existing.is_some() && !args.yes {
-        return Err(Failure::Stui(Error::Invalid(format!(
-            "{} exists; pass --yes to replace it",
-            crate::text::escape_path(&args.output)
-        ))));
-    }
     let options = Options {
+        scheme: args.scheme,
+        group_size: args.group_size,
         granularity: if args.per_tensor {
             Granularity::PerTensor
         } else {
@@ -667,18 +662,35 @@ fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failu
         } else {
             NonFinite::Stop
         },
+        keep_below_snr: args.keep_below_snr,
         ..Options::default()
     };
     let control = Control::default();
-    let summary = with_progress(
-        || {
-            (
-                control.bytes_total.load(Ordering::Relaxed),
-                control.bytes_done.load(Ordering::Relaxed),
-            )
-        },
-        || crate::quantize::quantize(&model, &args.output, &options, &control),
-    );
+    let progress = || {
+        (
+            control.bytes_total.load(Ordering::Relaxed),
+            control.bytes_done.load(Ordering::Relaxed),
+        )
+    };
+    let Some(output) = args.output.as_deref().filter(|_| !args.compare) else {
+        let comparison = with_progress(progress, || {
+            crate::quantize::compare(&model, &options, &control)
+        })?;
+        let mut out = io::BufWriter::new(out);
+        crate::report::write_comparison(&mut out, &model, &comparison, args.json)?;
+        out.flush()?;
+        return Ok(Outcome::Clean);
+    };
+    let existing = paths::look_at_output(output).map_err(|e| Error::io(output, e))?;
+    if existing.is_some() && !args.yes {
+        return Err(Failure::Stui(Error::Invalid(format!(
+            "{} exists; pass --yes to replace it",
+            crate::text::escape_path(output)
+        ))));
+    }
+    let summary = with_progress(progress, || {
+        crate::quantize::quantize(&model, output, &options, &control)
+    });
     let summary = summary?;
     let mut out = io::BufWriter::new(out);
     crate::report::write_quantize(&mut out, &model, &summary, args.json)?;

@@ -13,6 +13,16 @@
 //! Output is streamed a chunk at a time, so memory stays bounded whatever the model's size, and
 //! written through a temporary file in the target folder that is renamed into place.
 
+mod compare;
+mod fp8;
+mod int_packed;
+mod nvfp4;
+mod pipeline;
+pub mod scheme;
+
+pub use compare::{Comparison, SchemeResult, compare};
+pub use scheme::Scheme;
+
 use crate::analysis::simd::Lanes;
 use crate::analysis::values;
 use crate::error::{Error, Result};
@@ -68,6 +78,10 @@ pub enum NonFinite {
 
 #[derive(Clone, Debug)]
 pub struct Options {
+    pub scheme: Scheme,
+    /// Columns of a group, for the grouped int schemes.
+    pub group_size: u64,
+    /// W8A8's scales: per channel or per tensor.
     pub granularity: Granularity,
     /// Only tensors whose names match one of these (`*` and `?` wildcards); all when empty.
     pub include: Vec<String>,
@@ -77,11 +91,16 @@ pub struct Options {
     pub keep_lm_head: bool,
     pub keep_norms: bool,
     pub non_finite: NonFinite,
+    /// Keep in source precision every weight whose SNR under the scheme would fall below this
+    /// many dB.
+    pub keep_below_snr: Option<f64>,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
+            scheme: Scheme::W8A8,
+            group_size: scheme::DEFAULT_GROUP,
             granularity: Granularity::PerChannel,
             include: Vec::new(),
             exclude: Vec::new(),
@@ -89,6 +108,7 @@ impl Default for Options {
             keep_lm_head: true,
             keep_norms: true,
             non_finite: NonFinite::Stop,
+            keep_below_snr: None,
         }
     }
 }
@@ -109,6 +129,10 @@ pub enum Kept {
     NotIncluded,
     NonFinite,
     Unreadable,
+    /// Its columns do not divide into the scheme's groups.
+    Ungrouped,
+    /// Its SNR under the scheme falls below the threshold asked for.
+    BelowSnr,
 }
 
 /// The decision for one tensor.
@@ -223,15 +247,18 @@ fn stored(dtype: Dtype, value: f64) -> f64 {
     }
 }
 
-/// The scale for a row whose largest magnitude is `absmax`: `absmax / 127` as stored in `dtype`,
-/// rounded up instead when storing rounded it down so far that `absmax` would land more than
-/// half a step beyond 127 steps. That happens only to tiny (subnormal) scales, which can even
-/// underflow to zero; a normal scale keeps its nearest rounding.
-fn scale_for(dtype: Dtype, absmax: f64) -> f64 {
-    let scale = stored(dtype, absmax / 127.0);
-    if scale * 127.5 >= absmax || !scale.is_finite() {
-        return scale;
+/// `value` as stored in `dtype`, rounded up rather than down when storing rounds it down.
+fn stored_at_least(dtype: Dtype, value: f64) -> f64 {
+    let scale = stored(dtype, value);
+    if scale >= value || !scale.is_finite() {
+        scale
+    } else {
+        next_stored_up(dtype, scale)
     }
+}
+
+/// The next value above `scale` (as stored in `dtype`) that `dtype` holds.
+fn next_stored_up(dtype: Dtype, scale: f64) -> f64 {
     match dtype {
         Dtype::F64 => scale.next_up(),
         #[expect(
@@ -242,6 +269,34 @@ fn scale_for(dtype: Dtype, absmax: f64) -> f64 {
         Dtype::Bf16 => half::bf16::from_bits(half::bf16::from_f64(scale).to_bits() + 1).to_f64(),
         _ => half::f16::from_bits(half::f16::from_f64(scale).to_bits() + 1).to_f64(),
     }
+}
+
+/// The scale for a row whose largest magnitude is `absmax`: `absmax / 127` as stored in `dtype`,
+/// rounded up instead when storing rounded it down so far that `absmax` would land more than
+/// half a step beyond 127 steps. That happens only to tiny (subnormal) scales, which can even
+/// underflow to zero; a normal scale keeps its nearest rounding.
+fn scale_for(dtype: Dtype, absmax: f64) -> f64 {
+    let scale = stored(dtype, absmax / 127.0);
+    if scale * 127.5 >= absmax || !scale.is_finite() {
+        return scale;
+    }
+    next_stored_up(dtype, scale)
+}
+
+/// Stored values of a float `dtype` decoded.
+fn decode_f64(dtype: Dtype, bytes: &[u8], out: &mut Vec<f64>) {
+    <f64 as Element>::decode(dtype, bytes, out);
+}
+
+/// The error measures of the sums of a scheme's kernels.
+fn finish(sums: &scheme::ErrorSums) -> Error8 {
+    let error = ErrorSums {
+        signal: sums.signal,
+        noise: sums.noise,
+        max_abs: sums.max_abs,
+        max_in_scales: sums.max_in_steps,
+    };
+    error.finish()
 }
 
 #[expect(
@@ -317,6 +372,8 @@ pub struct Quantized {
 #[derive(Clone, Debug)]
 pub struct Summary {
     pub output: Vec<PathBuf>,
+    pub scheme: Scheme,
+    pub group_size: u64,
     pub granularity: Granularity,
     pub quantized: Vec<Quantized>,
     /// The decision for each of the model's tensors.
@@ -388,7 +445,10 @@ pub fn quantize(
     options: &Options,
     control: &Control,
 ) -> Result<Summary> {
-    quantize_keeping(model, output, options, control, KEPT_SCALES)
+    match options.scheme {
+        Scheme::W8A8 => quantize_keeping(model, output, options, control, KEPT_SCALES),
+        _ => pipeline::quantize(model, output, options, control),
+    }
 }
 
 /// [`quantize`], keeping at most `kept_scales` per-channel scales from the first pass.
@@ -399,45 +459,13 @@ fn quantize_keeping(
     control: &Control,
     kept_scales: u64,
 ) -> Result<Summary> {
-    if !model.is_valid() {
-        return Err(Error::Invalid(
-            "the model is not valid (see `stui check`); refusing to quantize it".into(),
-        ));
-    }
-    let sharded = model.shards.len() > 1 || model.source != crate::format::model::Source::File;
-    let output_usable = if sharded {
-        crate::paths::look_at_output_folder(output)
-    } else {
-        crate::paths::look_at_output_file(output)
-    };
-    output_usable.map_err(|e| Error::io(output, e))?;
-    let sources: std::collections::HashSet<PathBuf> =
-        model.shards.iter().map(|s| canonical(&s.path)).collect();
-    let targets: Vec<PathBuf> = if sharded {
-        model.shards.iter().map(|s| output.join(&s.label)).collect()
-    } else {
-        vec![output.to_owned()]
-    };
-    for target in &targets {
-        if sources.contains(&canonical(target)) {
-            return Err(Error::Invalid(format!(
-                "refusing to overwrite the source {}",
-                escape(&target.display().to_string())
-            )));
-        }
-    }
-    let files: Vec<File> = model
-        .shards
-        .iter()
-        .map(|s| open_file(&s.path).map_err(|e| Error::io(&s.path, e)))
-        .collect::<Result<_>>()?;
+    let (sharded, targets, files) = prepare(model, output)?;
     let mut choices: Vec<Choice> = model.tensors.iter().map(|t| choose(t, options)).collect();
-    if model.tensors.len() > u32::MAX as usize {
-        return Err(Error::Invalid("too many tensors to quantize".into()));
+    if let Some(threshold) = options.keep_below_snr {
+        let below = compare::below_snr(model, &files, &choices, options, threshold, control)?;
+        compare::keep_below(&mut choices, &below);
     }
-
     let absmax = first_pass(model, &files, &mut choices, options, control, kept_scales)?;
-
     let folder = targets[0]
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -477,6 +505,8 @@ fn quantize_keeping(
     }
     Ok(Summary {
         output: targets,
+        scheme: Scheme::W8A8,
+        group_size: options.group_size,
         granularity: options.granularity,
         quantized,
         choices,
@@ -484,6 +514,47 @@ fn quantize_keeping(
         bytes_after,
         verified,
     })
+}
+
+/// Open `model`'s files for quantizing it into `output`: whether the output is a folder, the
+/// files to write, and the model's files opened.
+fn prepare(model: &Model, output: &Path) -> Result<(bool, Vec<PathBuf>, Vec<File>)> {
+    if !model.is_valid() {
+        return Err(Error::Invalid(
+            "the model is not valid (see `stui check`); refusing to quantize it".into(),
+        ));
+    }
+    let sharded = model.shards.len() > 1 || model.source != crate::format::model::Source::File;
+    let output_usable = if sharded {
+        crate::paths::look_at_output_folder(output)
+    } else {
+        crate::paths::look_at_output_file(output)
+    };
+    output_usable.map_err(|e| Error::io(output, e))?;
+    let sources: std::collections::HashSet<PathBuf> =
+        model.shards.iter().map(|s| canonical(&s.path)).collect();
+    let targets: Vec<PathBuf> = if sharded {
+        model.shards.iter().map(|s| output.join(&s.label)).collect()
+    } else {
+        vec![output.to_owned()]
+    };
+    for target in &targets {
+        if sources.contains(&canonical(target)) {
+            return Err(Error::Invalid(format!(
+                "refusing to overwrite the source {}",
+                escape(&target.display().to_string())
+            )));
+        }
+    }
+    let files: Vec<File> = model
+        .shards
+        .iter()
+        .map(|s| open_file(&s.path).map_err(|e| Error::io(&s.path, e)))
+        .collect::<Result<_>>()?;
+    if model.tensors.len() > u32::MAX as usize {
+        return Err(Error::Invalid("too many tensors to quantize".into()));
+    }
+    Ok((sharded, targets, files))
 }
 
 /// Per-channel scales kept from the first pass, at most this many (16 MiB): those of the first
@@ -822,6 +893,19 @@ fn map_rows<E: Element, T: Send>(
     tensor: &Tensor,
     control: &Control,
     compute: impl Fn(usize, &[E]) -> io::Result<T> + Sync,
+    consume: impl FnMut(T) -> io::Result<()> + Send,
+) -> io::Result<()> {
+    map_rows_aligned(model, files, tensor, 1, control, compute, consume)
+}
+
+/// [`map_rows`], each run of rows starting at a multiple of `align` rows.
+fn map_rows_aligned<E: Element, T: Send>(
+    model: &Model,
+    files: &[File],
+    tensor: &Tensor,
+    align: u64,
+    control: &Control,
+    compute: impl Fn(usize, &[E]) -> io::Result<T> + Sync,
     mut consume: impl FnMut(T) -> io::Result<()> + Send,
 ) -> io::Result<()> {
     use rayon::prelude::*;
@@ -835,7 +919,8 @@ fn map_rows<E: Element, T: Send>(
         .matrix()
         .ok_or_else(|| io::Error::other("not a matrix"))?;
     let row_bytes = dtype.byte_len(columns).unwrap_or(0).max(1);
-    let rows_per_chunk = (CHUNK / row_bytes).clamp(1, MAX_ROWS);
+    let align = align.max(1);
+    let rows_per_chunk = ((CHUNK / row_bytes).clamp(1, MAX_ROWS) / align).max(1) * align;
     let (start, _) = model.file_range(tensor);
     let file = &files[tensor.shard];
     let runs: Vec<(u64, u64)> = (0..rows)
@@ -1550,6 +1635,9 @@ fn output_metadata<'a>(source: Option<&'a StringMap>, config: &'a str) -> impl M
 
 /// The compressed-tensors `quantization_config`; `ignore` names the modules left as they were.
 pub fn quantization_config(options: &Options, ignore: &[&str]) -> serde_json::Value {
+    if options.scheme != Scheme::W8A8 {
+        return scheme::config(options.scheme, options.group_size, ignore);
+    }
     serde_json::json!({
         "quant_method": "compressed-tensors",
         "format": "int-quantized",
@@ -1619,30 +1707,43 @@ fn write_index(
         suffix: if scale { "_scale" } else { "" },
     };
     entries.sort_unstable_by(|&a, &b| name(a).cmp(&name(b)));
-    let weight_map = WeightMap {
-        entries: &entries,
-        name: &name,
-        label: &|(index, _)| {
-            model.shards[model.tensors[index as usize].shard]
-                .label
-                .as_str()
-        },
-    };
+    write_index_entries(output, total_size, &entries, &name, &|(index, _)| {
+        model.shards[model.tensors[index as usize].shard]
+            .label
+            .as_str()
+    })?;
+    Ok(entries.len())
+}
+
+/// Writes the output's index from `entries` in name order, each named by `name` and placed in
+/// the file `label` says.
+fn write_index_entries<'a, T: Copy>(
+    output: &Path,
+    total_size: u64,
+    entries: &'a [T],
+    name: &'a dyn Fn(T) -> Name<'a>,
+    label: &'a dyn Fn(T) -> &'a str,
+) -> Result<()> {
     let index = IndexJson {
         metadata: IndexMetadata { total_size },
-        weight_map,
+        weight_map: WeightMap {
+            entries,
+            name,
+            label,
+        },
     };
     let path = output.join(crate::format::index::INDEX_FILE_NAME);
     write_atomically(&path, |out| {
         serde_json::to_writer_pretty(out, &index).map_err(io::Error::from)
     })?;
-    Ok(entries.len())
+    Ok(())
 }
 
 #[derive(Serialize)]
-struct IndexJson<'a> {
+#[serde(bound = "")]
+struct IndexJson<'a, T: Copy> {
     metadata: IndexMetadata,
-    weight_map: WeightMap<'a>,
+    weight_map: WeightMap<'a, T>,
 }
 
 #[derive(Serialize)]
@@ -1651,13 +1752,13 @@ struct IndexMetadata {
 }
 
 /// An index's `weight_map`, written from the model's names as it is serialized.
-struct WeightMap<'a> {
-    entries: &'a [(u32, bool)],
-    name: &'a dyn Fn((u32, bool)) -> Name<'a>,
-    label: &'a dyn Fn((u32, bool)) -> &'a str,
+struct WeightMap<'a, T> {
+    entries: &'a [T],
+    name: &'a dyn Fn(T) -> Name<'a>,
+    label: &'a dyn Fn(T) -> &'a str,
 }
 
-impl Serialize for WeightMap<'_> {
+impl<T: Copy> Serialize for WeightMap<'_, T> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_map(
             self.entries

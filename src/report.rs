@@ -1321,12 +1321,9 @@ pub fn write_quantize<W: Write>(
     }
     writeln!(
         out,
-        "{} tensors quantized to int8 ({}), {} kept; {} -> {}; {}",
+        "{} tensors quantized to {}, {} kept; {} -> {}; {}",
         summary.quantized.len(),
-        match summary.granularity {
-            crate::quantize::Granularity::PerChannel => "per channel",
-            crate::quantize::Granularity::PerTensor => "per tensor",
-        },
+        scheme_label(summary),
         summary.kept().count(),
         format_bytes(summary.bytes_before),
         format_bytes(summary.bytes_after),
@@ -1336,6 +1333,17 @@ pub fn write_quantize<W: Write>(
             "THE OUTPUT DID NOT VERIFY"
         }
     )?;
+    let below: Vec<&str> = summary
+        .kept()
+        .filter(|&(_, why)| why == crate::quantize::Kept::BelowSnr)
+        .map(|(t, _)| model.tensors[t].name())
+        .collect();
+    if !below.is_empty() {
+        writeln!(out, "kept in source precision (SNR below the threshold):")?;
+        for name in below {
+            writeln!(out, "  {}", escape(name))?;
+        }
+    }
     let worst = summary.worst_first();
     if !worst.is_empty() {
         writeln!(
@@ -1357,6 +1365,89 @@ pub fn write_quantize<W: Write>(
     Ok(())
 }
 
+/// Every scheme side by side, as a table or JSON.
+pub fn write_comparison<W: Write>(
+    out: &mut W,
+    model: &Model,
+    comparison: &crate::quantize::Comparison,
+    json: bool,
+) -> io::Result<()> {
+    let worst_name =
+        |result: &crate::quantize::SchemeResult| result.worst.map(|t| model.tensors[t].name());
+    if json {
+        #[derive(Serialize)]
+        struct Row<'a> {
+            #[serde(flatten)]
+            result: &'a crate::quantize::SchemeResult,
+            worst_tensor: Option<&'a str>,
+        }
+        #[derive(Serialize)]
+        struct Document<'a> {
+            schemes: Vec<Row<'a>>,
+            non_finite: Vec<&'a str>,
+        }
+        let document = Document {
+            schemes: comparison
+                .schemes
+                .iter()
+                .map(|result| Row {
+                    result,
+                    worst_tensor: worst_name(result),
+                })
+                .collect(),
+            non_finite: comparison
+                .non_finite
+                .iter()
+                .map(|&t| model.tensors[t].name())
+                .collect(),
+        };
+        return write_json(out, &document);
+    }
+    writeln!(
+        out,
+        "{:<12}  {:>7}  {:>10}  {:>9}  {:>9}  {:>9}  WORST TENSOR",
+        "SCHEME", "WEIGHTS", "OUTPUT", "BITS/W", "WORST dB", "MEDIAN dB"
+    )?;
+    for result in &comparison.schemes {
+        writeln!(
+            out,
+            "{:<12}  {:>7}  {:>10}  {:>9.2}  {:>9.2}  {:>9.2}  {}",
+            result.scheme.name(),
+            result.weights,
+            format_bytes(result.output_bytes),
+            result.bits_per_weight,
+            result.worst_snr_db,
+            result.median_snr_db,
+            worst_name(result).map(escape).unwrap_or_default()
+        )?;
+    }
+    for &tensor in &comparison.non_finite {
+        writeln!(
+            out,
+            "{} holds NaN or Inf: left out",
+            escape(model.tensors[tensor].name())
+        )?;
+    }
+    Ok(())
+}
+
+/// The scheme of a quantization as the summary says it: `int8 (per channel)` for W8A8.
+fn scheme_label(summary: &crate::quantize::Summary) -> String {
+    use crate::quantize::{Granularity, Scheme};
+    match summary.scheme {
+        Scheme::W8A8 => match summary.granularity {
+            Granularity::PerChannel => "int8 (per channel)".into(),
+            Granularity::PerTensor => "int8 (per tensor)".into(),
+        },
+        Scheme::W8A16 | Scheme::W4A16 | Scheme::W4A16Asym => {
+            format!("{} (groups of {})", summary.scheme, summary.group_size)
+        }
+        Scheme::Fp8Dynamic => "FP8_DYNAMIC (per channel)".into(),
+        Scheme::Fp8Block => "FP8_BLOCK (128x128 blocks)".into(),
+        Scheme::Nvfp4A16 => "NVFP4A16 (groups of 16)".into(),
+    }
+}
+
 /// A quantization's summary as JSON, each tensor named as it is written.
 struct QuantizeJson<'a> {
     model: &'a Model,
@@ -1368,8 +1459,9 @@ impl Serialize for QuantizeJson<'_> {
         use serde::ser::SerializeStruct;
         let QuantizeJson { model, summary } = *self;
         let name = |tensor: usize| model.tensors[tensor].name();
-        let mut json = serializer.serialize_struct("Summary", 8)?;
+        let mut json = serializer.serialize_struct("Summary", 9)?;
         json.serialize_field("output", &summary.output)?;
+        json.serialize_field("scheme", &summary.scheme)?;
         json.serialize_field("granularity", &summary.granularity)?;
         json.serialize_field("quantized", &QuantizedList(self))?;
         json.serialize_field("kept", &KeptList(self))?;
@@ -1391,10 +1483,11 @@ impl Serialize for QuantizedList<'_> {
             QuantizedJson {
                 name: model.tensors[q.tensor].name(),
                 source_dtype: dtype.map_or("?", crate::format::Dtype::name),
-                scale_dtype: crate::quantize::scale_dtype(
-                    dtype.unwrap_or(crate::format::Dtype::F32),
-                )
-                .name(),
+                scale_dtype: if summary.scheme == crate::quantize::Scheme::Nvfp4A16 {
+                    crate::format::Dtype::F8E4M3.name()
+                } else {
+                    crate::quantize::scale_dtype(dtype.unwrap_or(crate::format::Dtype::F32)).name()
+                },
                 error: &q.error,
             }
         }))

@@ -176,7 +176,19 @@ impl Session {
                 self.scan = Scan::start(Arc::clone(&self.app.model), 0..0, options, events);
             }
             Effect::SetPaused(paused) => self.scan.set_paused(paused),
-            Effect::Preview(tensors, granularity) => {
+            Effect::Preview(tensors, granularity, compare) => {
+                if let Some(options) = compare {
+                    let model = Arc::clone(&self.app.model);
+                    let sender = sender.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("stui-compare".into())
+                        .spawn(move || {
+                            let result =
+                                quantize::compare(&model, &options, &quantize::Control::default())
+                                    .map_err(|e| e.to_string());
+                            let _ = sender.send(Event::Compared(options.include, result));
+                        });
+                }
                 let model = Arc::clone(&self.app.model);
                 let sender = sender.clone();
                 let _ = std::thread::Builder::new()
@@ -292,6 +304,7 @@ fn event_loop(
                     (app.on_preview(tensor, granularity, result), None)
                 }
                 Event::Saved(result) => (app.on_saved(result), None),
+                Event::Compared(include, result) => (app.on_compared(&include, result), None),
                 Event::Diff(diff) => (app.on_diff(&diff), None),
                 Event::Tick => (app.quantize.is_some(), None),
                 Event::Signal => {

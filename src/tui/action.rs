@@ -40,6 +40,10 @@ pub enum Action {
     /// Quantize the whole model rather than the selection.
     QuantizeWholeModel,
     QuantizeSkipNonFinite,
+    /// The next scheme.
+    QuantizeScheme,
+    /// The next SNR threshold below which weights stay in source precision (or none).
+    QuantizeKeepBelow,
     /// Save (or confirm replacing the output).
     QuantizeConfirm,
     /// Cancel a save under way, or close the dialog.

@@ -26,8 +26,9 @@ pub enum Effect {
     /// Scan this tensor next (with its histogram).
     Prioritize(usize),
     SetPaused(bool),
-    /// Compute the quantization preview of these tensors, in the background.
-    Preview(Vec<usize>, Granularity),
+    /// Compute the quantization preview of these tensors (W8A8), in the background, and the
+    /// comparison of every scheme over the options' scope when asked.
+    Preview(Vec<usize>, Granularity, Option<quantize::Options>),
     /// Quantize and save, in the background, reporting through `control`.
     Save(quantize::Options, PathBuf, Arc<quantize::Control>),
     /// Open this file in place of the current model.
@@ -43,6 +44,11 @@ pub struct QuantizeDialog {
     pub scope: String,
     pub include: Vec<String>,
     pub granularity: Granularity,
+    pub scheme: quantize::Scheme,
+    /// Weights whose SNR under the scheme falls below this stay in source precision.
+    pub keep_below_snr: Option<f64>,
+    /// Every scheme side by side over the scope, once computed.
+    pub comparison: Option<Result<quantize::Comparison, String>>,
     pub skip_non_finite: bool,
     pub output: PathBuf,
     /// Tensors the options choose.
@@ -67,14 +73,72 @@ impl QuantizeDialog {
     /// to be shown; a hostile model can have a million tensors to quantize.
     pub const PREVIEWED: usize = 10_000;
 
-    /// Previews of the first chosen tensors, computed in the background.
-    fn preview(&self) -> Effect {
+    /// The thresholds `k` goes through, in dB.
+    pub const THRESHOLDS: [f64; 5] = [20.0, 25.0, 30.0, 35.0, 40.0];
+
+    /// Previews of the first chosen tensors, computed in the background; with `compare`, the
+    /// comparison of every scheme too.
+    fn preview(&mut self, compare: bool) -> Effect {
         let previewed = self.chosen.len().min(Self::PREVIEWED);
-        Effect::Preview(self.chosen[..previewed].to_vec(), self.granularity)
+        if compare {
+            self.comparison = None;
+        }
+        self.fill_previews();
+        Effect::Preview(
+            self.chosen[..previewed].to_vec(),
+            self.granularity,
+            compare.then(|| self.options()),
+        )
+    }
+
+    /// Goes on to the next scheme: its previews from the comparison, W8A8's computed.
+    fn next_scheme(&mut self) -> Option<Effect> {
+        self.scheme = self.scheme.next();
+        self.previews.clear();
+        if self.scheme == quantize::Scheme::W8A8 {
+            Some(self.preview(false))
+        } else {
+            self.fill_previews();
+            None
+        }
+    }
+
+    /// Goes on to the next threshold, after the last to none.
+    fn next_threshold(&mut self) {
+        self.keep_below_snr = match self.keep_below_snr {
+            None => Some(Self::THRESHOLDS[0]),
+            Some(now) => Self::THRESHOLDS.iter().copied().find(|&t| t > now),
+        };
+    }
+
+    /// The previews of a scheme other than W8A8, from the comparison.
+    fn fill_previews(&mut self) {
+        if self.scheme == quantize::Scheme::W8A8 {
+            return;
+        }
+        self.previews.clear();
+        let Some(Ok(comparison)) = &self.comparison else {
+            return;
+        };
+        if let Some(result) = comparison.schemes.iter().find(|r| r.scheme == self.scheme) {
+            for &(tensor, error) in &result.errors {
+                self.previews.insert(tensor, Ok(Some(error)));
+            }
+        }
+    }
+
+    /// Whether `tensor` would be kept in source precision for its SNR.
+    pub fn kept_for_snr(&self, tensor: usize) -> bool {
+        let Some(threshold) = self.keep_below_snr else {
+            return false;
+        };
+        matches!(self.previews.get(&tensor), Some(Ok(Some(error))) if error.snr_db < threshold)
     }
 
     pub fn options(&self) -> quantize::Options {
         quantize::Options {
+            scheme: self.scheme,
+            keep_below_snr: self.keep_below_snr,
             granularity: self.granularity,
             include: self.include.clone(),
             non_finite: if self.skip_non_finite {
@@ -505,6 +569,8 @@ impl App {
             | Action::QuantizeGranularity
             | Action::QuantizeWholeModel
             | Action::QuantizeSkipNonFinite
+            | Action::QuantizeScheme
+            | Action::QuantizeKeepBelow
             | Action::QuantizeConfirm
             | Action::QuantizeCancel
             | Action::OpenResult
@@ -575,6 +641,8 @@ impl App {
             Action::QuantizeGranularity
             | Action::QuantizeWholeModel
             | Action::QuantizeSkipNonFinite
+            | Action::QuantizeScheme
+            | Action::QuantizeKeepBelow
             | Action::QuantizeConfirm
             | Action::QuantizeCancel
             | Action::OpenResult => {
@@ -591,7 +659,14 @@ impl App {
                             Granularity::PerTensor => Granularity::PerChannel,
                         };
                         dialog.previews.clear();
-                        Some(dialog.preview())
+                        Some(dialog.preview(false))
+                    }
+                    (Action::QuantizeScheme, Stage::Choosing | Stage::ConfirmReplace) => {
+                        dialog.next_scheme()
+                    }
+                    (Action::QuantizeKeepBelow, Stage::Choosing | Stage::ConfirmReplace) => {
+                        dialog.next_threshold();
+                        None
                     }
                     (Action::QuantizeWholeModel, Stage::Choosing | Stage::ConfirmReplace) => {
                         "the whole model".clone_into(&mut dialog.scope);
@@ -604,7 +679,7 @@ impl App {
                             })
                             .collect();
                         dialog.previews.clear();
-                        Some(dialog.preview())
+                        Some(dialog.preview(true))
                     }
                     (Action::QuantizeConfirm, Stage::Choosing) if dialog.chosen.is_empty() => {
                         dialog.stage = Stage::Failed(
@@ -682,6 +757,9 @@ impl App {
             scope,
             include,
             granularity: Granularity::PerChannel,
+            scheme: quantize::Scheme::W8A8,
+            keep_below_snr: None,
+            comparison: None,
             skip_non_finite: false,
             output: quantize::default_output(&self.model),
             chosen: Vec::new(),
@@ -694,7 +772,7 @@ impl App {
                 quantize::choose(&self.model.tensors[t], &options) == quantize::Choice::Quantize
             })
             .collect();
-        let effect = dialog.preview();
+        let effect = dialog.preview(true);
         self.quantize = Some(dialog);
         (true, Some(effect))
     }
@@ -710,8 +788,26 @@ impl App {
             self.values.record_snr(tensor, error.snr_db);
         }
         match self.quantize.as_mut() {
-            Some(dialog) if dialog.granularity == granularity => {
+            Some(dialog)
+                if dialog.granularity == granularity && dialog.scheme == quantize::Scheme::W8A8 =>
+            {
                 dialog.previews.insert(tensor, result);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The comparison of every scheme arrived, for the scope of `include`.
+    pub fn on_compared(
+        &mut self,
+        include: &[String],
+        result: Result<quantize::Comparison, String>,
+    ) -> bool {
+        match self.quantize.as_mut() {
+            Some(dialog) if dialog.include == include => {
+                dialog.comparison = Some(result);
+                dialog.fill_previews();
                 true
             }
             _ => false,

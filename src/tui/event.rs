@@ -18,6 +18,8 @@ pub enum Event {
     Signal,
     /// A quantization preview of one tensor (`None`: it holds NaN or Inf).
     Preview(usize, Granularity, Result<Option<Error8>, String>),
+    /// The comparison of every scheme over the dialog's scope (its include patterns).
+    Compared(Vec<String>, Result<crate::quantize::Comparison, String>),
     /// A quantize-and-save ended.
     Saved(Result<Summary, String>),
     /// The comparison with the `--diff` model is done.

@@ -382,6 +382,20 @@ pub static BINDINGS: &[Binding] = &[
     ),
     bind(
         Quantize,
+        &[Key::Char('S')],
+        Action::QuantizeScheme,
+        "scheme",
+        true,
+    ),
+    bind(
+        Quantize,
+        &[Key::Char('k')],
+        Action::QuantizeKeepBelow,
+        "keep below SNR",
+        true,
+    ),
+    bind(
+        Quantize,
         &[Key::Char('w')],
         Action::QuantizeWholeModel,
         "whole model",

@@ -18,6 +18,7 @@ mod quant_kernels;
 mod quantize;
 mod reference;
 mod remote;
+mod schemes;
 mod sharded;
 mod stats;
 mod support;

@@ -281,14 +281,14 @@ fn a_flood_of_findings_is_listed_up_to_a_bound_and_says_what_it_leaves_out() {
 
 #[test]
 fn the_quantize_dialog_previews_saves_and_reports() {
-    use stui::quantize::Granularity;
+    use stui::quantize::{Granularity, Scheme};
     use stui::tui::app::{Effect, Stage};
     let mut app = demo(true);
     let (_, effect) = app.update(Action::Quantize);
     assert!(matches!(effect, Some(Effect::Preview(..))));
     let (_, effect) = app.update(Action::QuantizeWholeModel);
-    let Some(Effect::Preview(chosen, Granularity::PerChannel)) = effect else {
-        panic!("a preview of the whole model")
+    let Some(Effect::Preview(chosen, Granularity::PerChannel, Some(compare))) = effect else {
+        panic!("a preview and a comparison of the whole model")
     };
     assert_eq!(chosen.len(), 28);
     let nan = app
@@ -306,7 +306,31 @@ fn the_quantize_dialog_previews_saves_and_reports() {
         };
         app.on_preview(tensor, Granularity::PerChannel, result);
     }
-    insta::assert_snapshot!("quantize_preview", screen(&mut app, 100, 30));
+    let comparison =
+        stui::quantize::compare(&app.model, &compare, &stui::quantize::Control::default())
+            .map_err(|e| e.to_string());
+    assert!(app.on_compared(&compare.include, comparison));
+    insta::assert_snapshot!("quantize_preview", screen(&mut app, 100, 40));
+    // S: the next scheme, its preview from the comparison; k: a threshold, weights below marked.
+    app.update(Action::QuantizeScheme);
+    for _ in 0..3 {
+        app.update(Action::QuantizeKeepBelow);
+    }
+    let shown = screen(&mut app, 100, 40);
+    assert!(
+        shown.contains("W8A16 (S)   keep below SNR: 30 dB (k)"),
+        "{shown}"
+    );
+    assert!(shown.contains("▸ W8A16"), "{shown}");
+    assert!(!shown.contains("comparing"), "{shown}");
+    for _ in 0..Scheme::ALL.len() - 1 {
+        app.update(Action::QuantizeScheme);
+    }
+    for _ in 0..3 {
+        app.update(Action::QuantizeKeepBelow);
+    }
+    assert_eq!(app.quantize.as_ref().unwrap().scheme, Scheme::W8A8);
+    assert_eq!(app.quantize.as_ref().unwrap().keep_below_snr, None);
     app.update(Action::QuantizeSkipNonFinite);
     let (_, effect) = app.update(Action::QuantizeConfirm);
     let dir = tempfile::tempdir().unwrap();
@@ -349,7 +373,7 @@ fn the_quantize_dialog_previews_the_first_of_many() {
     model.write(&path).unwrap();
     let mut app = App::new(Arc::new(Model::open(&path).unwrap()), Theme::new(false));
     let (_, effect) = app.update(Action::Quantize);
-    let Some(Effect::Preview(previewed, granularity)) = effect else {
+    let Some(Effect::Preview(previewed, granularity, _)) = effect else {
         panic!("a preview")
     };
     assert_eq!(previewed.len(), QuantizeDialog::PREVIEWED);

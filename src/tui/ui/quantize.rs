@@ -1,5 +1,5 @@
-//! The quantize dialog: scope and choices, the error preview (worst tensors first), then the
-//! save's progress and its summary.
+//! The quantize dialog: scope and choices, every scheme side by side over the scope, the chosen
+//! scheme's error preview (worst tensors first), then the save's progress and its summary.
 
 use super::{block, inner};
 use crate::quantize::Granularity;
@@ -22,7 +22,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, dialog: &QuantizeDialog)
     let [box_area] =
         middle.layout(&Layout::horizontal([Constraint::Length(width)]).flex(Flex::Center));
     frame.render_widget(Clear, box_area);
-    frame.render_widget(block("quantize to int8", true, app), box_area);
+    frame.render_widget(block("quantize", true, app), box_area);
     let theme = &app.theme;
     let granularity = match dialog.granularity {
         Granularity::PerChannel => "per output channel",
@@ -32,6 +32,16 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, dialog: &QuantizeDialog)
         Line::from(vec![
             Span::styled("scope   ", theme.dim),
             Span::raw(dialog.scope.clone()),
+        ]),
+        Line::from(vec![
+            Span::styled("scheme  ", theme.dim),
+            Span::raw(format!(
+                "{} (S)   keep below SNR: {} (k)",
+                dialog.scheme,
+                dialog
+                    .keep_below_snr
+                    .map_or_else(|| "off".to_owned(), |db| format!("{db} dB"))
+            )),
         ]),
         Line::from(vec![
             Span::styled("scales  ", theme.dim),
@@ -77,6 +87,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, dialog: &QuantizeDialog)
             theme.dim,
         ));
     }
+    lines.extend(comparison_lines(app, dialog));
     lines.push(stage_line(app, dialog));
     lines.push(Line::styled(
         format!(
@@ -88,6 +99,50 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, dialog: &QuantizeDialog)
     let room = usize::from(inner(box_area).height).saturating_sub(lines.len());
     lines.extend(preview_lines(app, dialog, room));
     frame.render_widget(Paragraph::new(lines), inner(box_area));
+}
+
+/// Every scheme side by side over the scope, the chosen one marked.
+fn comparison_lines(app: &App, dialog: &QuantizeDialog) -> Vec<Line<'static>> {
+    let theme = &app.theme;
+    let comparison = match &dialog.comparison {
+        None => return vec![Line::styled("comparing the schemes…", theme.dim)],
+        Some(Err(error)) => {
+            return vec![Line::styled(
+                format!("no comparison: {}", escape(error)),
+                theme.error,
+            )];
+        }
+        Some(Ok(comparison)) => comparison,
+    };
+    let mut lines = vec![Line::styled(
+        format!(
+            "  {:<12} {:>10} {:>7} {:>9} {:>9}  worst tensor",
+            "SCHEME", "output", "bits/w", "worst dB", "median dB"
+        ),
+        theme.title,
+    )];
+    for result in &comparison.schemes {
+        let chosen = result.scheme == dialog.scheme;
+        let worst = result
+            .worst
+            .map(|t| escape(app.model.tensors[t].name()).into_owned())
+            .unwrap_or_default();
+        let text = format!(
+            "{} {:<12} {:>10} {:>7.2} {:>9.2} {:>9.2}  {worst}",
+            if chosen { "▸" } else { " " },
+            result.scheme.name(),
+            Bytes(result.output_bytes).to_string(),
+            result.bits_per_weight,
+            result.worst_snr_db,
+            result.median_snr_db,
+        );
+        lines.push(if chosen {
+            Line::styled(text, theme.key)
+        } else {
+            Line::raw(text)
+        });
+    }
+    lines
 }
 
 fn stage_line(app: &App, dialog: &QuantizeDialog) -> Line<'static> {
@@ -165,9 +220,21 @@ fn preview_lines(app: &App, dialog: &QuantizeDialog, count: usize) -> Vec<Line<'
         .map(|(tensor, _)| {
             let name = escape(app.model.tensors[tensor].name()).into_owned();
             match dialog.previews.get(&tensor) {
+                None if dialog.scheme != crate::quantize::Scheme::W8A8
+                    && matches!(dialog.comparison, Some(Ok(_))) =>
+                {
+                    Line::styled(format!("{name:<52} kept: not in whole groups"), theme.dim)
+                }
                 None => Line::styled(format!("{name:<52} …"), theme.dim),
                 Some(Err(error)) => Line::styled(format!("{name:<52} {error}"), theme.error),
                 Some(Ok(None)) => Line::styled(format!("{name:<52} ✖ holds NaN/Inf"), theme.error),
+                Some(Ok(Some(error))) if dialog.kept_for_snr(tensor) => Line::styled(
+                    format!(
+                        "{name:<52} {:>8.2} {:>11.3e} {:>9.3e} kept",
+                        error.snr_db, error.max_abs_error, error.relative_rms_error
+                    ),
+                    theme.warning,
+                ),
                 Some(Ok(Some(error))) => Line::from(format!(
                     "{name:<52} {:>8.2} {:>11.3e} {:>9.3e}",
                     error.snr_db, error.max_abs_error, error.relative_rms_error

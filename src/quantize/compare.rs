@@ -1,0 +1,288 @@
+//! Every scheme evaluated on the same weights without writing anything: for each weight, a pass
+//! for its largest magnitude (NVFP4's global scale and W8A8's per-tensor scale need it), then one
+//! read of its rows, each run of rows decoded once and quantized under every scheme in turn.
+
+use super::scheme::{ErrorSums, Plan, Scheme, Streams};
+use super::{
+    Choice, Control, Error8, Granularity, Kept, Options, choose, finish, map_rows_aligned,
+    scale_for, scales_dtype_of, tensor_absmax,
+};
+use crate::error::{Error, Result};
+use crate::format::{Dtype, Model, Tensor};
+use serde::Serialize;
+use std::fs::File;
+use std::sync::atomic::Ordering;
+
+/// One scheme's result over the weights compared.
+#[derive(Clone, Debug, Serialize)]
+pub struct SchemeResult {
+    pub scheme: Scheme,
+    /// Weights this scheme would quantize (the others it keeps: columns not in whole groups).
+    pub weights: usize,
+    /// Bytes of the tensors written: quantized weights' members and every tensor kept.
+    pub output_bytes: u64,
+    /// Bits per quantized weight value, scales and zero points included.
+    pub bits_per_weight: f64,
+    pub worst_snr_db: f64,
+    pub median_snr_db: f64,
+    /// The weight with the lowest SNR, by index among the model's tensors.
+    #[serde(skip)]
+    pub worst: Option<usize>,
+    /// Each weight's error, by index among the model's tensors.
+    #[serde(skip)]
+    pub errors: Vec<(usize, Error8)>,
+}
+
+/// Every scheme side by side over the chosen weights.
+#[derive(Clone, Debug)]
+pub struct Comparison {
+    pub schemes: Vec<SchemeResult>,
+    /// Weights left out of every scheme for holding NaN or Inf.
+    pub non_finite: Vec<usize>,
+}
+
+/// Whether `scheme` quantizes `tensor` (chosen by name and dtype) or keeps it whole.
+pub(super) fn fits(scheme: Scheme, group: u64, tensor: &Tensor) -> bool {
+    let columns = tensor.info.shape.get(1).unwrap_or(0);
+    match scheme {
+        Scheme::W8A16 | Scheme::W4A16 | Scheme::W4A16Asym => {
+            super::int_packed::fits(columns, group)
+        }
+        Scheme::Nvfp4A16 => columns.is_multiple_of(super::scheme::NVFP4_GROUP),
+        // A run of rows holds a whole row of blocks: kept within bounds by its width.
+        Scheme::Fp8Block => columns <= MAX_BLOCK_COLUMNS,
+        Scheme::W8A8 | Scheme::Fp8Dynamic => true,
+    }
+}
+
+/// The widest weight `FP8_BLOCK` quantizes: 128 of its rows as `f32` take at most 64 MiB.
+const MAX_BLOCK_COLUMNS: u64 = 1 << 17;
+
+/// The plan for `tensor` (whose largest magnitude is `absmax`) under `scheme`.
+pub(super) fn plan_for(scheme: Scheme, group: u64, tensor: &Tensor, absmax: f64) -> Plan {
+    let [rows, columns] = tensor.info.shape.matrix().unwrap_or([1, 1]);
+    Plan::new(
+        scheme,
+        group,
+        [rows, columns],
+        tensor.info.dtype.known().unwrap_or(Dtype::F32),
+        absmax,
+    )
+}
+
+/// A weight's error under each scheme evaluated, `None` where the scheme keeps it.
+type PerScheme = Vec<Option<ErrorSums>>;
+
+/// Each of `tensors`' error under each of `schemes` (`None` where a scheme keeps it), and the
+/// tensors holding NaN or Inf. Reads each tensor twice: for its largest magnitude, then its rows
+/// once for every scheme.
+pub(super) fn evaluate(
+    model: &Model,
+    files: &[File],
+    tensors: &[usize],
+    schemes: &[Scheme],
+    options: &Options,
+    control: &Control,
+) -> Result<(Vec<PerScheme>, Vec<usize>)> {
+    let total: u64 = tensors
+        .iter()
+        .map(|&t| 2 * model.tensors[t].info.byte_len())
+        .sum();
+    control.bytes_total.fetch_add(total, Ordering::Relaxed);
+    let mut results = Vec::with_capacity(tensors.len());
+    let mut non_finite = Vec::new();
+    for &index in tensors {
+        let tensor = &model.tensors[index];
+        let path = &model.shard_of(tensor).path;
+        let Some((absmax, _)) =
+            tensor_absmax(model, files, tensor, false, control).map_err(|e| Error::io(path, e))?
+        else {
+            non_finite.push(index);
+            results.push(vec![None; schemes.len()]);
+            continue;
+        };
+        let plans: Vec<Option<Plan>> = schemes
+            .iter()
+            .map(|&scheme| {
+                fits(scheme, options.group_size, tensor)
+                    .then(|| plan_for(scheme, options.group_size, tensor, absmax))
+            })
+            .collect();
+        let int8_scales = match options.granularity {
+            Granularity::PerChannel => None,
+            Granularity::PerTensor => Some(scale_for(scales_dtype_of(tensor), absmax)),
+        };
+        let columns = usize::try_from(tensor.info.shape.get(1).unwrap_or(1))
+            .unwrap_or(1)
+            .max(1);
+        let mut sums = vec![ErrorSums::default(); schemes.len()];
+        let align = plans
+            .iter()
+            .flatten()
+            .map(Plan::row_multiple)
+            .max()
+            .unwrap_or(1);
+        map_rows_aligned(
+            model,
+            files,
+            tensor,
+            align,
+            control,
+            |_, values: &[f32]| {
+                let mut streams = Streams::default();
+                let chunk: Vec<ErrorSums> = plans
+                    .iter()
+                    .map(|plan| match plan {
+                        Some(plan) if plan.scheme == Scheme::W8A8 => {
+                            int8_sums(tensor, values, columns, int8_scales)
+                        }
+                        Some(plan) => {
+                            streams.clear();
+                            plan.quantize(values, &mut streams)
+                        }
+                        None => ErrorSums::default(),
+                    })
+                    .collect();
+                Ok(chunk)
+            },
+            |chunk| {
+                for (total, chunk) in sums.iter_mut().zip(&chunk) {
+                    total.merge(chunk);
+                }
+                Ok(())
+            },
+        )
+        .map_err(|e| Error::io(path, e))?;
+        results.push(
+            plans
+                .iter()
+                .zip(sums)
+                .map(|(plan, sums)| plan.is_some().then_some(sums))
+                .collect(),
+        );
+    }
+    Ok((results, non_finite))
+}
+
+/// W8A8's error on whole rows, with each row's own scale or `shared`.
+fn int8_sums(tensor: &Tensor, values: &[f32], columns: usize, shared: Option<f64>) -> ErrorSums {
+    let dtype = scales_dtype_of(tensor);
+    let narrow = tensor
+        .info
+        .dtype
+        .known()
+        .is_some_and(|d| d.is_float() && d.bits() <= 16);
+    let mut out = vec![0u8; columns];
+    let mut sums = ErrorSums::default();
+    for row in values.chunks(columns) {
+        let scale = shared.unwrap_or_else(|| scale_for(dtype, super::absmax_of(row).0));
+        let row_sums = <f32 as super::Element>::quantize(row, scale, &mut out[..row.len()], narrow);
+        sums.merge(&ErrorSums {
+            signal: row_sums.signal,
+            noise: row_sums.noise,
+            max_abs: row_sums.max_abs,
+            max_in_steps: row_sums.max_in_scales,
+        });
+    }
+    sums
+}
+
+/// Every scheme on the weights `options` chooses.
+pub fn compare(model: &Model, options: &Options, control: &Control) -> Result<Comparison> {
+    let files: Vec<File> = model
+        .shards
+        .iter()
+        .map(|s| crate::paths::open_file(&s.path).map_err(|e| Error::io(&s.path, e)))
+        .collect::<Result<_>>()?;
+    let chosen: Vec<usize> = (0..model.tensors.len())
+        .filter(|&t| choose(&model.tensors[t], options) == Choice::Quantize)
+        .collect();
+    let (results, non_finite) = evaluate(model, &files, &chosen, &Scheme::ALL, options, control)?;
+    let all_bytes: u64 = model.tensors.iter().map(|t| t.info.byte_len()).sum();
+    let schemes = Scheme::ALL
+        .iter()
+        .enumerate()
+        .map(|(s, &scheme)| {
+            let mut errors = Vec::new();
+            let (mut written, mut replaced, mut elements) = (0u64, 0u64, 0u64);
+            for (&tensor, result) in chosen.iter().zip(&results) {
+                let Some(sums) = result[s] else { continue };
+                let entry = &model.tensors[tensor];
+                let members: u64 = if scheme == Scheme::W8A8 {
+                    let rows = match options.granularity {
+                        Granularity::PerChannel => entry.info.shape.get(0).unwrap_or(1),
+                        Granularity::PerTensor => 1,
+                    };
+                    entry.info.element_count().unwrap_or(0)
+                        + scales_dtype_of(entry).byte_len(rows).unwrap_or(0)
+                } else {
+                    plan_for(scheme, options.group_size, entry, 0.0)
+                        .members()
+                        .iter()
+                        .map(super::scheme::Member::byte_len)
+                        .sum()
+                };
+                written += members;
+                replaced += entry.info.byte_len();
+                elements += entry.info.element_count().unwrap_or(0);
+                errors.push((tensor, finish(&sums)));
+            }
+            let mut snrs: Vec<f64> = errors.iter().map(|(_, e)| e.snr_db).collect();
+            snrs.sort_by(f64::total_cmp);
+            let worst = errors
+                .iter()
+                .min_by(|a, b| a.1.snr_db.total_cmp(&b.1.snr_db))
+                .map(|&(t, _)| t);
+            #[expect(clippy::cast_precision_loss, reason = "a ratio")]
+            let bits_per_weight = if elements == 0 {
+                0.0
+            } else {
+                written as f64 * 8.0 / elements as f64
+            };
+            SchemeResult {
+                scheme,
+                weights: errors.len(),
+                output_bytes: all_bytes - replaced + written,
+                bits_per_weight,
+                worst_snr_db: snrs.first().copied().unwrap_or(f64::INFINITY),
+                median_snr_db: snrs.get(snrs.len() / 2).copied().unwrap_or(f64::INFINITY),
+                worst,
+                errors,
+            }
+        })
+        .collect();
+    Ok(Comparison {
+        schemes,
+        non_finite,
+    })
+}
+
+/// The weights whose SNR under `options.scheme` falls below `threshold`.
+pub(super) fn below_snr(
+    model: &Model,
+    files: &[File],
+    choices: &[Choice],
+    options: &Options,
+    threshold: f64,
+    control: &Control,
+) -> Result<Vec<usize>> {
+    let chosen: Vec<usize> = (0..model.tensors.len())
+        .filter(|&t| choices[t] == Choice::Quantize)
+        .collect();
+    let (results, _) = evaluate(model, files, &chosen, &[options.scheme], options, control)?;
+    Ok(chosen
+        .into_iter()
+        .zip(results)
+        .filter_map(|(tensor, result)| {
+            let sums = result[0]?;
+            (finish(&sums).snr_db < threshold).then_some(tensor)
+        })
+        .collect())
+}
+
+/// Marks the weights below the threshold as kept.
+pub(super) fn keep_below(choices: &mut [Choice], below: &[usize]) {
+    for &tensor in below {
+        choices[tensor] = Choice::Keep(Kept::BelowSnr);
+    }
+}

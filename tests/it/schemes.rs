@@ -1,0 +1,447 @@
+//! Every scheme on a tiny BF16 Llama, beside llm-compressor's own `model_free_ptq` output of the
+//! same preset on the same weights (tests/fixtures/quant, with the producer's versions in each
+//! `producer.json`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use stui::format::{Dtype, Model};
+use stui::quantize::scheme::{Plan, Role, Scheme, Streams};
+use stui::quantize::{self, Control, Options};
+
+const PRESETS: [(Scheme, &str); 6] = [
+    (Scheme::W8A16, "ct-w8a16"),
+    (Scheme::W4A16, "ct-w4a16"),
+    (Scheme::W4A16Asym, "ct-w4a16-asym"),
+    (Scheme::Fp8Dynamic, "ct-fp8-dynamic"),
+    (Scheme::Fp8Block, "ct-fp8-block"),
+    (Scheme::Nvfp4A16, "ct-nvfp4a16"),
+];
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/quant")
+}
+
+fn source() -> PathBuf {
+    fixtures().join("source/model.safetensors")
+}
+
+/// Quantizes the fixture's source into `folder` (with its config.json).
+fn quantize_into(folder: &Path, scheme: Scheme) -> quantize::Summary {
+    let model = Model::open(&source()).unwrap();
+    let options = Options {
+        scheme,
+        ..Options::default()
+    };
+    quantize::quantize(
+        &model,
+        &folder.join("model.safetensors"),
+        &options,
+        &Control::default(),
+    )
+    .unwrap()
+}
+
+/// Every tensor's dtype and shape, as the reference crate reads them.
+fn layout(bytes: &[u8]) -> BTreeMap<String, (String, Vec<usize>)> {
+    let file = safetensors::SafeTensors::deserialize(bytes).unwrap();
+    file.tensors()
+        .into_iter()
+        .map(|(name, view)| (name, (format!("{:?}", view.dtype()), view.shape().to_vec())))
+        .collect()
+}
+
+fn quantization_config(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&text).unwrap();
+    config["quantization_config"].clone()
+}
+
+/// The source's values of `name`, as f32.
+fn source_values(bytes: &[u8], name: &str) -> Vec<f32> {
+    let file = safetensors::SafeTensors::deserialize(bytes).unwrap();
+    let view = file.tensor(name).unwrap();
+    assert_eq!(view.dtype(), safetensors::Dtype::BF16);
+    view.data()
+        .chunks(2)
+        .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+        .collect()
+}
+
+/// The SNR of weight `name` as written in `output` (the whole tensor at once), dequantized by
+/// the scheme's own read-back.
+fn snr_of(output: &[u8], source: &[f32], name: &str, scheme: Scheme) -> f64 {
+    let file = safetensors::SafeTensors::deserialize(output).unwrap();
+    let source_file =
+        safetensors::SafeTensors::deserialize(&std::fs::read(self::source()).unwrap())
+            .unwrap()
+            .tensor(name)
+            .unwrap()
+            .shape()
+            .to_vec();
+    let [rows, columns] = [source_file[0] as u64, source_file[1] as u64];
+    let absmax = source.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    let mut plan = Plan::new(
+        scheme,
+        quantize::scheme::DEFAULT_GROUP,
+        [rows, columns],
+        Dtype::Bf16,
+        f64::from(absmax),
+    );
+    let mut streams = Streams::default();
+    for member in plan.members() {
+        let data = file
+            .tensor(&format!("{name}{}", member.suffix))
+            .unwrap()
+            .data()
+            .to_vec();
+        match member.role {
+            Role::GlobalScale => plan.global_scale = f32::from_le_bytes(data.try_into().unwrap()),
+            Role::Shape => {}
+            role => *streams.of_mut(role).unwrap() = data,
+        }
+    }
+    let (sums, _) = plan.check(source, &streams);
+    10.0 * (sums.signal / sums.noise).log10()
+}
+
+/// The same tensors (names, dtypes, shapes) as llm-compressor's output, but for the embedding
+/// that stui keeps as it is by default; the same `format`, `config_groups` and keys in
+/// `quantization_config`, in config.json and in the metadata; every weight at least as accurate,
+/// both outputs dequantized the same way.
+#[test]
+fn each_scheme_writes_the_presets_layout_at_least_as_accurately() {
+    let source_bytes = std::fs::read(source()).unwrap();
+    for (scheme, preset) in PRESETS {
+        let dir = tempfile::tempdir().unwrap();
+        let summary = quantize_into(dir.path(), scheme);
+        assert!(summary.verified, "{scheme}");
+        let ours = std::fs::read(dir.path().join("model.safetensors")).unwrap();
+        let theirs = std::fs::read(fixtures().join(preset).join("model.safetensors")).unwrap();
+        let outside_embedding = |layout: BTreeMap<String, (String, Vec<usize>)>| {
+            layout
+                .into_iter()
+                .filter(|(name, _)| !name.starts_with("model.embed_tokens."))
+                .collect::<BTreeMap<_, _>>()
+        };
+        assert_eq!(
+            outside_embedding(layout(&ours)),
+            outside_embedding(layout(&theirs)),
+            "{scheme}"
+        );
+        let expected = quantization_config(&fixtures().join(preset).join("config.json"));
+        let written = quantization_config(&dir.path().join("config.json"));
+        let metadata = safetensors::SafeTensors::read_metadata(&ours).unwrap().1;
+        let in_metadata: serde_json::Value =
+            serde_json::from_str(&metadata.metadata().as_ref().unwrap()["quantization_config"])
+                .unwrap();
+        assert_eq!(written, in_metadata, "{scheme}");
+        assert_eq!(written["format"], expected["format"], "{scheme}");
+        assert_eq!(
+            written["config_groups"], expected["config_groups"],
+            "{scheme}"
+        );
+        let keys =
+            |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(keys(&written), keys(&expected), "{scheme}");
+        let model = Model::open(&source()).unwrap();
+        for quantized in &summary.quantized {
+            let name = model.tensors[quantized.tensor].name();
+            let values = source_values(&source_bytes, name);
+            if theirs_has(&theirs, name) {
+                let their_snr = snr_of(&theirs, &values, name, scheme);
+                let our_snr = snr_of(&ours, &values, name, scheme);
+                assert!(
+                    (our_snr - quantized.error.snr_db).abs() < 1e-9,
+                    "{scheme} {name}"
+                );
+                assert!(
+                    our_snr >= their_snr,
+                    "{scheme} {name}: {our_snr} < {their_snr}"
+                );
+            }
+        }
+    }
+}
+
+fn theirs_has(theirs: &[u8], name: &str) -> bool {
+    let file = safetensors::SafeTensors::deserialize(theirs).unwrap();
+    file.tensor(&format!("{name}_scale")).is_ok()
+}
+
+/// The Python `safetensors` package reads every scheme's output, and numpy alone dequantizes it
+/// from the layout within half a step of the source (`tests/interop/schemes_numpy.py`). Runs where
+/// `STUI_PYTHON` names a Python with both (`.ci/run` sets one up).
+#[test]
+fn numpy_dequantizes_every_scheme_within_half_a_step() {
+    let Some(python) = std::env::var_os("STUI_PYTHON") else {
+        assert!(std::env::var_os("CI").is_none(), "CI must set STUI_PYTHON");
+        eprintln!("STUI_PYTHON is not set: the Python interop test cannot run here");
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/schemes_numpy.py");
+    for scheme in Scheme::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let summary = quantize_into(dir.path(), scheme);
+        let result = Command::new(&python)
+            .arg(&script)
+            .arg(source())
+            .arg(dir.path().join("model.safetensors"))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&result.stdout);
+        assert!(
+            result.status.success(),
+            "{scheme}: {stdout}{}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        assert!(
+            stdout.contains(&format!(
+                "checked {} quantized weights",
+                summary.quantized.len()
+            )),
+            "{scheme}: {stdout}"
+        );
+    }
+}
+
+/// A weight whose columns do not divide into groups is kept as it is, and said so.
+#[test]
+fn weights_without_whole_groups_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let summary = quantize_into(dir.path(), Scheme::W4A16);
+    let model = Model::open(&source()).unwrap();
+    let kept: Vec<&str> = summary
+        .kept()
+        .filter(|&(_, why)| why == quantize::Kept::Ungrouped)
+        .map(|(t, _)| model.tensors[t].name())
+        .collect();
+    assert_eq!(kept, ["model.layers.0.mlp.down_proj.weight"]);
+    let config = quantization_config(&dir.path().join("config.json"));
+    assert!(
+        config["ignore"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("model.layers.0.mlp.down_proj"))
+    );
+}
+
+/// The command line: `--scheme` by its preset name, an unknown one refused with the list.
+#[test]
+fn the_command_line_takes_the_preset_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("out.safetensors");
+    let done = Command::new(env!("CARGO_BIN_EXE_stui"))
+        .args([
+            "quantize",
+            "--json",
+            "--scheme",
+            "w4a16_asym",
+            "--group-size",
+            "64",
+        ])
+        .arg(source())
+        .arg("-o")
+        .arg(&output)
+        .output()
+        .unwrap();
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&done.stdout).unwrap();
+    assert_eq!(summary["scheme"], "W4A16_ASYM");
+    assert_eq!(summary["verified"], true);
+    let bytes = std::fs::read(&output).unwrap();
+    let layout = layout(&bytes);
+    assert_eq!(
+        layout["model.layers.0.mlp.down_proj.weight_scale"].1,
+        [128, 3]
+    );
+    let refused = Command::new(env!("CARGO_BIN_EXE_stui"))
+        .args(["quantize", "--scheme", "W3A16"])
+        .arg(source())
+        .arg("-o")
+        .arg(dir.path().join("other.safetensors"))
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("NVFP4A16"));
+}
+
+/// `--compare` gives each scheme the very errors that writing it reads back from the file.
+#[test]
+fn the_comparison_matches_what_each_scheme_writes() {
+    let model = Model::open(&source()).unwrap();
+    let comparison = quantize::compare(&model, &Options::default(), &Control::default()).unwrap();
+    assert_eq!(comparison.schemes.len(), Scheme::ALL.len());
+    for result in &comparison.schemes {
+        let dir = tempfile::tempdir().unwrap();
+        let summary = quantize_into(dir.path(), result.scheme);
+        assert_eq!(result.weights, summary.quantized.len(), "{}", result.scheme);
+        for (quantized, &(tensor, error)) in summary.quantized.iter().zip(&result.errors) {
+            assert_eq!(quantized.tensor, tensor);
+            assert!(
+                (quantized.error.snr_db - error.snr_db).abs() < 1e-9,
+                "{} {}: {} against {}",
+                result.scheme,
+                model.tensors[tensor].name(),
+                quantized.error.snr_db,
+                error.snr_db
+            );
+        }
+        let data: u64 = std::fs::metadata(dir.path().join("model.safetensors"))
+            .unwrap()
+            .len();
+        assert!(result.output_bytes <= data && data < result.output_bytes + (16 << 10));
+    }
+}
+
+/// `--keep-below-snr`: the weights below the threshold stay as they were, listed as kept and in
+/// `ignore`; the others are quantized.
+#[test]
+fn weights_below_the_threshold_are_kept() {
+    let model = Model::open(&source()).unwrap();
+    let comparison = quantize::compare(&model, &Options::default(), &Control::default()).unwrap();
+    let nvfp4 = &comparison.schemes[6];
+    assert_eq!(nvfp4.scheme, Scheme::Nvfp4A16);
+    let threshold = nvfp4.median_snr_db;
+    let expected: Vec<&str> = nvfp4
+        .errors
+        .iter()
+        .filter(|(_, e)| e.snr_db < threshold)
+        .map(|&(t, _)| model.tensors[t].name())
+        .collect();
+    assert!(!expected.is_empty());
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options {
+        scheme: Scheme::Nvfp4A16,
+        keep_below_snr: Some(threshold),
+        ..Options::default()
+    };
+    let summary = quantize::quantize(
+        &model,
+        &dir.path().join("model.safetensors"),
+        &options,
+        &Control::default(),
+    )
+    .unwrap();
+    assert!(summary.verified);
+    let kept: Vec<&str> = summary
+        .kept()
+        .filter(|&(_, why)| why == quantize::Kept::BelowSnr)
+        .map(|(t, _)| model.tensors[t].name())
+        .collect();
+    assert_eq!(kept, expected);
+    assert_eq!(summary.quantized.len(), nvfp4.weights - kept.len());
+    let config = quantization_config(&dir.path().join("config.json"));
+    let ignore = config["ignore"].as_array().unwrap();
+    for name in kept {
+        assert!(ignore.contains(&serde_json::json!(name.strip_suffix(".weight").unwrap())));
+    }
+}
+
+/// `stui::quant::kernels`, written from compressed-tensors' decompressors (and equal to them on
+/// llm-compressor's own checkpoints), dequantizes every scheme's output: the worst error stays
+/// within the one stui measured from the file plus the BF16 rounding those kernels apply, and the
+/// SNR within the noise of that rounding.
+#[test]
+fn the_dequantization_kernels_read_every_scheme_back() {
+    use stui::quant::kernels::compressed_tensors::{Naive, Nvfp4, Packed, PackedMembers, Strategy};
+    use stui::quant::kernels::{Dequantize, Stored};
+    let source_bytes = std::fs::read(source()).unwrap();
+    let model = Model::open(&source()).unwrap();
+    for (scheme, _) in PRESETS {
+        let dir = tempfile::tempdir().unwrap();
+        let summary = quantize_into(dir.path(), scheme);
+        let bytes = std::fs::read(dir.path().join("model.safetensors")).unwrap();
+        let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let shapes: BTreeMap<String, Vec<u64>> = file
+            .tensors()
+            .into_iter()
+            .map(|(name, view)| (name, view.shape().iter().map(|&d| d as u64).collect()))
+            .collect();
+        for quantized in &summary.quantized {
+            let name = model.tensors[quantized.tensor].name();
+            let get = |suffix: &str| {
+                let key = format!("{name}{suffix}");
+                let view = file.tensor(&key).ok()?;
+                let dtype = Dtype::from_name(&format!("{:?}", view.dtype())).unwrap();
+                Some(Stored {
+                    bytes: view.data(),
+                    dtype,
+                    shape: shapes[&key].as_slice(),
+                })
+            };
+            let kernel: Box<dyn Dequantize> = match scheme {
+                Scheme::W8A16 | Scheme::W4A16 | Scheme::W4A16Asym => Box::new(
+                    Packed::new(
+                        PackedMembers {
+                            weight_packed: get("_packed").unwrap(),
+                            weight_shape: get("_shape").unwrap(),
+                            weight_scale: get("_scale").unwrap(),
+                            weight_zero_point: get("_zero_point"),
+                            weight_g_idx: None,
+                        },
+                        scheme.bits(),
+                        Strategy::Group { size: 128 },
+                        None,
+                    )
+                    .unwrap(),
+                ),
+                Scheme::Fp8Dynamic | Scheme::Fp8Block => Box::new(
+                    Naive::new(
+                        get("").unwrap(),
+                        get("_scale").unwrap(),
+                        None,
+                        None,
+                        if scheme == Scheme::Fp8Block {
+                            Strategy::Block {
+                                rows: 128,
+                                cols: 128,
+                            }
+                        } else {
+                            Strategy::Channel
+                        },
+                        8,
+                    )
+                    .unwrap(),
+                ),
+                _ => Box::new(
+                    Nvfp4::new(
+                        get("_packed").unwrap(),
+                        get("_scale").unwrap(),
+                        get("_global_scale").unwrap(),
+                        usize::try_from(model.tensors[quantized.tensor].info.shape.get(1).unwrap())
+                            .unwrap(),
+                    )
+                    .unwrap(),
+                ),
+            };
+            let mut values = vec![0f32; kernel.rows() * kernel.cols()];
+            kernel.dequantize_rows(0..kernel.rows(), &mut values);
+            let x = source_values(&source_bytes, name);
+            let absmax = x.iter().fold(0f64, |m, &v| m.max(f64::from(v).abs()));
+            let (mut signal, mut noise, mut worst) = (0f64, 0f64, 0f64);
+            for (&x, &y) in x.iter().zip(&values) {
+                let error = f64::from(x) - f64::from(y);
+                signal += f64::from(x) * f64::from(x);
+                noise += error * error;
+                worst = worst.max(error.abs());
+            }
+            let snr = 10.0 * (signal / noise).log10();
+            let error = quantized.error;
+            assert!(
+                worst <= error.max_abs_error + absmax * 2f64.powi(-8),
+                "{scheme} {name}: {worst} against {}",
+                error.max_abs_error
+            );
+            assert!(
+                (snr - error.snr_db).abs() < 0.5,
+                "{scheme} {name}: {snr} against {}",
+                error.snr_db
+            );
+        }
+    }
+}
