@@ -236,7 +236,10 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
     }
     let mut rows = InOrder::new(&model, quantization.as_ref(), &items, args.json);
     // A few numbers a tensor, for the layer map and its findings.
-    let mut values = Values::new(model.tensors.len());
+    let mut values = Values::for_names(
+        model.tensors.len(),
+        chosen.iter().map(|&t| model.tensors[t].name()),
+    );
     // With --map, the findings printed under it (as bounded as the model's).
     let mut scan_findings = crate::finding::Findings::new();
     scan_findings.append(model.findings.clone());
@@ -251,11 +254,15 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
         noted,
     )?;
     rows.write_rest(&mut output)?;
-    let map = LayerMap::build(
-        chosen
-            .iter()
-            .map(|&t| (index32(t), model.tensors[t].name())),
-    );
+    let map = if values.is_empty() {
+        LayerMap::default()
+    } else {
+        LayerMap::build(
+            chosen
+                .iter()
+                .map(|&t| (index32(t), model.tensors[t].name())),
+        )
+    };
     let map_findings = map_findings(&model, &map, &values);
     for finding in &map_findings {
         output.finding(finding)?;

@@ -520,6 +520,21 @@ fn single(value: f64) -> f32 {
 
 impl Values {
     /// Room for `tensors` tensors.
+    /// Room for the values of `tensors`, when one of them is in a layer: a model whose names
+    /// have no layer has no map to show, and keeps nothing.
+    pub fn for_names<'a>(tensors: usize, mut names: impl Iterator<Item = &'a str>) -> Values {
+        if names.any(|name| place(name).is_some()) {
+            Values::new(tensors)
+        } else {
+            Values::default()
+        }
+    }
+
+    /// True when no tensor has room for values (see [`Values::for_names`]).
+    pub fn is_empty(&self) -> bool {
+        self.stats.is_empty()
+    }
+
     pub fn new(tensors: usize) -> Values {
         Values {
             stats: vec![[f32::NAN; 4]; tensors],

@@ -409,7 +409,10 @@ impl App {
             diff: None,
             map: None,
             map_open: false,
-            values: Values::new(model.tensors.len()),
+            values: Values::for_names(
+                model.tensors.len(),
+                model.tensors.iter().map(crate::format::Tensor::name),
+            ),
             mixes: std::cell::RefCell::default(),
             identity: std::cell::OnceCell::new(),
             info: std::cell::OnceCell::new(),

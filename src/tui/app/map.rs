@@ -274,6 +274,10 @@ impl App {
 
     /// Once the scan is done: what the layer map finds by std, over every expert.
     pub(super) fn add_map_findings(&mut self) {
+        // A model whose names have no layer has no map, and nothing to find in one.
+        if self.values.is_empty() {
+            return;
+        }
         let model = Arc::clone(&self.model);
         self.map_view();
         let (Some(view), values) = (&self.map, &self.values) else {
