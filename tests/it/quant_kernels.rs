@@ -3,7 +3,7 @@
 //! optimum-quanto, auto-round and transformers themselves), compared bit for bit with `reference.safetensors` beside them.
 
 use safetensors::SafeTensors;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use stui::format::Dtype;
 use stui::quant::kernels::awq::Awq;
 use stui::quant::kernels::bnb::{FourBit, FourBitMembers, Int8};
@@ -312,6 +312,23 @@ fn auto_round_gptq_awq_and_native_exports() {
             get("scales").unwrap(),
         )?))
     });
+}
+
+/// auto-round's symmetric GPTQ export stores about half its scales negative: its weights read
+/// with no scale finding.
+#[test]
+fn negative_gptq_scales_are_no_finding() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/quant/autoround-gptq-4bit/model.safetensors");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_stui"))
+        .arg("stats")
+        .arg(&model)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("int4"), "{text}");
+    assert!(!text.contains("quant-scale"), "{text}");
+    assert_eq!(output.status.code(), Some(0), "{text}");
 }
 
 #[test]

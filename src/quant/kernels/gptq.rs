@@ -140,8 +140,10 @@ impl<'a> Gptq<'a> {
                 biases: None,
                 factor: None,
                 rounding: Half::of(scales.dtype),
+                // Symmetric exports hold negative scales (auto-round: about half of them), which
+                // the loaders use as they are.
                 checks: Checks {
-                    negative_scales: false,
+                    negative_scales: true,
                     zero_range: None,
                 },
             },

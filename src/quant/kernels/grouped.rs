@@ -313,7 +313,7 @@ impl Half {
 /// What a problem is, per parameter grid.
 #[derive(Clone, Copy, Debug)]
 pub struct Checks {
-    /// Negative scales are expected (MLX affine stores them).
+    /// Negative scales are expected (MLX affine and GPTQ store them).
     pub negative_scales: bool,
     /// The zero points' valid range, if checked.
     pub zero_range: Option<(f32, f32)>,
