@@ -252,6 +252,9 @@ pub struct DiffArgs {
     /// Print one JSON document instead of text (every tensor, the same ones included).
     #[arg(long)]
     pub json: bool,
+    /// Compare the tensors as stored: a quantized weight's members, not the weight they encode.
+    #[arg(long)]
+    pub raw: bool,
 }
 
 #[derive(Debug, Args)]

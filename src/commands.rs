@@ -52,7 +52,15 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
         Some(Command::Completions(args)) => completions(&args, out),
         Some(Command::Man(args)) => man(&args, out),
         None => match (cli.path, cli.diff) {
-            (Some(a), Some(b)) => diff(&DiffArgs { a, b, json: false }, out),
+            (Some(a), Some(b)) => diff(
+                &DiffArgs {
+                    a,
+                    b,
+                    json: false,
+                    raw: false,
+                },
+                out,
+            ),
             (Some(path), None) => {
                 let args = InspectArgs {
                     path,
@@ -770,16 +778,29 @@ fn hash<W: Write>(args: &HashArgs, out: &mut W) -> Result<Outcome, Failure> {
 fn diff<W: Write>(args: &DiffArgs, out: &mut W) -> Result<Outcome, Failure> {
     use std::sync::atomic::AtomicU64;
     let (a, b) = (open(&args.a)?, open(&args.b)?);
+    // Quantized models are compared by the weights they encode, unless asked for what is stored.
+    let quantization = |model: &Model| {
+        if args.raw {
+            None
+        } else {
+            crate::arch::quantization(model)
+        }
+    };
+    let (quantized_a, quantized_b) = (quantization(&a), quantization(&b));
+    let (side_a, side_b) = (
+        crate::diff::Side::logical(&a, quantized_a.as_ref()),
+        crate::diff::Side::logical(&b, quantized_b.as_ref()),
+    );
     let progress = AtomicU64::new(0);
     let total = a.total_bytes().saturating_add(b.total_bytes());
     let result = with_progress(
         || (total, progress.load(Ordering::Relaxed)),
-        || crate::diff::diff(&a, &b, &progress),
+        || crate::diff::diff(&side_a, &side_b, &progress),
     );
     let identical = result.identical();
     let report = crate::report::Diff {
-        a: &a,
-        b: &b,
+        a: &side_a,
+        b: &side_b,
         diff: &result,
     };
     print(out, &report, args.json)?;

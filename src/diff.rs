@@ -4,11 +4,18 @@
 //! Tensors are compared in parallel; each is read in bounded chunks from both files, through
 //! short-lived memory maps ([`crate::format::mapped`]), so memory stays at a few chunks' decoded
 //! values per thread whatever the model size.
+//!
+//! A quantized model is compared by its logical weights ([`Side::logical`]): each is paired
+//! with the weight of the same name on the other side and both are read as the model computes
+//! with them, dequantized a block of rows at a time ([`dequantized`]).
+
+mod dequantized;
 
 use crate::analysis::simd;
 use crate::analysis::values::{self, Sink};
 use crate::format::mapped::with_mapped;
 use crate::format::{Dtype, Model, Shape, StringMap, Tensor};
+use crate::quant::{LogicalTensors, Quantization};
 use crate::recycle::Recycled;
 use crate::text::natural_cmp;
 use multiversion::multiversion;
@@ -36,6 +43,9 @@ pub struct Change {
     pub nonfinite_mismatches: u64,
     /// Positions whose values differ.
     pub changed_values: u64,
+    /// `10 log10(‖a‖² / ‖a - b‖²)`, the signal-to-noise ratio of `b` as a copy of `a`; null
+    /// when they agree everywhere or `a` is all zeros.
+    pub snr_db: Option<f64>,
 }
 
 /// `max|a-b| 1.2e-3  rel L2 4.5e-4  cosine 0.999990`
@@ -47,8 +57,12 @@ impl std::fmt::Display for Change {
             self.max_abs_diff, self.relative_l2
         )?;
         match self.cosine {
-            Some(cosine) => write!(f, "{cosine:.6}"),
-            None => f.write_str("-"),
+            Some(cosine) => write!(f, "{cosine:.6}")?,
+            None => f.write_str("-")?,
+        }
+        match self.snr_db {
+            Some(snr) => write!(f, "  SNR {snr:.1} dB"),
+            None => Ok(()),
         }
     }
 }
@@ -77,6 +91,10 @@ pub struct Changed {
     pub shape: Option<(Shape, Shape)>,
     /// Null when the element counts differ or a dtype cannot be read as numbers.
     pub change: Option<Change>,
+    /// Why the values are not compared although both can be read: one side's weights are
+    /// stored in a rotated basis, so positions do not hold the same weight.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unaligned: Option<Box<str>>,
 }
 
 /// One tensor of either model: where it is in each (a few bytes, as models can have millions of
@@ -102,11 +120,59 @@ impl TensorDiff {
         (self.in_b != NONE).then_some(self.in_b as usize)
     }
 
-    /// The tensor's name; `a` and `b` are the models compared.
-    pub fn name<'m>(&self, a: &'m Model, b: &'m Model) -> &'m str {
+    /// The tensor's name; `a` and `b` are the sides compared.
+    pub fn name<'m>(&self, a: &'m Side<'_>, b: &'m Side<'_>) -> &'m str {
         match self.in_a() {
-            Some(index) => a.tensors[index].name(),
-            None => b.tensors[self.in_b().unwrap_or_default()].name(),
+            Some(index) => a.tensors()[index].name(),
+            None => b.tensors()[self.in_b().unwrap_or_default()].name(),
+        }
+    }
+}
+
+/// A model as it is compared: as stored, or a quantized model as it computes, its logical
+/// weights in the place of their members. [`TensorDiff`]'s indexes are into [`Side::tensors`].
+#[derive(Debug)]
+pub struct Side<'a> {
+    pub model: &'a Model,
+    logical: Option<(&'a Quantization, LogicalTensors)>,
+}
+
+impl<'a> Side<'a> {
+    /// Every tensor as stored.
+    pub fn stored(model: &'a Model) -> Side<'a> {
+        Side {
+            model,
+            logical: None,
+        }
+    }
+
+    /// A quantized model by its logical weights; with no quantization, as stored.
+    pub fn logical(model: &'a Model, quantization: Option<&'a Quantization>) -> Side<'a> {
+        Side {
+            model,
+            logical: quantization.map(|q| (q, LogicalTensors::new(model, q))),
+        }
+    }
+
+    /// The tensors compared: a logical weight in the place of its members.
+    pub fn tensors(&self) -> &[Tensor] {
+        match &self.logical {
+            Some((_, listed)) => &listed.tensors,
+            None => &self.model.tensors,
+        }
+    }
+
+    /// The logical weight listed tensor `index` is, with the model's quantization.
+    fn weight(&self, index: usize) -> Option<(&'a Quantization, usize)> {
+        let (quantization, listed) = self.logical.as_ref()?;
+        listed.weight(index).map(|weight| (*quantization, weight))
+    }
+
+    /// The stored tensor listed tensor `index` is, when it is no logical weight.
+    fn stored_tensor(&self, index: usize) -> &Tensor {
+        match &self.logical {
+            Some((_, listed)) => &self.model.tensors[listed.stored(index).unwrap_or(usize::MAX)],
+            None => &self.model.tensors[index],
         }
     }
 }
@@ -135,22 +201,21 @@ impl ModelDiff {
 }
 
 /// Compares `a` with `b`; `progress` counts the bytes read from both.
-pub fn diff(a: &Model, b: &Model, progress: &AtomicU64) -> ModelDiff {
+pub fn diff(a: &Side<'_>, b: &Side<'_>, progress: &AtomicU64) -> ModelDiff {
+    let (side_a, side_b) = (a, b);
+    let (a, b) = (a.tensors(), b.tensors());
     // Tensors paired by name through two lists of indexes sorted by name, walked side by side:
     // a few bytes a tensor, as a model can have millions.
-    let by_name = |model: &Model| -> Vec<u32> {
-        let name = |i: u32| model.tensors[i as usize].name();
-        let mut order: Vec<u32> = (0..model.tensors.len())
+    let by_name = |tensors: &[Tensor]| -> Vec<u32> {
+        let name = |i: u32| tensors[i as usize].name();
+        let mut order: Vec<u32> = (0..tensors.len())
             .filter_map(|i| u32::try_from(i).ok())
             .collect();
         order.sort_unstable_by(|&x, &y| name(x).cmp(name(y)));
         order
     };
     let (in_a, in_b) = (by_name(a), by_name(b));
-    let (name_a, name_b) = (
-        |i: u32| a.tensors[i as usize].name(),
-        |j: u32| b.tensors[j as usize].name(),
-    );
+    let (name_a, name_b) = (|i: u32| a[i as usize].name(), |j: u32| b[j as usize].name());
     let mut pairs: Vec<(u32, u32)> = Vec::with_capacity(in_a.len().max(in_b.len()));
     let (mut left, mut right) = (in_a.iter().peekable(), in_b.iter().peekable());
     loop {
@@ -173,7 +238,7 @@ pub fn diff(a: &Model, b: &Model, progress: &AtomicU64) -> ModelDiff {
         pairs.push(pair);
     }
     drop((in_a, in_b));
-    let values = a.remote.is_none() && b.remote.is_none();
+    let values = side_a.model.remote.is_none() && side_b.model.remote.is_none();
     let name = |&(here, there): &(u32, u32)| {
         if here == NONE {
             name_b(there)
@@ -188,14 +253,21 @@ pub fn diff(a: &Model, b: &Model, progress: &AtomicU64) -> ModelDiff {
             let status = match *pair {
                 (_, NONE) => Status::Removed,
                 (NONE, _) => Status::Added,
-                (i, j) if values => compare(
-                    a,
-                    &a.tensors[i as usize],
-                    b,
-                    &b.tensors[j as usize],
-                    progress,
-                ),
-                (i, j) => compare_layout(&a.tensors[i as usize], &b.tensors[j as usize]),
+                (i, j) => {
+                    let (i, j) = (i as usize, j as usize);
+                    let logical = side_a.weight(i).is_some() || side_b.weight(j).is_some();
+                    match (values, logical) {
+                        (false, _) => compare_layout(&a[i], &b[j]),
+                        (true, true) => dequantized::compare((side_a, i), (side_b, j), progress),
+                        (true, false) => compare(
+                            side_a.model,
+                            side_a.stored_tensor(i),
+                            side_b.model,
+                            side_b.stored_tensor(j),
+                            progress,
+                        ),
+                    }
+                }
             };
             TensorDiff {
                 in_a: pair.0,
@@ -206,7 +278,7 @@ pub fn diff(a: &Model, b: &Model, progress: &AtomicU64) -> ModelDiff {
         .collect();
     ModelDiff {
         tensors,
-        metadata: metadata_diff(&a.metadata, &b.metadata),
+        metadata: metadata_diff(&side_a.model.metadata, &side_b.model.metadata),
         values_compared: values,
     }
 }
@@ -228,6 +300,7 @@ fn compare_layout(ta: &Tensor, tb: &Tensor) -> Status {
             dtype,
             shape,
             change: None,
+            unaligned: None,
         }))
     }
 }
@@ -300,6 +373,7 @@ fn compare(a: &Model, ta: &Tensor, b: &Model, tb: &Tensor, progress: &AtomicU64)
                     dtype,
                     shape,
                     change: None,
+                    unaligned: None,
                 }));
             }
             Err(error) => {
@@ -317,6 +391,7 @@ fn compare(a: &Model, ta: &Tensor, b: &Model, tb: &Tensor, progress: &AtomicU64)
             dtype,
             shape,
             change,
+            unaligned: None,
         }))
     }
 }
@@ -541,6 +616,8 @@ impl Sums {
             cosine: (norms > 0.0).then(|| self.dot / norms),
             nonfinite_mismatches: self.nonfinite_mismatches,
             changed_values: self.changed,
+            snr_db: (self.diff_sq > 0.0 && self.a_sq > 0.0)
+                .then(|| 10.0 * (self.a_sq / self.diff_sq).log10()),
         }
     }
 }
@@ -643,17 +720,22 @@ impl Decoded {
         values_b.clear();
         values::feed(dtype_a, x, values_a);
         values::feed(dtype_b, y, values_b);
-        if values_a.wide.is_empty() && values_b.wide.is_empty() {
-            return add_f32_pairs(&values_a.narrow, &values_b.narrow);
-        }
-        values_a.widen();
-        values_b.widen();
-        let mut sums = Sums::default();
-        for (&x, &y) in values_a.wide.iter().zip(&values_b.wide) {
-            sums.add(x, y);
-        }
-        sums
+        sums_of_collected(values_a, values_b)
     }
+}
+
+/// The sums over two chunks of decoded values: in `f32` while both are, else in `f64`.
+fn sums_of_collected(a: &mut Collect, b: &mut Collect) -> Sums {
+    if a.wide.is_empty() && b.wide.is_empty() {
+        return add_f32_pairs(&a.narrow, &b.narrow);
+    }
+    a.widen();
+    b.widen();
+    let mut sums = Sums::default();
+    for (&x, &y) in a.wide.iter().zip(&b.wide) {
+        sums.add(x, y);
+    }
+    sums
 }
 
 #[cfg(test)]
@@ -680,7 +762,7 @@ mod tests {
             write("a.safetensors", values.clone()),
             write("b.safetensors", changed.clone()),
         );
-        let result = diff(&a, &b, &AtomicU64::new(0));
+        let result = diff(&Side::stored(&a), &Side::stored(&b), &AtomicU64::new(0));
         let Status::Changed(what) = &result.tensors[0].status else {
             panic!("{:?}", result.tensors[0]);
         };

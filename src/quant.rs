@@ -10,6 +10,7 @@ pub mod kernels;
 pub mod listed;
 pub mod logical;
 pub mod members;
+pub mod read;
 pub mod recognise;
 pub mod scheme;
 

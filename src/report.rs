@@ -1655,16 +1655,16 @@ impl Report for Hashes<'_> {
 /// `stui diff`: every difference between two models.
 #[derive(Debug)]
 pub struct Diff<'a> {
-    pub a: &'a Model,
-    pub b: &'a Model,
+    pub a: &'a crate::diff::Side<'a>,
+    pub b: &'a crate::diff::Side<'a>,
     pub diff: &'a crate::diff::ModelDiff,
 }
 
 impl Report for Diff<'_> {
     fn write_text(&self, out: &mut dyn Write) -> io::Result<()> {
         use crate::diff::Status;
-        writeln!(out, "a  {}", escape_path(&self.a.path))?;
-        writeln!(out, "b  {}", escape_path(&self.b.path))?;
+        writeln!(out, "a  {}", escape_path(&self.a.model.path))?;
+        writeln!(out, "b  {}", escape_path(&self.b.model.path))?;
         let (mut same, mut changed, mut added, mut removed, mut unreadable) = (0, 0, 0, 0, 0);
         for tensor in &self.diff.tensors {
             let name = escape(tensor.name(self.a, self.b));
@@ -1687,6 +1687,7 @@ impl Report for Diff<'_> {
                         dtype,
                         shape,
                         change,
+                        unaligned,
                     } = what.as_ref();
                     changed += 1;
                     let mut line = format!("changed  {name}");
@@ -1695,6 +1696,9 @@ impl Report for Diff<'_> {
                     }
                     if let Some((x, y)) = shape {
                         let _ = write!(line, "  shape {} -> {}", Shape(x), Shape(y));
+                    }
+                    if let Some(reason) = unaligned {
+                        let _ = write!(line, "  {reason}");
                     }
                     if let Some(change) = change {
                         let _ = write!(line, "  {change}  {} values differ", change.changed_values);
@@ -1775,8 +1779,8 @@ impl Report for Diff<'_> {
         write_json(
             out,
             &Document {
-                a: self.a.path.to_string_lossy().into_owned(),
-                b: self.b.path.to_string_lossy().into_owned(),
+                a: self.a.model.path.to_string_lossy().into_owned(),
+                b: self.b.model.path.to_string_lossy().into_owned(),
                 identical: self.diff.identical(),
                 values_compared: self.diff.values_compared,
                 tensors: Tensors(self),

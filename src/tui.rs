@@ -59,21 +59,25 @@ pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
         None => None,
     };
     let other = match &options.diff {
-        Some(other) => Some(crate::arch::open_reviewed(other, None)?.0),
+        Some(other) => Some(crate::arch::open_reviewed(other, None)?),
         None => None,
     };
     let mut terminal = screen::take_over()?;
     // Before the scan starts, so that its workers' panics are never printed over the screen.
     install_restoring_panic_hook();
     let (sender, events) = event::start();
-    if let Some(other) = other {
+    if let Some((other, other_quantization)) = other {
         let model = Arc::clone(&model);
         let sender = sender.clone();
         std::thread::Builder::new()
             .name("stui-diff".into())
             .spawn(move || {
                 let progress = std::sync::atomic::AtomicU64::new(0);
-                let _ = sender.send(Event::Diff(crate::diff::diff(&model, &other, &progress)));
+                let (here, there) = (
+                    crate::diff::Side::stored(&model),
+                    crate::diff::Side::logical(&other, other_quantization.as_ref()),
+                );
+                let _ = sender.send(Event::Diff(crate::diff::diff(&here, &there, &progress)));
             })
             .context("cannot start the diff")?;
     }

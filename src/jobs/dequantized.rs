@@ -1,19 +1,16 @@
 //! Statistics of a quantized model's logical weights: their rows dequantized by the layout's
-//! kernel a block at a time, on all workers, into the same sinks as a stored tensor's values.
-//! The codes member is read through a map, the other members (scales, zero points: a small
-//! fraction of it) are copied; no whole dequantized weight is ever held.
+//! kernel ([`crate::quant::read`]) a block at a time, on all workers, into the same sinks as a
+//! stored tensor's values; no whole dequantized weight is ever held.
 
 use super::{builder_for, guarded};
 use crate::analysis::values::Sink;
 use crate::analysis::{Histogram, HistogramBuilder, Moments};
 use crate::finding::{Code, Finding};
-use crate::format::mapped::with_mapped;
-use crate::format::{Dtype, Model};
-use crate::quant::kernels::{Dequantize, Stored};
-use crate::quant::{Quantization, Role};
+use crate::format::Model;
+use crate::quant::Quantization;
+use crate::quant::kernels::Dequantize;
 use crate::text::escape;
 use rayon::prelude::*;
-use std::fs::File;
 
 /// Values dequantized per block of rows, per worker.
 const BLOCK: usize = 1 << 16;
@@ -37,65 +34,10 @@ pub fn weight_stats(
     histogram: bool,
 ) -> Result<WeightStats, String> {
     let logical = &quantization.weights[weight];
-    let members = quantization.members(weight);
-    let codes = members
-        .iter()
-        .find(|m| m.role.is_codes())
-        .ok_or("the weight has no codes")?;
-    let described = |tensor: usize| -> Result<(Dtype, Vec<u64>), String> {
-        let info = &model.tensors[tensor].info;
-        let dtype = info
-            .dtype
-            .known()
-            .ok_or_else(|| format!("{}: dtype not read", escape(&info.name)))?;
-        Ok((dtype, info.shape.iter().collect()))
-    };
-    let mut others = Vec::with_capacity(members.len());
-    for member in members.iter().filter(|m| m.tensor != codes.tensor) {
-        let tensor = member.tensor as usize;
-        let (dtype, shape) = described(tensor)?;
-        let bytes = read(model, tensor, <[u8]>::to_vec)?;
-        others.push((member.role, dtype, shape, bytes));
-    }
-    let (codes_dtype, codes_shape) = described(codes.tensor as usize)?;
-    read(model, codes.tensor as usize, |bytes| {
-        let mut stored: Vec<(Role, Stored<'_>)> = others
-            .iter()
-            .map(|(role, dtype, shape, bytes)| {
-                (
-                    *role,
-                    Stored {
-                        bytes,
-                        dtype: *dtype,
-                        shape,
-                    },
-                )
-            })
-            .collect();
-        stored.push((
-            codes.role,
-            Stored {
-                bytes,
-                dtype: codes_dtype,
-                shape: &codes_shape,
-            },
-        ));
-        let kernel = crate::quant::dequantize::kernel(logical, &stored)
-            .map_err(|error| error.to_string())?;
-        guarded(|| statistics(kernel.as_ref(), &logical.name, histogram))
+    crate::quant::read::with_kernel(model, quantization, weight, |kernel| {
+        guarded(|| statistics(kernel, &logical.name, histogram))
     })
     .and_then(|result| result)
-}
-
-/// Runs `work` on the bytes of stored tensor `tensor`.
-fn read<T>(model: &Model, tensor: usize, work: impl FnOnce(&[u8]) -> T) -> Result<T, String> {
-    let tensor = &model.tensors[tensor];
-    let shard = model.shard_of(tensor);
-    let file = File::open(&shard.path).map_err(|e| format!("{}: {e}", shard.label))?;
-    let [begin, _] = tensor.info.data_offsets;
-    let len = usize::try_from(tensor.info.byte_len()).map_err(|e| e.to_string())?;
-    with_mapped(&file, shard.data_start + begin, len, work)
-        .map_err(|e| format!("{}: {e}", escape(&tensor.info.name)))
 }
 
 fn statistics(kernel: &dyn Dequantize, name: &str, histogram: bool) -> WeightStats {

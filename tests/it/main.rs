@@ -14,6 +14,7 @@ mod hostile;
 mod layermap;
 mod paths;
 mod quant;
+mod quant_diff;
 mod quant_kernels;
 mod quantize;
 mod reference;

@@ -415,7 +415,11 @@ fn a_diff_marks_changed_tensors_up_the_tree() {
     finish_scan(&mut app);
     let other = Model::open(&other_path).unwrap();
     let progress = std::sync::atomic::AtomicU64::new(0);
-    let diff = stui::diff::diff(&app.model, &other, &progress);
+    let diff = stui::diff::diff(
+        &stui::diff::Side::stored(&app.model),
+        &stui::diff::Side::stored(&other),
+        &progress,
+    );
     assert!(app.on_diff(&diff));
     let view = app.diff.as_ref().unwrap();
     let root = view.marks[stui::tree::ROOT as usize];

@@ -84,6 +84,9 @@ fn diff_line(app: &App, status: &crate::diff::Status) -> Line<'static> {
             if let Some((_, other)) = &what.shape {
                 let _ = write!(text, " shape there {}", Shape(other));
             }
+            if let Some(reason) = &what.unaligned {
+                let _ = write!(text, " {reason}");
+            }
             if let Some(change) = &what.change {
                 let _ = write!(text, " {change}");
             }

@@ -1,0 +1,79 @@
+//! A logical weight's members read from the model's files and handed to its kernel: the codes
+//! member through a map, the others (scales, zero points: a small fraction of it) copied.
+
+use super::kernels::{Dequantize, Stored};
+use super::{Quantization, Role};
+use crate::format::mapped::with_mapped;
+use crate::format::{Dtype, Model};
+use crate::text::escape;
+
+/// Runs `work` on the kernel of logical weight `weight` of `model`; an error says why its
+/// values cannot be read (a member that does not fit its layout, a file that cannot be read).
+pub fn with_kernel<T>(
+    model: &Model,
+    quantization: &Quantization,
+    weight: usize,
+    work: impl FnOnce(&dyn Dequantize) -> T,
+) -> Result<T, String> {
+    let logical = &quantization.weights[weight];
+    let members = quantization.members(weight);
+    let codes = members
+        .iter()
+        .find(|m| m.role.is_codes())
+        .ok_or("the weight has no codes")?;
+    let mut others = Vec::with_capacity(members.len());
+    for member in members.iter().filter(|m| m.tensor != codes.tensor) {
+        let tensor = member.tensor as usize;
+        let (dtype, shape) = described(model, tensor)?;
+        let bytes = read(model, tensor, <[u8]>::to_vec)?;
+        others.push((member.role, dtype, shape, bytes));
+    }
+    let (codes_dtype, codes_shape) = described(model, codes.tensor as usize)?;
+    read(model, codes.tensor as usize, |bytes| {
+        let mut stored: Vec<(Role, Stored<'_>)> = others
+            .iter()
+            .map(|(role, dtype, shape, bytes)| {
+                (
+                    *role,
+                    Stored {
+                        bytes,
+                        dtype: *dtype,
+                        shape,
+                    },
+                )
+            })
+            .collect();
+        stored.push((
+            codes.role,
+            Stored {
+                bytes,
+                dtype: codes_dtype,
+                shape: &codes_shape,
+            },
+        ));
+        let kernel =
+            super::dequantize::kernel(logical, &stored).map_err(|error| error.to_string())?;
+        Ok(work(kernel.as_ref()))
+    })
+    .and_then(|result| result)
+}
+
+/// A member's dtype and shape, when its dtype is one stui reads.
+fn described(model: &Model, tensor: usize) -> Result<(Dtype, Vec<u64>), String> {
+    let info = &model.tensors[tensor].info;
+    let dtype = info
+        .dtype
+        .known()
+        .ok_or_else(|| format!("{}: dtype not read", escape(&info.name)))?;
+    Ok((dtype, info.shape.iter().collect()))
+}
+
+/// Runs `work` on the bytes of stored tensor `tensor`.
+fn read<T>(model: &Model, tensor: usize, work: impl FnOnce(&[u8]) -> T) -> Result<T, String> {
+    let tensor = &model.tensors[tensor];
+    let shard = model.shard_of(tensor);
+    let file = crate::paths::open_file(&shard.path).map_err(|e| format!("{}: {e}", shard.label))?;
+    let (start, len) = model.file_range(tensor);
+    let len = usize::try_from(len).map_err(|e| e.to_string())?;
+    with_mapped(&file, start, len, work).map_err(|e| format!("{}: {e}", escape(&tensor.info.name)))
+}
