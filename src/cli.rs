@@ -34,6 +34,11 @@ pub struct Cli {
     #[arg(long, value_name = "B")]
     pub diff: Option<PathBuf>,
 
+    /// In the explorer, list a quantized model's tensors as stored (its weights' members)
+    /// rather than the weights they encode; `R` switches between the two.
+    #[arg(long)]
+    pub raw: bool,
+
     /// In the explorer, for a model read from the Hub: the largest tensor whose bytes are
     /// downloaded for its statistics when selected (e.g. 512M, 4G).
     #[arg(long, value_name = "SIZE", default_value = "512M")]

@@ -18,6 +18,7 @@ use crate::finding::{Code, Finding};
 use crate::format::mapped::with_mapped;
 use crate::format::remote::RemoteModel;
 use crate::format::{Dtype, Model, Tensor};
+use crate::quant::LogicalModel;
 use fixedbitset::FixedBitSet;
 use std::collections::VecDeque;
 use std::fs::File;
@@ -126,6 +127,9 @@ pub struct ScanOptions {
     pub serve: bool,
     pub order: ScanOrder,
     pub limits: Limits,
+    /// For a quantized model listed by its logical weights: those are dequantized from the
+    /// stored model behind them rather than read.
+    pub logical: Option<Arc<LogicalModel>>,
 }
 
 /// The order tensors are scanned in (a tensor asked for with [`Scan::prioritize`] comes first).
@@ -263,6 +267,8 @@ impl Tracker<'_> {
 enum Stop {
     Cancelled,
     Io(io::Error),
+    /// A logical weight's members do not fit its layout.
+    Dequantize(String),
 }
 
 fn coordinate(
@@ -290,8 +296,9 @@ fn coordinate(
     };
     let mut in_file_order = true;
     let mut previous = None;
+    let logical = |t: usize| logical_weight(options, t).is_some();
     for tensor in tensors.clone() {
-        if !scannable(model, &model.tensors[tensor]) {
+        if !logical(tensor) && !scannable(model, &model.tensors[tensor]) {
             let finding = Finding::info(
                 Code::DataUnreadable,
                 "not scanned: its entry is invalid (see the format findings)",
@@ -460,7 +467,9 @@ impl Coordinator<'_> {
             // A tensor outside the list scanned (the explorer lists none of a model read from
             // the Hub) is scanned when asked for, if its entry allows.
             let model = self.scanner.model;
-            let can = self.scannable.contains(tensor) || scannable(model, &model.tensors[tensor]);
+            let can = self.scannable.contains(tensor)
+                || logical_weight(self.options, tensor).is_some()
+                || scannable(model, &model.tensors[tensor]);
             let wanted = can && (!self.done.contains(tensor) || histogram);
             return Some(if wanted {
                 vec![(tensor, histogram || self.options.histograms)]
@@ -475,7 +484,12 @@ impl Coordinator<'_> {
                 queue.pop_front();
                 continue;
             }
-            let len = self.scanner.model.tensors[tensor].info.byte_len();
+            // A logical weight is dequantized alone, over all workers.
+            let len = if logical_weight(self.options, tensor).is_some() {
+                u64::MAX / 2
+            } else {
+                self.scanner.model.tensors[tensor].info.byte_len()
+            };
             let full = bytes + len > 8 * SMALL || batch.len() == MAX_BATCH;
             if !batch.is_empty() && (len > SMALL || full) {
                 break;
@@ -498,10 +512,14 @@ impl Coordinator<'_> {
             // A tensor of one chunk is read once for its statistics and its histogram (a read
             // from the Hub is a request); a larger one is spread over the workers.
             let one_chunk = self.scanner.model.tensors[tensor].info.byte_len() <= CHUNK as u64;
+            let logical = logical_weight(self.options, tensor);
             let outcome = guarded(|| {
                 self.pool.install(|| {
                     let counted = !self.done.contains(tensor);
-                    if one_chunk {
+                    if let Some((logical, weight)) = logical {
+                        self.scanner
+                            .dequantized(logical, weight, histogram, counted)
+                    } else if one_chunk {
                         self.scanner.small_tensor(tensor, histogram, counted)
                     } else {
                         self.scanner
@@ -535,6 +553,9 @@ impl Coordinator<'_> {
             Ok(Err(Stop::Io(error))) => {
                 return self.fail(tensor, Code::DataUnreadable, read_failure(&error));
             }
+            Ok(Err(Stop::Dequantize(message))) => {
+                return self.fail(tensor, Code::DataUnreadable, message);
+            }
             Err(panic) => {
                 return self.fail(tensor, Code::ScanFailed, format!("internal error: {panic}"));
             }
@@ -542,7 +563,12 @@ impl Coordinator<'_> {
         // A tensor asked for again (the explorer keeps few tensors' statistics) gets its
         // statistics again, but its findings and its progress only once.
         let first_time = !self.done.contains(tensor);
-        let dtype = self.scanner.model.tensors[tensor].info.dtype.known();
+        // A logical weight's values are its dequantized ones.
+        let dtype = if logical_weight(self.options, tensor).is_some() {
+            Some(Dtype::F32)
+        } else {
+            self.scanner.model.tensors[tensor].info.dtype.known()
+        };
         if first_time {
             self.done.insert(tensor);
             self.scanner
@@ -592,6 +618,7 @@ impl Coordinator<'_> {
             Ok(Err(Stop::Io(error))) => {
                 self.fail(tensor, Code::DataUnreadable, read_failure(&error))
             }
+            Ok(Err(Stop::Dequantize(message))) => self.fail(tensor, Code::DataUnreadable, message),
             Err(panic) => self.fail(tensor, Code::ScanFailed, format!("internal error: {panic}")),
         }
     }
@@ -656,6 +683,12 @@ impl Coordinator<'_> {
             .events
             .send(ScanEvent::Done(self.scanner.tracker.progress()));
     }
+}
+
+/// The logical weight listed tensor `tensor` is, with the model behind it.
+fn logical_weight(options: &ScanOptions, tensor: usize) -> Option<(&LogicalModel, usize)> {
+    let logical = options.logical.as_deref()?;
+    logical.weight(tensor).map(|weight| (logical, weight))
 }
 
 /// A histogram builder over the range `moments` found.
@@ -726,6 +759,29 @@ struct Scanner<'a> {
 }
 
 impl Scanner<'_> {
+    /// The statistics of logical weight `weight`, dequantized from the stored model behind it,
+    /// with its histogram when asked for; its scales that break a group are sent as findings
+    /// the first time.
+    fn dequantized(
+        &self,
+        logical: &LogicalModel,
+        weight: usize,
+        histogram: bool,
+        counted: bool,
+    ) -> Result<(Moments, Option<Histogram>), Stop> {
+        let stats =
+            dequantized::weight_stats(&logical.stored, &logical.quantization, weight, histogram)
+                .map_err(|e| Stop::Dequantize(format!("cannot dequantize: {e}")))?;
+        if counted {
+            self.tracker
+                .advance(logical.quantization.weights[weight].stored_bytes);
+            for finding in stats.findings {
+                let _ = self.tracker.events.send(ScanEvent::Finding(finding));
+            }
+        }
+        Ok((stats.moments, stats.histogram))
+    }
+
     /// The tensor's statistics, its chunks spread over the pool's workers.
     /// `counted`: whether the bytes read count towards progress (not when read again).
     fn moments(&self, tensor: usize, counted: bool) -> Result<Moments, Stop> {

@@ -20,6 +20,7 @@ fn main() -> ExitCode {
             log: cli.log.clone(),
             diff: cli.diff.clone(),
             fetch_limit: cli.fetch_limit.0,
+            raw: cli.raw,
         };
         return match stui::tui::run(path, &options) {
             Ok(()) => ExitCode::SUCCESS,

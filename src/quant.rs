@@ -18,7 +18,7 @@ use crate::finding::{Code, Finding};
 use crate::format::{Model, Shape, TensorInfo};
 use crate::text::escape;
 use compact_str::CompactString;
-pub use listed::LogicalTensors;
+pub use listed::{LogicalModel, LogicalTensors};
 pub use members::Role;
 pub use recognise::{Declared, SideFiles};
 pub use scheme::{Grouping, Layout, Scheme};

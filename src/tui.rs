@@ -19,6 +19,7 @@ pub use theme::Theme;
 
 use crate::format::Model;
 use crate::jobs::{Scan, ScanOptions};
+use crate::quant::{LogicalModel, Quantization};
 use crate::quantize;
 use anyhow::Context as _;
 use app::Effect;
@@ -44,14 +45,15 @@ pub struct Options {
     pub diff: Option<PathBuf>,
     /// For a model read from the Hub: the largest tensor fetched for its statistics.
     pub fetch_limit: u64,
+    /// List a quantized model's tensors as stored rather than by the weights they encode.
+    pub raw: bool,
 }
 
 /// Opens the explorer on the model at `path` and runs it until the user leaves. It draws on
 /// standard output when that is a terminal, else on the terminal stui runs in; without one it
 /// fails, as it does when a path is not one it can use, before it changes anything on screen.
 pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
-    let (model, _) = crate::arch::open_reviewed(path, None)?;
-    let model = Arc::new(model);
+    let opened = Opened::open(path)?;
     let mut log = match &options.log {
         Some(file) => Some(BufWriter::new(open_log(file).with_context(|| {
             format!("cannot write the log {}", crate::text::escape_path(file))
@@ -59,35 +61,41 @@ pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
         None => None,
     };
     let other = match &options.diff {
-        Some(other) => Some(crate::arch::open_reviewed(other, None)?),
+        Some(other) => Some(Arc::new(Opened::open(other)?)),
         None => None,
     };
     let mut terminal = screen::take_over()?;
     // Before the scan starts, so that its workers' panics are never printed over the screen.
     install_restoring_panic_hook();
     let (sender, events) = event::start();
-    if let Some((other, other_quantization)) = other {
-        let model = Arc::clone(&model);
-        let sender = sender.clone();
-        std::thread::Builder::new()
-            .name("stui-diff".into())
-            .spawn(move || {
-                let progress = std::sync::atomic::AtomicU64::new(0);
-                let (here, there) = (
-                    crate::diff::Side::stored(&model),
-                    crate::diff::Side::logical(&other, other_quantization.as_ref()),
-                );
-                let _ = sender.send(Event::Diff(crate::diff::diff(&here, &there, &progress)));
-            })
-            .context("cannot start the diff")?;
-    }
-    let mut session = Session::open(model, options, &sender, 0);
+    let mut session = Session::open(opened, other, options.raw, options, &sender, 0);
     let outcome = event_loop(&mut terminal, &mut session, &sender, &events, log.as_mut());
     screen::give_back();
     if let Some(log) = log.as_mut() {
         let _ = log.flush();
     }
     outcome
+}
+
+/// Compares the model with `other` in the background, both listed as the explorer lists them;
+/// the result comes tagged with the session's number, so that one for a listing since
+/// replaced is dropped.
+fn start_diff(
+    opened: &Opened,
+    other: &Arc<Opened>,
+    raw: bool,
+    sender: &SyncSender<Event>,
+    session: u64,
+) {
+    let (here, there) = (opened.clone(), Arc::clone(other));
+    let sender = sender.clone();
+    let _ = std::thread::Builder::new()
+        .name("stui-diff".into())
+        .spawn(move || {
+            let progress = std::sync::atomic::AtomicU64::new(0);
+            let diff = crate::diff::diff(&here.side(raw), &there.side(raw), &progress);
+            let _ = sender.send(Event::Diff(session, diff));
+        });
 }
 
 /// Creates (or empties) the log file, which must be a regular file or not exist yet: a named
@@ -111,10 +119,54 @@ fn install_restoring_panic_hook() {
     }));
 }
 
+/// A model as opened, and how it is quantized.
+#[derive(Clone)]
+struct Opened {
+    model: Arc<Model>,
+    quantization: Option<Arc<Quantization>>,
+}
+
+impl Opened {
+    fn open(path: &Path) -> crate::error::Result<Opened> {
+        let (model, quantization) = crate::arch::open_reviewed(path, None)?;
+        Ok(Opened {
+            model: Arc::new(model),
+            quantization: quantization.map(Arc::new),
+        })
+    }
+
+    /// The model as listed: a quantized model by its logical weights unless `raw`, with what
+    /// stands behind them.
+    fn listed(&self, raw: bool) -> (Arc<Model>, Option<Arc<LogicalModel>>) {
+        match self.quantization.as_ref().filter(|_| !raw) {
+            Some(quantization) => {
+                let (listed, logical) =
+                    LogicalModel::open(Arc::clone(&self.model), Arc::clone(quantization));
+                (Arc::new(listed), Some(Arc::new(logical)))
+            }
+            None => (Arc::clone(&self.model), None),
+        }
+    }
+
+    /// The side a diff compares: listed as the explorer lists it.
+    fn side(&self, raw: bool) -> crate::diff::Side<'_> {
+        if raw {
+            crate::diff::Side::stored(&self.model)
+        } else {
+            crate::diff::Side::logical(&self.model, self.quantization.as_deref())
+        }
+    }
+}
+
 /// The model being explored: its state and its scan.
 struct Session {
     app: App,
     scan: Scan,
+    opened: Opened,
+    /// The model compared with (`--diff`).
+    other: Option<Arc<Opened>>,
+    /// A quantized model is listed as stored rather than by its logical weights.
+    raw: bool,
     /// Which scan this is: 0 for the model opened first, one more for each model opened after.
     scan_number: u64,
     color: bool,
@@ -124,12 +176,19 @@ struct Session {
 
 impl Session {
     fn open(
-        model: Arc<Model>,
+        opened: Opened,
+        other: Option<Arc<Opened>>,
+        raw: bool,
         options: &Options,
         sender: &SyncSender<Event>,
         scan_number: u64,
     ) -> Session {
-        let app = App::new(Arc::clone(&model), Theme::new(options.color));
+        let (model, logical) = opened.listed(raw);
+        let mut app = App::new(Arc::clone(&model), Theme::new(options.color));
+        app.set_quantization(opened.quantization.clone(), logical.clone());
+        if let Some(other) = &other {
+            start_diff(&opened, other, raw, sender, scan_number);
+        }
         // A model read from the Hub is scanned only where asked: the tensor selected.
         let fetch_limit = model.remote.is_some().then_some(options.fetch_limit);
         let everything = if fetch_limit.is_some() {
@@ -139,6 +198,7 @@ impl Session {
         };
         let scan_options = ScanOptions {
             serve: true,
+            logical,
             ..ScanOptions::default()
         };
         let events = event::forward_scan(sender, scan_number);
@@ -146,6 +206,9 @@ impl Session {
         let session = Session {
             app,
             scan,
+            opened,
+            other,
+            raw,
             scan_number,
             color: options.color,
             fetch_limit,
@@ -154,6 +217,17 @@ impl Session {
             session.prioritize(tensor);
         }
         session
+    }
+
+    /// The options this session was opened with, as far as a session opened after it keeps them.
+    fn options(&self) -> Options {
+        Options {
+            color: self.color,
+            log: None,
+            diff: None,
+            fetch_limit: self.fetch_limit.unwrap_or(u64::MAX),
+            raw: self.raw,
+        }
     }
 
     /// Scans a tensor next; one read from the Hub only within the fetch limit.
@@ -174,6 +248,7 @@ impl Session {
                 self.scan.cancel();
                 let options = ScanOptions {
                     serve: true,
+                    logical: self.app.logical.clone(),
                     ..ScanOptions::default()
                 };
                 let events = event::forward_scan(sender, self.scan_number);
@@ -232,15 +307,31 @@ impl Session {
                         }
                     });
             }
-            Effect::Reopen(path) => match crate::arch::open_reviewed(&path, None) {
-                Ok((model, _)) => {
+            Effect::ToggleRaw => {
+                let options = self.options();
+                *self = Session::open(
+                    self.opened.clone(),
+                    self.other.clone(),
+                    !self.raw,
+                    &options,
+                    sender,
+                    self.scan_number + 1,
+                );
+            }
+            Effect::Reopen(path) => match Opened::open(&path) {
+                Ok(opened) => {
                     let options = Options {
-                        color: self.color,
-                        log: None,
                         diff: None,
-                        fetch_limit: self.fetch_limit.unwrap_or(u64::MAX),
+                        ..self.options()
                     };
-                    *self = Session::open(Arc::new(model), &options, sender, self.scan_number + 1);
+                    *self = Session::open(
+                        opened,
+                        None,
+                        self.raw,
+                        &options,
+                        sender,
+                        self.scan_number + 1,
+                    );
                 }
                 Err(error) => {
                     self.app
@@ -302,14 +393,16 @@ fn event_loop(
                 Event::Scan(scan, result) if scan == session.scan_number => {
                     (app.on_scan(result), None)
                 }
-                // From the scan of a model since replaced.
-                Event::Scan(..) => (false, None),
                 Event::Preview(tensor, granularity, result) => {
                     (app.on_preview(tensor, granularity, result), None)
                 }
                 Event::Saved(result) => (app.on_saved(result), None),
                 Event::Compared(include, result) => (app.on_compared(&include, result), None),
-                Event::Diff(diff) => (app.on_diff(&diff), None),
+                Event::Diff(session_number, diff) if session_number == session.scan_number => {
+                    (app.on_diff(&diff), None)
+                }
+                // From the scan or the diff of a listing since replaced.
+                Event::Scan(..) | Event::Diff(..) => (false, None),
                 Event::Tick => (app.quantize.is_some(), None),
                 Event::Signal => {
                     app.should_quit = true;

@@ -33,7 +33,7 @@ pub enum Source {
 }
 
 /// One file of a model.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Shard {
     pub path: PathBuf,
     /// The file's name relative to the model's folder, for display.
@@ -67,6 +67,21 @@ pub struct Model {
 }
 
 impl Model {
+    /// The same files listing `tensors` in place of the stored ones: a quantized model as it
+    /// computes, its logical weights in the place of their members.
+    #[must_use]
+    pub fn listing(&self, tensors: Vec<Tensor>) -> Model {
+        Model {
+            path: self.path.clone(),
+            source: self.source,
+            shards: self.shards.clone(),
+            tensors,
+            metadata: Arc::clone(&self.metadata),
+            findings: self.findings.clone(),
+            remote: self.remote.clone(),
+        }
+    }
+
     /// Opens a `.safetensors` file, an index `.json`, or a folder; or, when no local path of
     /// that spelling exists, a Hub repository (`ORG/NAME[@REVISION][/PATH]`) from the local
     /// Hugging Face cache. Fails only when there is nothing to read (no such path or repository,

@@ -168,7 +168,29 @@ pub fn kernel<'a>(
                 [usize::try_from(rows).unwrap_or(usize::MAX), cols],
             )?)
         }
-        Layout::ComfyInt8 | Layout::Hqq | Layout::Quanto | Layout::Exl2 | Layout::Exl3 => {
+        Layout::Quanto if bits == 8 => Box::new(super::kernels::quanto::Quanto::bytes(
+            need(Role::QuantoData, "_data")?,
+            need(Role::QuantoScale, "_scale")?,
+        )?),
+        Layout::Quanto => {
+            // quanto keeps no logical shape: the flattened weight is read as its `[groups,
+            // group size]` matrix, which holds the elements in the same order.
+            let (data, scale) = (
+                need(Role::QuantoData, "_data")?,
+                need(Role::QuantoScale, "_scale")?,
+            );
+            let groups = scale.shape.first().copied().unwrap_or(0);
+            let width = data.shape.last().copied().unwrap_or(0);
+            let dim = |d: u64| usize::try_from(d).unwrap_or(usize::MAX);
+            Box::new(super::kernels::quanto::Quanto::packed(
+                data,
+                scale,
+                need(Role::QuantoShift, "_shift")?,
+                bits,
+                [dim(groups), dim(width)],
+            )?)
+        }
+        Layout::ComfyInt8 | Layout::Hqq | Layout::Exl2 | Layout::Exl3 => {
             return Err(KernelError::new(
                 "weight",
                 format!("stui does not read {} values yet", scheme.layout.family()),

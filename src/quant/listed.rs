@@ -2,6 +2,39 @@
 
 use super::Quantization;
 use crate::format::{Model, Tensor, TensorDtype, TensorInfo};
+use std::sync::Arc;
+
+/// A quantized model shown by the weights it encodes: [`LogicalModel::open`] gives the model
+/// as listed (its tensors the logical ones, for the tree, the scan and the panes) and this,
+/// which holds the stored model and how listed tensors map to it.
+#[derive(Debug)]
+pub struct LogicalModel {
+    pub stored: Arc<Model>,
+    pub quantization: Arc<Quantization>,
+    /// The mapping only: its tensors are the listed model's.
+    listed: LogicalTensors,
+}
+
+impl LogicalModel {
+    /// The listed model and what stands behind it.
+    pub fn open(stored: Arc<Model>, quantization: Arc<Quantization>) -> (Model, LogicalModel) {
+        let mut listed = LogicalTensors::new(&stored, &quantization);
+        let listing = stored.listing(std::mem::take(&mut listed.tensors));
+        (
+            listing,
+            LogicalModel {
+                stored,
+                quantization,
+                listed,
+            },
+        )
+    }
+
+    /// The logical weight listed tensor `index` is, if it is one.
+    pub fn weight(&self, index: usize) -> Option<usize> {
+        self.listed.weight(index)
+    }
+}
 
 /// A quantized model's tensors as the model computes with them: every tensor that is no member,
 /// and each logical weight, named `P.weight`, in the place of its first member, with its logical

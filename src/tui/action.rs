@@ -53,6 +53,8 @@ pub enum Action {
     ClosePopup,
     /// Open the layer map, or go back from it to the tree.
     ToggleMap,
+    /// List a quantized model's tensors as stored, or by the weights they encode.
+    ToggleRaw,
     /// In the layer map: the cursor a column left or right.
     Left,
     Right,

@@ -8,6 +8,7 @@ use crate::analysis::{Histogram, Moments};
 use crate::finding::{Finding, Severity};
 use crate::format::Model;
 use crate::jobs::{Progress, ScanEvent};
+use crate::quant::{LogicalModel, Quantization};
 use crate::tree::{LayerTree, NodeId, ROOT};
 use foldhash::HashMap;
 
@@ -35,6 +36,8 @@ pub enum Effect {
     Reopen(PathBuf),
     /// Stop downloading the selected tensor of a model read from the Hub.
     CancelFetch,
+    /// List the quantized model's tensors as stored, or by the weights they encode.
+    ToggleRaw,
 }
 
 /// The quantize dialog.
@@ -327,7 +330,15 @@ pub struct DiffView {
 
 #[derive(Debug)]
 pub struct App {
+    /// The model as listed: a quantized model's logical weights in the place of their members,
+    /// unless it is listed as stored.
     pub model: Arc<Model>,
+    /// How the model is quantized, whether listed by its logical weights or as stored.
+    pub quantization: Option<Arc<Quantization>>,
+    /// The stored model behind the listed one, when that lists logical weights.
+    pub logical: Option<Arc<LogicalModel>>,
+    /// A message for the status line, until the next key.
+    pub notice: Option<String>,
     pub theme: Theme,
     pub tree: LayerTree,
     pub outline: Outline,
@@ -384,6 +395,9 @@ impl App {
         let status = vec![ScanStatus::Pending; model.tensors.len()];
         let tree = LayerTree::build(&model.tensors, |_| true);
         let mut app = App {
+            quantization: None,
+            logical: None,
+            notice: None,
             theme,
             outline: Outline::new(&tree),
             group_marks: Vec::new(),
@@ -422,6 +436,23 @@ impl App {
             app.add_finding(finding);
         }
         app
+    }
+
+    /// Records how the model is quantized, and the stored model behind the listed one when it
+    /// lists logical weights.
+    pub fn set_quantization(
+        &mut self,
+        quantization: Option<Arc<Quantization>>,
+        logical: Option<Arc<LogicalModel>>,
+    ) {
+        self.quantization = quantization;
+        self.logical = logical;
+    }
+
+    /// The logical weight listed tensor `tensor` is, with the model's quantization.
+    pub fn logical_weight(&self, tensor: usize) -> Option<(&LogicalModel, usize)> {
+        let logical = self.logical.as_deref()?;
+        logical.weight(tensor).map(|weight| (logical, weight))
     }
 
     /// The tensor called `name` (the last of that name, should a sharded model repeat it),
@@ -498,8 +529,17 @@ impl App {
             self.should_quit = true;
             return (true, None);
         }
+        let noticed = self.notice.take().is_some();
+        if action == Action::ToggleRaw {
+            if self.quantization.is_some() {
+                return (true, Some(Effect::ToggleRaw));
+            }
+            self.notice =
+                Some("the model is not quantized: its tensors are listed as stored".into());
+            return (true, None);
+        }
         let before = self.selected_tensor();
-        let changed = self.apply(action);
+        let changed = self.apply(action) || noticed;
         let after = self.selected_tensor();
         let effect = match action {
             Action::TogglePause => Some(Effect::SetPaused(self.scan == ScanState::Paused)),
@@ -566,8 +606,10 @@ impl App {
                 };
                 true
             }
-            // Escape is handled in `update`, which knows whether a download is under way.
+            // Escape is handled in `update`, which knows whether a download is under way, and
+            // so is the switch between listings, which opens the model anew.
             Action::Escape
+            | Action::ToggleRaw
             | Action::Quantize
             | Action::QuantizeGranularity
             | Action::QuantizeWholeModel
@@ -736,6 +778,14 @@ impl App {
 
     /// Opens the quantize dialog, its scope taken from the selection.
     fn open_quantize(&mut self) -> (bool, Option<Effect>) {
+        if self.logical.is_some() {
+            self.notice = Some(
+                "the model is stored quantized: press R to list its stored tensors, which can \
+                 be quantized"
+                    .into(),
+            );
+            return (true, None);
+        }
         let (scope, include) = match self.selected_node() {
             Some(node)
                 if self.tree.node(node).tensor().is_some()

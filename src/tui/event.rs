@@ -23,7 +23,8 @@ pub enum Event {
     /// A quantize-and-save ended.
     Saved(Result<Summary, String>),
     /// The comparison with the `--diff` model is done.
-    Diff(crate::diff::ModelDiff),
+    /// The diff with the `--diff` model, for the session of this number.
+    Diff(u64, crate::diff::ModelDiff),
     /// Time passed while something shows progress.
     Tick,
 }

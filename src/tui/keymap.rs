@@ -208,6 +208,13 @@ pub static BINDINGS: &[Binding] = &[
         "layer map",
         false,
     ),
+    bind(
+        Tree,
+        &[Key::Char('R')],
+        Action::ToggleRaw,
+        "stored / logical",
+        false,
+    ),
     bind(Map, &[Key::Char('M')], Action::ToggleMap, "tree", true),
     bind(
         Map,

@@ -57,7 +57,9 @@ pub fn render(frame: &mut Frame, app: &mut App) {
             Constraint::Percentage(45),
         ]));
         tree::render(frame, left, app);
-        let details_height = 9.min(right.height.saturating_sub(4)).max(4);
+        // Two more lines for a logical weight's scheme and members.
+        let wanted = if app.logical.is_some() { 11 } else { 9 };
+        let details_height = wanted.min(right.height.saturating_sub(4)).max(4);
         let [details_area, histogram_area] = right.layout(&Layout::vertical([
             Constraint::Length(details_height),
             Constraint::Min(3),

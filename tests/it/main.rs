@@ -25,3 +25,4 @@ mod stats;
 mod support;
 mod terminal;
 mod tui;
+mod tui_quant;

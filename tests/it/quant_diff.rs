@@ -97,6 +97,8 @@ fn a_quantized_checkpoint_against_its_source_gives_the_producers_error() {
         "autoround-gptq-3bit-asym",
         "autoround-awq-4bit",
         "fp8-block-transformers",
+        "quanto-qint8",
+        "quanto-qint4",
     ];
     for folder in folders {
         let quantized = fixtures().join(folder).join("model.safetensors");

@@ -347,3 +347,35 @@ fn the_explorer_on_a_model_read_from_the_hub() {
     tmux.send(&["Escape"]);
     tmux.wait_for("the shell prompt", |s| !s.contains("lm_head.weight"));
 }
+
+#[test]
+fn a_quantized_model_by_its_weights_and_r_lists_the_stored_tensors() {
+    let Some(tmux) = Tmux::start(120, 40) else {
+        return;
+    };
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/quant/ct-w4a16");
+    let stui = env!("CARGO_BIN_EXE_stui");
+    tmux.send(&[&format!("{stui} {}", model.display()), "Enter"]);
+    let screen = tmux.wait_for("the scan to finish", |s| {
+        s.contains("scan done: 12 tensors")
+    });
+    assert!(screen.contains("int4 g128, compressed-tensors"), "{screen}");
+    assert!(!screen.contains("weight_packed"), "{screen}");
+    tmux.send(&["R"]);
+    let screen = tmux.wait_for("the stored tensors", |s| {
+        s.contains("compressed-tensors, stored") && s.contains("scan done")
+    });
+    assert!(screen.contains("26 tensors"), "{screen}");
+    tmux.send(&["e"]);
+    tmux.wait_for("the members in the tree", |s| {
+        s.contains("weight_packed  I32")
+    });
+    tmux.send(&["R"]);
+    tmux.wait_for("the logical weights again", |s| {
+        s.contains("scan done: 12 tensors") && !s.contains("weight_packed")
+    });
+    tmux.send(&["q"]);
+    tmux.wait_for("the shell prompt", |s| {
+        !s.contains("scan done") && s.contains("$ ")
+    });
+}

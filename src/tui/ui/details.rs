@@ -42,14 +42,18 @@ fn tensor_lines(app: &App, tensor: usize) -> Vec<Line<'static>> {
             Shape(&info.shape),
             Bytes(info.byte_len())
         )),
-        Line::styled(
+    ];
+    // A logical weight's bytes are its members'.
+    if app.logical_weight(tensor).is_none() {
+        lines.push(Line::styled(
             format!(
                 "bytes {begin}..{end} of {}",
                 escape(&app.model.shard_of(entry).label)
             ),
             theme.dim,
-        ),
-    ];
+        ));
+    }
+    lines.extend(scheme_line(app, tensor));
     if let Some(status) = app.diff.as_ref().and_then(|d| d.status[tensor].as_ref()) {
         lines.push(diff_line(app, status));
     }
@@ -62,7 +66,54 @@ fn tensor_lines(app: &App, tensor: usize) -> Vec<Line<'static>> {
         // Pending, or scanned and let go of on a large model: it is being read (again).
         (None, _) => lines.push(Line::styled("statistics pending", theme.dim)),
     }
+    lines.extend(members_line(app, tensor));
     lines
+}
+
+/// A logical weight's scheme; for a member listed as stored, the weight it is part of.
+fn scheme_line(app: &App, tensor: usize) -> Option<Line<'static>> {
+    if let Some((logical, weight)) = app.logical_weight(tensor) {
+        let w = &logical.quantization.weights[weight];
+        return Some(Line::from(format!(
+            "{}  {:.2} bits/weight",
+            escape(&w.scheme.to_string()),
+            w.bits_per_weight()
+        )));
+    }
+    let quantization = app.quantization.as_ref()?;
+    let w = &quantization.weights[quantization.weight_of(tensor)?];
+    Some(Line::styled(
+        format!(
+            "member of {} ({}); R lists the weights",
+            escape(&w.name),
+            escape(&w.scheme.to_string())
+        ),
+        app.theme.dim,
+    ))
+}
+
+/// A logical weight's members as stored, one line: `weight_packed I32 [128, 16] · ...`.
+fn members_line(app: &App, tensor: usize) -> Option<Line<'static>> {
+    let (logical, weight) = app.logical_weight(tensor)?;
+    let name = &logical.quantization.weights[weight].name;
+    let members: Vec<String> = logical
+        .quantization
+        .members(weight)
+        .iter()
+        .map(|member| {
+            let stored = &logical.stored.tensors[member.tensor as usize];
+            format!(
+                "{} {} {}",
+                escape(crate::quant::listed::member_label(name, stored.name())),
+                escape(stored.info.dtype.name()),
+                Shape(&stored.info.shape)
+            )
+        })
+        .collect();
+    Some(Line::styled(
+        format!("members: {}", members.join(" · ")),
+        app.theme.dim,
+    ))
 }
 
 /// How this tensor differs in the `--diff` model.

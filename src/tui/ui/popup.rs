@@ -2,6 +2,7 @@
 
 use super::{block, inner};
 use crate::text::escape;
+use crate::tui::action::Action;
 use crate::tui::app::{App, Popup};
 use crate::tui::keymap::{BINDINGS, Binding, Context, GLOBAL};
 use ratatui::Frame;
@@ -67,6 +68,8 @@ fn help_lines(app: &App) -> Vec<Line<'static>> {
                 BINDINGS
                     .iter()
                     .filter(|b| b.context == Context::Tree)
+                    // Switching listings applies to a quantized model only.
+                    .filter(|b| b.action != Action::ToggleRaw || app.quantization.is_some())
                     .collect(),
             ),
             // Moving in the findings list uses the tree's keys; only its own are listed.

@@ -25,6 +25,15 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App) {
             format!("  {name}?")
         })
     });
+    // The scheme shown once for the model, and whether its members are listed as stored.
+    let quantized = app.quantization.as_ref().map(|q| {
+        let listed = if app.logical.is_some() {
+            ""
+        } else {
+            ", stored"
+        };
+        format!("  {}{listed}", escape(&q.summary()))
+    });
     let line = Line::from(vec![
         Span::styled(" stui ", theme.title),
         Span::raw(escape_path(&model.path)),
@@ -32,6 +41,7 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App) {
         Span::styled(verdict, style),
         // Before the totals, so that a narrow terminal cuts those rather than the model's name.
         Span::styled(name.unwrap_or_default(), theme.key),
+        Span::styled(quantized.unwrap_or_default(), theme.key),
         Span::styled(
             format!(
                 "  {} tensors · {} params · {}",
@@ -47,6 +57,11 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App) {
 
 pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
     let theme = &app.theme;
+    if let Some(notice) = &app.notice {
+        let line = Line::styled(format!(" {}", escape(notice)), theme.warning);
+        frame.render_widget(Paragraph::new(line), area);
+        return;
+    }
     let text = match (app.scan, app.progress) {
         (ScanState::Done, Some(p)) => format!(
             " scan done: {} tensors, {} in {:.1} s",
