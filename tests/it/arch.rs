@@ -150,6 +150,21 @@ fn the_layer_pattern_of_mixed_models_matches_what_they_saved() {
             }
         }
         assert_eq!(declared, saved, "{family}: {}", pattern["summary"]);
+        // transformers does not save the multi-token-prediction layer DeepSeek-V3 declares.
+        let unstored = pattern["kinds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|kind| kind["next_token_prediction"] == true);
+        assert_eq!(
+            pattern["summary"]
+                .as_str()
+                .unwrap()
+                .contains("multi-token prediction (not stored)"),
+            unstored,
+            "{family}: {}",
+            pattern["summary"]
+        );
         let text = Command::new(env!("CARGO_BIN_EXE_stui"))
             .arg("inspect")
             .arg(dir.path())
@@ -720,4 +735,64 @@ fn the_deepseek_v3_layout_shows_its_pattern_and_no_false_finding() {
         .map(|line| line.replace(&dir.path().display().to_string(), "DIR") + "\n")
         .collect();
     insta::assert_snapshot!(summary);
+
+    // Without its multi-token-prediction layer, as transformers saves the model: the pattern
+    // says so, and nothing is missing.
+    let dropped = drop_layer(dir.path(), "model.layers.61.");
+    assert!(dropped > 1000, "{dropped}");
+    // (The shards rewritten store their tensors in another order than their headers list them:
+    // an info.)
+    assert_eq!(problems(dir.path()), Vec::<String>::new());
+    let inspect = stui_json(&["inspect"], dir.path());
+    let pattern = &inspect["architecture"]["layer_pattern"];
+    assert_eq!(pattern["stored_layers"], 61);
+    assert_eq!(
+        pattern["summary"],
+        "layers 0-2: dense MLP; 3-60: MoE, 256 experts + 1 shared; \
+         61: multi-token prediction (not stored), MoE, 256 experts + 1 shared"
+    );
+}
+
+/// Removes the tensors whose names start with `prefix` from a sharded model's shards (reading
+/// only their headers: the data is sparse) and index; a shard left empty goes too. Returns how
+/// many were removed.
+fn drop_layer(dir: &Path, prefix: &str) -> usize {
+    use std::io::Read;
+    let index_path = dir.join("model.safetensors.index.json");
+    let mut index: Value = serde_json::from_slice(&std::fs::read(&index_path).unwrap()).unwrap();
+    let map = index["weight_map"].as_object_mut().unwrap();
+    let mut files: Vec<String> = map
+        .iter()
+        .filter(|(name, _)| name.starts_with(prefix))
+        .map(|(_, file)| file.as_str().unwrap().to_owned())
+        .collect();
+    files.sort();
+    files.dedup();
+    map.retain(|name, _| !name.starts_with(prefix));
+    let mut removed = 0;
+    let mut bytes = 0;
+    for file in files {
+        let path = dir.join(file);
+        let mut reader = std::fs::File::open(&path).unwrap();
+        let mut len = [0; 8];
+        reader.read_exact(&mut len).unwrap();
+        let mut text = vec![0; usize::try_from(u64::from_le_bytes(len)).unwrap()];
+        reader.read_exact(&mut text).unwrap();
+        let mut header: Map<String, Value> = serde_json::from_slice(&text).unwrap();
+        for (_, entry) in header.iter().filter(|(name, _)| name.starts_with(prefix)) {
+            let offsets = &entry["data_offsets"];
+            bytes += offsets[1].as_u64().unwrap() - offsets[0].as_u64().unwrap();
+            removed += 1;
+        }
+        header.retain(|name, _| !name.starts_with(prefix));
+        if header.keys().all(|name| name == "__metadata__") {
+            std::fs::remove_file(&path).unwrap();
+        } else {
+            crate::support::write_zeroed(&path, &header);
+        }
+    }
+    let total = &mut index["metadata"]["total_size"];
+    *total = Value::from(total.as_u64().unwrap() - bytes);
+    std::fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
+    removed
 }
