@@ -9,10 +9,11 @@ pub mod family;
 mod layers;
 pub mod pattern;
 mod recognise;
+mod sizes;
 
 pub use config::{Adapter, ConfigError, ModelConfig, config_path, find_config};
-pub use layers::{LayerReview, layer_findings, split_at_layer};
-pub use pattern::{LayerKind, LayerPattern, Mlp, Run, tensor_kind};
+pub use layers::{LayerReview, Stored, layer_findings, split_at_layer};
+pub use pattern::{LayerKind, LayerPattern, Mlp, Part, Run, tensor_kind};
 pub use recognise::Architecture;
 
 use crate::finding::{Code, Finding, Findings};
@@ -36,7 +37,12 @@ pub struct ModelInfo {
     /// The config read, if any.
     pub config: Option<String>,
     pub adapter: Option<Adapter>,
+    /// The pattern of the main stack of layers (an encoder-decoder's encoder).
     pub layer_pattern: Option<PatternInfo>,
+    /// The patterns of the other stacks the config declares and the checkpoint stores (an
+    /// encoder-decoder's decoder, a vision tower).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub other_patterns: Vec<PatternInfo>,
     /// What the names and shapes show (the decoder-only families stui knows).
     #[serde(flatten)]
     pub shapes: Option<Architecture>,
@@ -47,8 +53,11 @@ pub struct ModelInfo {
 pub struct PatternInfo {
     /// `layers 0-2: dense MLP; 3-60: MoE, 256 experts + 1 shared`
     pub summary: String,
+    pub part: Part,
     /// The stack of layers it describes (`model.layers`), when the model has it.
     pub stack: Option<String>,
+    /// How many layers the stack stores (one more than its highest layer number).
+    pub stored_layers: Option<u64>,
     pub hidden_layers: u64,
     pub kinds: Vec<LayerKind>,
     pub runs: Vec<Run>,
@@ -57,10 +66,16 @@ pub struct PatternInfo {
 }
 
 impl PatternInfo {
-    fn new(pattern: LayerPattern, stack: Option<String>) -> PatternInfo {
+    fn new(pattern: LayerPattern, stored: Option<Stored>) -> PatternInfo {
+        let stored_layers = stored.as_ref().map(|stored| stored.layers);
+        let mut summary = String::new();
+        // Writing to a String cannot fail.
+        let _ = pattern.describe(&mut summary, stored_layers);
         PatternInfo {
-            summary: pattern.to_string(),
-            stack,
+            summary,
+            part: pattern.part,
+            stack: stored.map(|stored| stored.stack),
+            stored_layers,
             hidden_layers: pattern.hidden_layers,
             kinds: pattern.kinds.clone(),
             runs: pattern.runs(),
@@ -70,6 +85,11 @@ impl PatternInfo {
 }
 
 impl ModelInfo {
+    /// Every layer pattern shown: the main one, then the others.
+    pub fn patterns(&self) -> impl Iterator<Item = &PatternInfo> {
+        self.layer_pattern.iter().chain(&self.other_patterns)
+    }
+
     /// The model's name and where it comes from: `deepseek_v3 (DeepseekV3ForCausalLM, from
     /// config.json)` or `llama (guessed from tensor names)`.
     pub fn name(&self) -> String {
@@ -107,12 +127,13 @@ impl fmt::Display for ModelInfo {
 /// header, which shows the name before anything else is worked out.
 pub fn identify(model: &Model, explicit: Option<&Path>) -> Option<ModelInfo> {
     let config = find_config(model, explicit).and_then(Result::ok);
-    let pattern = config.as_ref().and_then(LayerPattern::from_config);
-    let stack = pattern
+    let patterns = config
         .as_ref()
-        .and_then(|pattern| layers::stack_for(tensors(model), pattern));
+        .map(LayerPattern::declared)
+        .unwrap_or_default();
+    let stacks = layers::stacks_for(tensors(model), &patterns);
     let shapes = Architecture::recognise(tensors(model));
-    model_info(config.as_ref(), shapes, pattern, stack, tensors(model))
+    model_info(config.as_ref(), shapes, patterns, stacks, tensors(model))
 }
 
 fn tensors(model: &Model) -> impl Iterator<Item = &TensorInfo> + Clone {
@@ -122,8 +143,8 @@ fn tensors(model: &Model) -> impl Iterator<Item = &TensorInfo> + Clone {
 fn model_info<'a>(
     config: Option<&ModelConfig>,
     shapes: Option<Architecture>,
-    pattern: Option<LayerPattern>,
-    stack: Option<String>,
+    patterns: Vec<LayerPattern>,
+    stacks: Vec<Option<Stored>>,
     tensors: impl Iterator<Item = &'a TensorInfo>,
 ) -> Option<ModelInfo> {
     let Some(config) = config else {
@@ -134,6 +155,7 @@ fn model_info<'a>(
             config: None,
             adapter: None,
             layer_pattern: None,
+            other_patterns: Vec::new(),
             shapes: Some(shapes),
         });
     };
@@ -141,6 +163,23 @@ fn model_info<'a>(
         adapter.pairs = Some(adapter::pairs(tensors));
         adapter
     });
+    // The patterns of the stacks the checkpoint stores; without any, the first declared.
+    let mut shown: Vec<PatternInfo> = Vec::new();
+    let mut first = None;
+    for (pattern, stored) in patterns
+        .into_iter()
+        .zip(stacks.into_iter().chain(std::iter::repeat(None)))
+    {
+        match stored {
+            Some(stored) => shown.push(PatternInfo::new(pattern, Some(stored))),
+            None if first.is_none() => first = Some(pattern),
+            None => {}
+        }
+    }
+    if shown.is_empty() {
+        shown.extend(first.map(|pattern| PatternInfo::new(pattern, None)));
+    }
+    let mut shown = shown.into_iter();
     Some(ModelInfo {
         model_type: config.name(),
         architectures: config
@@ -151,7 +190,8 @@ fn model_info<'a>(
         named_by: "config",
         config: Some(config.path.display().to_string()),
         adapter,
-        layer_pattern: pattern.map(|pattern| PatternInfo::new(pattern, stack)),
+        layer_pattern: shown.next(),
+        other_patterns: shown.collect(),
         shapes,
     })
 }
@@ -252,49 +292,60 @@ fn review_tensors<'a>(
     with_shapes: impl Iterator<Item = &'a TensorInfo> + Clone + Send + Sync,
     findings: &mut Findings,
 ) -> Option<ModelInfo> {
-    let pattern = config.and_then(LayerPattern::from_config);
+    let patterns = config.map(LayerPattern::declared).unwrap_or_default();
     let class = config.and_then(|config| config.architectures().first().map(|c| (*c).to_owned()));
     let template = class
         .as_deref()
         .and_then(|class| expected::templates().get(class));
     let (layer_review, shapes) = rayon::join(
-        || layer_findings(tensors.clone(), pattern.as_ref(), template),
+        || layer_findings(tensors.clone(), &patterns, template),
         || Architecture::recognise(with_shapes),
     );
     findings.append(layer_review.findings);
+    let stored: Vec<(&LayerPattern, &str)> = patterns
+        .iter()
+        .zip(&layer_review.stacks)
+        .filter_map(|(pattern, stored)| Some((pattern, stored.as_ref()?.stack.as_str())))
+        .collect();
     if let Some(config) = config {
         let label = escape(&config.path.display().to_string()).into_owned();
-        if let (Some(pattern), Some(stack), Some(found)) =
-            (&pattern, &layer_review.stack, layer_review.stack_layers)
-            && found != pattern.hidden_layers
-            && found != pattern.len()
-        {
-            findings.push(
-                Finding::warning(
-                    Code::ConfigMismatch,
-                    format!(
-                        "`num_hidden_layers` is {} in the config, but `{}` has {found} layers",
-                        pattern.hidden_layers,
-                        escape(stack)
-                    ),
-                )
-                .in_file(&label),
-            );
+        for (pattern, stored) in patterns.iter().zip(&layer_review.stacks) {
+            if let Some(stored) = stored
+                && stored.layers != pattern.hidden_layers
+                && stored.layers != pattern.len()
+            {
+                findings.push(
+                    Finding::warning(
+                        Code::ConfigMismatch,
+                        format!(
+                            "{} is {} in the config, but `{}` has {} layer{}",
+                            pattern.count_key(),
+                            pattern.hidden_layers,
+                            escape(&stored.stack),
+                            stored.layers,
+                            if stored.layers == 1 { "" } else { "s" }
+                        ),
+                    )
+                    .in_file(&label),
+                );
+            }
         }
         if let Some(shapes) = &shapes {
             findings.extend(shapes.check_config(config, &label));
         }
-        if let (Some(pattern), Some(stack), Some(class), Some(template)) =
-            (&pattern, &layer_review.stack, &class, template)
-            && template.stack == *stack
+        findings.extend(sizes::check(config, &stored, tensors.clone(), &label));
+        if let (Some(class), Some(template)) = (&class, template)
+            && stored
+                .iter()
+                .any(|(_, stack)| template.stacks.contains_key(*stack))
         {
-            findings.extend(expected::check(template, class, pattern, tensors.clone()));
+            findings.extend(expected::check(template, class, &stored, tensors.clone()));
         }
         if let Some(adapter) = config.adapter() {
             findings.extend(adapter::check(&adapter, tensors.clone(), &label));
         }
     }
-    model_info(config, shapes, pattern, layer_review.stack, tensors)
+    model_info(config, shapes, patterns, layer_review.stacks, tensors)
 }
 
 /// Opens a model and adds the findings of [`review_model`] to its own; gives its quantization

@@ -453,12 +453,13 @@ impl Inspect<'_> {
     fn write_identity<W: Write>(&self, out: &mut W) -> io::Result<()> {
         if let Some(architecture) = self.architecture {
             writeln!(out, "arch        {architecture}")?;
-            if let Some(pattern) = &architecture.layer_pattern {
+            for (i, pattern) in architecture.patterns().enumerate() {
+                let label = if i == 0 { "pattern" } else { "" };
                 let stack = pattern
                     .stack
                     .as_deref()
                     .map_or_else(String::new, |stack| format!("`{}` ", escape(stack)));
-                writeln!(out, "pattern     {stack}{}", pattern.summary)?;
+                writeln!(out, "{label:<12}{stack}{}", pattern.summary)?;
             }
         }
         if let Some(quantization) = self.quantization {

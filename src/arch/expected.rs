@@ -21,28 +21,31 @@ const MAX_EXPERTS_UNHELD: u64 = 1024;
 /// One architecture's tensors.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Template {
-    /// The stack of layers (`model.layers`).
-    pub stack: String,
     /// Names outside any numbered stack.
     pub top: Vec<String>,
     /// Names that are there only when not tied to another (`lm_head.weight`): never missing.
     pub tied: Vec<String>,
-    /// Per layer kind ([`kind_key`]), the names below the layer number.
-    pub kinds: BTreeMap<String, Vec<String>>,
+    /// Per stack of layers the config declares (`model.layers`, `model.encoder.layers`,
+    /// `vision_tower.encoder.layers`), per layer kind ([`kind_key`]), the names below the
+    /// layer number.
+    pub stacks: BTreeMap<String, Kinds>,
 }
+
+/// Per layer kind, the names below the layer number.
+pub type Kinds = BTreeMap<String, Vec<String>>;
 
 pub type Templates = BTreeMap<String, Template>;
 
 impl Template {
     /// Whether a layer's tensor (its name below the layer number) is of a module some layer
-    /// kind of the template has.
-    pub fn knows_module(&self, suffix: &str) -> bool {
+    /// kind of the stack has; any is, in a stack the template does not know.
+    pub fn knows_module(&self, stack: &str, suffix: &str) -> bool {
+        let Some(kinds) = self.stacks.get(stack) else {
+            return true;
+        };
         let kind = tensor_kind(suffix);
         let wanted = module(&kind);
-        self.kinds
-            .values()
-            .flatten()
-            .any(|name| module(name) == wanted)
+        kinds.values().flatten().any(|name| module(name) == wanted)
     }
 }
 
@@ -69,22 +72,24 @@ fn module(name: &str) -> &str {
     name.rsplit_once('.').map_or("", |(module, _)| module)
 }
 
-/// Derives a template from a checkpoint's names, its layer pattern and stack, and the names
-/// its class ties to others (transformers' `_tied_weights_keys`).
+/// Derives a template from a checkpoint's names, the stacks its patterns describe, and the
+/// names its class ties to others (transformers' `_tied_weights_keys`).
 pub fn derive<'a>(
     names: impl Iterator<Item = &'a str>,
-    pattern: &LayerPattern,
-    stack: &str,
+    stacks: &[(&LayerPattern, &str)],
     tied: &[String],
 ) -> Template {
     let mut template = Template {
-        stack: stack.to_owned(),
         tied: tied.to_vec(),
         ..Template::default()
     };
     for name in names {
         match split_at_layer(name) {
-            Some((prefix, layer, suffix)) if prefix == stack => {
+            Some((prefix, layer, suffix)) => {
+                let Some(&(pattern, stack)) = stacks.iter().find(|(_, stack)| *stack == prefix)
+                else {
+                    continue;
+                };
                 let Some(kind) = pattern.kind(layer).filter(|k| !k.next_token_prediction) else {
                     continue;
                 };
@@ -92,19 +97,20 @@ pub fn derive<'a>(
                     continue;
                 }
                 template
-                    .kinds
+                    .stacks
+                    .entry(stack.to_owned())
+                    .or_default()
                     .entry(kind_key(kind))
                     .or_default()
                     .push(tensor_kind(suffix).into_owned());
             }
-            Some(_) => {}
             None if tied.iter().any(|t| t == name) => {}
             None => template.top.push(name.to_owned()),
         }
     }
     template.top.sort();
     template.tied.sort();
-    for names in template.kinds.values_mut() {
+    for names in template.stacks.values_mut().flat_map(BTreeMap::values_mut) {
         names.sort();
         names.dedup();
     }
@@ -113,23 +119,29 @@ pub fn derive<'a>(
 
 /// What the tensors hold against the template: a finding for each name the template expects
 /// that no layer of its kind (or the model, outside the layers) holds, and for each name it
-/// does not know. A name one layer lacks is left to the layer checks, which name it; a
-/// missing `weight` whose module holds other tensors (a quantized layout) is not missing.
+/// does not know, in each of `stacks` (a pattern and the stack it describes) the template
+/// knows. A name one layer lacks is left to the layer checks, which name it; a missing
+/// `weight` whose module holds other tensors (a quantized layout) is not missing.
 pub fn check<'a>(
     template: &Template,
     class: &str,
-    pattern: &LayerPattern,
+    stacks: &[(&LayerPattern, &str)],
     tensors: impl Iterator<Item = &'a TensorInfo>,
 ) -> Vec<Finding> {
+    let checked: Vec<(&LayerPattern, &str, &Kinds)> = stacks
+        .iter()
+        .filter_map(|&(pattern, stack)| Some((pattern, stack, template.stacks.get(stack)?)))
+        .collect();
     let mut top: Vec<&str> = Vec::new();
-    // (layer, name below it) of the stack's tensors.
-    let mut layered: Vec<(u64, &str)> = Vec::new();
+    // (stack, layer, name below it) of the checked stacks' tensors.
+    let mut layered: Vec<(usize, u64, &str)> = Vec::new();
     for tensor in tensors {
         match split_at_layer(&tensor.name) {
-            Some((prefix, layer, suffix)) if prefix == template.stack => {
-                layered.push((layer, suffix));
+            Some((prefix, layer, suffix)) => {
+                if let Some(at) = checked.iter().position(|&(_, stack, _)| stack == prefix) {
+                    layered.push((at, layer, suffix));
+                }
             }
-            Some(_) => {}
             None => top.push(&tensor.name),
         }
     }
@@ -144,7 +156,7 @@ pub fn check<'a>(
         .map(|name| module(name))
         .collect();
     for name in &template.top {
-        if top.binary_search(&name.as_str()).is_err() && !holds_module(&top, module(name)) {
+        if top.binary_search(&name.as_str()).is_err() && !stored_otherwise(&top, name) {
             findings.push(Finding::warning(
                 Code::TensorMissing,
                 format!(
@@ -170,8 +182,25 @@ pub fn check<'a>(
             );
         }
     }
-    findings.extend(check_layers(template, &class, pattern, &layered));
+    for (at, &(pattern, stack, kinds)) in checked.iter().enumerate() {
+        let start = layered.partition_point(|&(s, _, _)| s < at);
+        let end = layered.partition_point(|&(s, _, _)| s <= at);
+        findings.extend(check_layers(
+            stack,
+            kinds,
+            &class,
+            pattern,
+            &layered[start..end],
+        ));
+    }
     findings
+}
+
+/// Whether a weight missing from a sorted list of names is stored in other tensors of its
+/// module (a quantized layout).
+fn stored_otherwise(sorted: &[&str], name: &str) -> bool {
+    let is_weight = name == "weight" || name.ends_with(".weight");
+    is_weight && holds_module(sorted, module(name))
 }
 
 /// Whether a sorted list of names holds one in `module`.
@@ -187,13 +216,14 @@ fn holds_module(sorted: &[&str], module: &str) -> bool {
 }
 
 fn check_layers(
-    template: &Template,
+    stack: &str,
+    kinds: &Kinds,
     class: &str,
     pattern: &LayerPattern,
-    layered: &[(u64, &str)],
+    layered: &[(usize, u64, &str)],
 ) -> Vec<Finding> {
-    let stack = escape(&template.stack);
-    let layers = layered.last().map_or(0, |&(last, _)| last + 1);
+    let stack = escape(stack);
+    let layers = layered.last().map_or(0, |&(_, last, _)| last + 1);
     // name below the layer -> (layers of its kind, layers lacking it)
     let mut missing: BTreeMap<String, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
     // tensor kind -> layers holding it unexpectedly
@@ -202,14 +232,14 @@ fn check_layers(
         let Some(kind) = pattern.kind(layer) else {
             continue;
         };
-        let Some(expected) = template.kinds.get(&kind_key(kind)) else {
+        let Some(expected) = kinds.get(&kind_key(kind)) else {
             continue;
         };
-        let start = layered.partition_point(|&(l, _)| l < layer);
+        let start = layered.partition_point(|&(_, l, _)| l < layer);
         let held: Vec<&str> = layered[start..]
             .iter()
-            .take_while(|&&(l, _)| l == layer)
-            .map(|&(_, suffix)| suffix)
+            .take_while(|&&(_, l, _)| l == layer)
+            .map(|&(_, _, suffix)| suffix)
             .collect();
         if held.is_empty() {
             continue;
@@ -228,7 +258,7 @@ fn check_layers(
                 let entry = missing.entry(expanded.clone()).or_default();
                 entry.0.push(layer);
                 if held.binary_search(&expanded.as_str()).is_err()
-                    && !holds_module(&held, module(&expanded))
+                    && !stored_otherwise(&held, &expanded)
                     && !pattern.irregular(&expanded)
                 {
                     entry.1.push(layer);

@@ -3,7 +3,7 @@
 //! part that a contiguous run of layers has and another lacks is a layout, not a gap.
 
 use super::expected::Template;
-use super::pattern::{LayerKind, LayerPattern, Mlp};
+use super::pattern::{LayerKind, LayerPattern, Mlp, Part};
 use crate::finding::{Code, Finding, Findings};
 use crate::format::TensorInfo;
 use crate::text::{Shape, escape, is_numeric_part, natural_cmp};
@@ -77,34 +77,88 @@ fn peers_key<'p>(pattern: &'p LayerPattern, layer: u64, suffix: &str) -> Option<
     })
 }
 
-/// The stack the config's pattern describes: the one with the most tensors among those whose
-/// layers the pattern covers (at least half of them present), a language model's before a vision
-/// or audio tower's.
-fn pattern_stack<'a>(
-    layers: &HashMap<&'a str, Vec<u64>>,
-    tensors: &HashMap<&'a str, usize>,
-    pattern: &LayerPattern,
-) -> Option<&'a str> {
-    layers
-        .iter()
-        .filter(|(_, numbers)| {
-            let count = numbers.len() as u64;
-            count * 2 >= pattern.hidden_layers && count <= pattern.len() * 2 + 1
-        })
-        .max_by_key(|&(&prefix, _)| {
-            let tower = ["vision", "visual", "audio", "image"]
-                .iter()
-                .any(|word| prefix.contains(word));
-            (!tower, tensors.get(prefix).copied().unwrap_or(0), prefix)
-        })
-        .map(|(&prefix, _)| prefix)
+/// Words in the name of a stack of a vision or audio tower.
+const TOWER_WORDS: [&str; 4] = ["vision", "visual", "audio", "image"];
+
+/// Whether a stack (`model.encoder.layers`) can be of a part of the model: an encoder's or a
+/// decoder's is named so by the first part of its name that says which (an encoder-decoder's
+/// decoder can be `decoder.bert.encoder.layer`); a tower's holds a tower word.
+fn can_be(prefix: &str, part: Part) -> bool {
+    let tower = TOWER_WORDS.iter().any(|word| prefix.contains(word));
+    let side = prefix
+        .split('.')
+        .find(|name| matches!(*name, "encoder" | "decoder"));
+    match part {
+        Part::Main => true,
+        Part::Encoder => !tower && side == Some("encoder"),
+        Part::Decoder => !tower && side == Some("decoder"),
+        Part::Vision => tower,
+    }
 }
 
-/// The stack of layers the config's pattern describes (see [`layer_findings`]).
-pub fn stack_for<'a>(
+/// The stack each of the config's patterns describes, in their order: of the stacks that can be
+/// of its part and whose layers it covers (at least half of them present), the one with the
+/// most tensors, a language model's before a tower's; each stack described once.
+fn assign_stacks<'a>(
+    layers: &HashMap<&'a str, Vec<u64>>,
+    tensors: &HashMap<&'a str, usize>,
+    patterns: &[LayerPattern],
+) -> Vec<Option<&'a str>> {
+    let mut assigned: Vec<Option<&str>> = Vec::with_capacity(patterns.len());
+    for pattern in patterns {
+        let stack = layers
+            .iter()
+            .filter(|&(prefix, numbers)| {
+                let count = numbers.len() as u64;
+                count * 2 >= pattern.hidden_layers
+                    && count <= pattern.len() * 2 + 1
+                    && can_be(prefix, pattern.part)
+                    && !assigned.contains(&Some(*prefix))
+            })
+            .max_by_key(|&(&prefix, _)| {
+                let tower = TOWER_WORDS.iter().any(|word| prefix.contains(word));
+                (!tower, tensors.get(prefix).copied().unwrap_or(0), prefix)
+            })
+            .map(|(&prefix, _)| prefix);
+        assigned.push(stack);
+    }
+    assigned
+}
+
+/// A stack of layers a pattern describes, as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    /// `model.layers`
+    pub stack: String,
+    /// One more than its highest layer number.
+    pub layers: u64,
+}
+
+fn stored<'a>(
+    assigned: &[Option<&'a str>],
+    layers: &HashMap<&'a str, Vec<u64>>,
+) -> Vec<Option<Stored>> {
+    assigned
+        .iter()
+        .map(|prefix| {
+            let prefix = (*prefix)?;
+            Some(Stored {
+                stack: prefix.to_owned(),
+                layers: layers[prefix].last().map_or(0, |last| last + 1),
+            })
+        })
+        .collect()
+}
+
+/// The stacks of layers the config's patterns describe (see [`layer_findings`]), in their
+/// order.
+pub fn stacks_for<'a>(
     tensors: impl IntoIterator<Item = &'a TensorInfo>,
-    pattern: &LayerPattern,
-) -> Option<String> {
+    patterns: &[LayerPattern],
+) -> Vec<Option<Stored>> {
+    if patterns.is_empty() {
+        return Vec::new();
+    }
     let mut layers: HashMap<&str, Vec<u64>> = HashMap::default();
     let mut counts: HashMap<&str, usize> = HashMap::default();
     for tensor in tensors {
@@ -120,17 +174,15 @@ pub fn stack_for<'a>(
         numbers.sort_unstable();
         numbers.dedup();
     }
-    pattern_stack(&layers, &counts, pattern).map(str::to_owned)
+    stored(&assign_stacks(&layers, &counts, patterns), &layers)
 }
 
-/// What the layer checks found, and which stack the pattern was applied to.
+/// What the layer checks found, and which stacks the patterns were applied to.
 #[derive(Debug, Default)]
 pub struct LayerReview {
     pub findings: Findings,
-    /// The stack of layers (`model.layers`) the config's pattern describes.
-    pub stack: Option<String>,
-    /// How many layers that stack has (one more than its highest layer number).
-    pub stack_layers: Option<u64>,
+    /// The stack of layers each of the config's patterns describes, in their order.
+    pub stacks: Vec<Option<Stored>>,
 }
 
 /// How a group of missing tensors reads.
@@ -152,7 +204,7 @@ type Gaps<'a> = BTreeMap<(&'a str, Gap<'a>, Vec<u64>), Vec<&'a str>>;
 /// layer's tensor whose shape or dtype differs from the same tensor in its peers.
 pub fn layer_findings<'a>(
     tensors: impl IntoIterator<Item = &'a TensorInfo>,
-    pattern: Option<&LayerPattern>,
+    patterns: &[LayerPattern],
     template: Option<&Template>,
 ) -> LayerReview {
     let mut stacks: HashMap<(&str, &str), Vec<(u64, &TensorInfo)>> = HashMap::default();
@@ -180,16 +232,20 @@ pub fn layer_findings<'a>(
         numbers.dedup();
         numbers.shrink_to_fit();
     }
-    let patterned = pattern.and_then(|p| pattern_stack(&layers, &counts, p));
+    let assigned = assign_stacks(&layers, &counts, patterns);
     let mut stacks: Vec<Stack> = stacks.into_iter().collect();
     stacks.sort_unstable_by(|((p1, s1), _), ((p2, s2), _)| {
         natural_cmp(p1, p2).then_with(|| natural_cmp(s1, s2))
     });
-    let declared = |prefix: &str| pattern.filter(|_| patterned == Some(prefix));
+    let declared = |prefix: &str| {
+        let at = assigned.iter().position(|&stack| stack == Some(prefix))?;
+        patterns.get(at)
+    };
     // A tensor of a module the template does not know is not missing elsewhere: it is
     // unexpected where it is (see `expected::check`).
-    let template = template.filter(|t| patterned == Some(t.stack.as_str()));
-    let known = |suffix: &str| template.is_none_or(|t| t.knows_module(suffix));
+    let known = |prefix: &str, suffix: &str| {
+        template.is_none_or(|t| declared(prefix).is_none() || t.knows_module(prefix, suffix))
+    };
     let (gaps, mixed) = find_gaps(&mut stacks, &layers, &declared, &known);
     let gaps = classify_gaps(gaps, &stacks, &mixed);
     let mut findings = Findings::new();
@@ -226,10 +282,7 @@ pub fn layer_findings<'a>(
     }
     LayerReview {
         findings,
-        stack: patterned.map(str::to_owned),
-        stack_layers: patterned
-            .and_then(|prefix| layers[prefix].last())
-            .map(|last| last + 1),
+        stacks: stored(&assigned, &layers),
     }
 }
 
@@ -240,7 +293,7 @@ fn find_gaps<'a, 'p>(
     stacks: &mut [Stack<'a>],
     layers: &HashMap<&'a str, Vec<u64>>,
     declared: &dyn Fn(&str) -> Option<&'p LayerPattern>,
-    known: &dyn Fn(&str) -> bool,
+    known: &dyn Fn(&str, &str) -> bool,
 ) -> (Gaps<'a>, Vec<&'a str>) {
     let mut mixed: Vec<&str> = Vec::new();
     let mut gaps = Gaps::new();
@@ -266,7 +319,7 @@ fn find_gaps<'a, 'p>(
                 if missing_count > 0
                     && all.len() <= 4 * present.len() + 64
                     && !pattern.irregular(suffix)
-                    && known(suffix) =>
+                    && known(prefix, suffix) =>
             {
                 let mut keys: Vec<Peers> = present
                     .iter()
@@ -702,7 +755,7 @@ mod tests {
     #[test]
     fn a_whole_model_has_no_findings() {
         assert!(
-            layer_findings(&model(32, |_, _| false), None, None)
+            layer_findings(&model(32, |_, _| false), &[], None)
                 .findings
                 .is_empty()
         );
@@ -711,7 +764,7 @@ mod tests {
     #[test]
     fn names_the_tensor_missing_from_a_layer() {
         let tensors = model(32, |layer, part| layer == 17 && part.starts_with("mlp"));
-        let review = layer_findings(&tensors, None, None);
+        let review = layer_findings(&tensors, &[], None);
         assert_eq!(
             messages(&review),
             [(
@@ -730,7 +783,7 @@ mod tests {
             Dtype::F16,
             &[8],
         ));
-        let review = layer_findings(&tensors, None, None);
+        let review = layer_findings(&tensors, &[], None);
         assert_eq!(
             messages(&review),
             [(
@@ -760,7 +813,7 @@ mod tests {
                 }
             }
         }
-        let review = layer_findings(&tensors, None, None);
+        let review = layer_findings(&tensors, &[], None);
         assert_eq!(
             messages(&review),
             [(
@@ -775,7 +828,7 @@ mod tests {
         let mut tensors = model(32, |_, _| false);
         tensors[5].shape = crate::format::Shape::from_slice(&[8, 9]);
         tensors[7].dtype = Dtype::F32.into();
-        let review = layer_findings(&tensors, None, None);
+        let review = layer_findings(&tensors, &[], None);
         let flagged: Vec<_> = review
             .findings
             .iter()
@@ -803,7 +856,7 @@ mod tests {
             ]
         );
         let hybrid = model(32, |layer, part| layer % 4 == 0 && part.starts_with("self"));
-        let review = layer_findings(&hybrid, None, None);
+        let review = layer_findings(&hybrid, &[], None);
         assert!(
             review
                 .findings
@@ -818,7 +871,7 @@ mod tests {
     fn a_layer_missing_entirely_is_named() {
         let tensors = model(8, |layer, _| layer == 3);
         assert_eq!(
-            messages(&layer_findings(&tensors, None, None)),
+            messages(&layer_findings(&tensors, &[], None)),
             [(
                 Code::LayerMissing,
                 "layer 3 is missing: no tensor is named `model.layers.3.*`, and the model has \
@@ -858,12 +911,18 @@ mod tests {
     fn each_layer_is_checked_against_its_own_kind() {
         let deepseek = pattern(serde_json::json!({"model_type": "deepseek_v3",
             "num_hidden_layers": 5, "first_k_dense_replace": 2, "n_routed_experts": 4}));
-        let review = layer_findings(&mixed(|_, _| false), Some(&deepseek), None);
+        let review = layer_findings(&mixed(|_, _| false), std::slice::from_ref(&deepseek), None);
         assert!(review.findings.is_empty(), "{:?}", review.findings);
-        assert_eq!(review.stack.as_deref(), Some("model.layers"));
+        assert_eq!(
+            review.stacks,
+            [Some(Stored {
+                stack: "model.layers".into(),
+                layers: 5
+            })]
+        );
         let review = layer_findings(
             &mixed(|layer, part| layer == 4 && part.starts_with("mlp.experts.2.")),
-            Some(&deepseek),
+            std::slice::from_ref(&deepseek),
             None,
         );
         assert_eq!(
@@ -876,7 +935,7 @@ mod tests {
         );
         let review = layer_findings(
             &mixed(|layer, part| layer == 1 && part.starts_with("mlp")),
-            Some(&deepseek),
+            std::slice::from_ref(&deepseek),
             None,
         );
         assert_eq!(
@@ -894,7 +953,7 @@ mod tests {
         let llama = pattern(serde_json::json!({"model_type": "llama", "num_hidden_layers": 2}));
         let mut tensors = model(2, |_, _| false);
         tensors[3].shape = crate::format::Shape::from_slice(&[4, 8]);
-        let review = layer_findings(&tensors, Some(&llama), None);
+        let review = layer_findings(&tensors, std::slice::from_ref(&llama), None);
         assert_eq!(
             messages(&review),
             [(

@@ -73,6 +73,18 @@ impl fmt::Display for Mlp {
     }
 }
 
+/// The part of a model a stack of layers belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Part {
+    /// The model itself, or the language model of a composite one.
+    Main,
+    Encoder,
+    Decoder,
+    /// A vision tower (`vision_config`).
+    Vision,
+}
+
 /// Every layer's kind: `layers[i]` is the index in `kinds` of layer `i`'s.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct LayerPattern {
@@ -80,6 +92,11 @@ pub struct LayerPattern {
     pub layers: Vec<u16>,
     /// `num_hidden_layers`: the layers from here on are multi-token prediction.
     pub hidden_layers: u64,
+    pub part: Part,
+    /// Where the config gives the layer count: the key, and the section it is in
+    /// (`vision_config`, an encoder-decoder's `encoder`), if not the top level or `text_config`.
+    #[serde(skip)]
+    pub count_key: (Option<&'static str>, &'static str),
     /// The family's modules that not every layer of a kind has ([`Family::irregular`]).
     #[serde(skip)]
     pub irregular: &'static [&'static str],
@@ -93,37 +110,119 @@ pub struct Run {
     pub kind: usize,
 }
 
+/// The first of `keys` that `section` has as a whole number, with the key.
+fn count(section: &Value, keys: &[&'static str]) -> Option<(&'static str, u64)> {
+    keys.iter()
+        .find_map(|&key| Some((key, section.get(key)?.as_u64()?)))
+}
+
 impl LayerPattern {
-    /// The pattern the config declares, from the keys the ecosystem uses for it. `None` when
-    /// the config gives no layer count.
+    /// The pattern of the model's main stack of layers (see [`LayerPattern::declared`]).
     pub fn from_config(config: &ModelConfig) -> Option<LayerPattern> {
+        Self::declared(config).into_iter().next()
+    }
+
+    /// Every stack of layers the config declares, the main one (or an encoder-decoder's
+    /// encoder, then its decoder) first, then a vision tower's; each with its own layer count
+    /// and pattern.
+    pub fn declared(config: &ModelConfig) -> Vec<LayerPattern> {
         // diffusers' and timm's configs name their layers otherwise (`num_layers` of a
         // transformer whose last block differs): they have no pattern.
         if config.class_name().is_some() || config.timm_architecture().is_some() {
-            return None;
+            return Vec::new();
         }
+        let json = &config.json;
+        let model_type = config.model_type();
+        let sides = |encoder: &[&'static str], decoder: &[&'static str]| {
+            let family = Family::of(model_type);
+            let encoder = count(json, encoder);
+            let decoder = count(json, decoder).or(encoder);
+            [(Part::Encoder, encoder), (Part::Decoder, decoder)]
+                .into_iter()
+                .filter_map(|(part, counted)| {
+                    let (key, layers) = counted?;
+                    Self::build(json, family, layers, 0, part, (None, key))
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut patterns = if json.get("encoder_layers").is_some() {
+            // BART, Whisper, Marian, M2M-100, ...
+            sides(&["encoder_layers"], &["decoder_layers"])
+        } else if json.get("num_decoder_layers").is_some() {
+            // T5 and its kin: `num_decoder_layers` null is as many as the encoder's.
+            sides(&["num_layers"], &["num_decoder_layers"])
+        } else if let (Some(encoder), Some(decoder)) = (
+            json.get("encoder").filter(|v| v.is_object()),
+            json.get("decoder").filter(|v| v.is_object()),
+        ) {
+            [
+                (Part::Encoder, "encoder", encoder),
+                (Part::Decoder, "decoder", decoder),
+            ]
+            .into_iter()
+            .filter_map(|(part, name, section)| {
+                let (key, layers) = count(section, &["num_hidden_layers", "n_layer"])?;
+                let family = Family::of(section.get("model_type").and_then(Value::as_str));
+                Self::build(section, family, layers, 0, part, (Some(name), key))
+            })
+            .collect()
+        } else {
+            Self::main(config).into_iter().collect()
+        };
+        if let Some(vision) = json.get("vision_config").filter(|v| v.is_object())
+            && let Some((key, layers)) = count(vision, &["num_hidden_layers", "depth"])
+        {
+            let family = Family::of(vision.get("model_type").and_then(Value::as_str));
+            patterns.extend(Self::build(
+                vision,
+                family,
+                layers,
+                0,
+                Part::Vision,
+                (Some("vision_config"), key),
+            ));
+        }
+        patterns
+    }
+
+    /// The pattern of a model's one stack, or of a composite model's language model.
+    fn main(config: &ModelConfig) -> Option<LayerPattern> {
         let text = config.text();
         let listed = |key: &str| text.get(key).and_then(Value::as_array).map(Vec::len);
-        let hidden_layers = config
-            .number(&["num_hidden_layers", "n_layer", "num_layers"])
+        let (key, hidden_layers) = count(text, &["num_hidden_layers", "n_layer", "num_layers"])
             .or_else(|| {
                 let count = listed("layers_block_type").or_else(|| listed("layer_types"))?;
-                Some(count as u64)
+                Some(("num_hidden_layers", count as u64))
             })
             .or_else(|| {
                 let pattern = text.get("hybrid_override_pattern")?.as_str()?;
-                Some(pattern.chars().count() as u64)
+                Some(("num_hidden_layers", pattern.chars().count() as u64))
             })?;
         let extra = config.number(&["num_nextn_predict_layers"]).unwrap_or(0);
-        if hidden_layers + extra > MAX_LAYERS {
+        let family = Family::of(config.text_model_type());
+        Self::build(text, family, hidden_layers, extra, Part::Main, (None, key))
+    }
+
+    /// The pattern `section` of a config declares for `hidden_layers` layers and `extra`
+    /// multi-token-prediction layers after them.
+    fn build(
+        section: &Value,
+        family: &'static Family,
+        hidden_layers: u64,
+        extra: u64,
+        part: Part,
+        count_key: (Option<&'static str>, &'static str),
+    ) -> Option<LayerPattern> {
+        if hidden_layers.checked_add(extra)? > MAX_LAYERS {
             return None;
         }
-        let family = Family::of(config.text_model_type());
-        let declared = Declared::read(text, family);
+        let declared = Declared::read(section, family);
         let mut pattern = LayerPattern {
             kinds: Vec::new(),
             layers: Vec::new(),
             hidden_layers,
+            part,
+            count_key,
             irregular: family.irregular,
         };
         for layer in 0..hidden_layers + extra {
@@ -146,6 +245,15 @@ impl LayerPattern {
             pattern.layers.push(u16::try_from(index).ok()?);
         }
         Some(pattern)
+    }
+
+    /// The config key that gives the layer count, as a finding names it: `encoder_layers`,
+    /// `num_hidden_layers` (of `vision_config`).
+    pub fn count_key(&self) -> String {
+        match self.count_key {
+            (Some(section), key) => format!("`{key}` (of `{section}`)"),
+            (None, key) => format!("`{key}`"),
+        }
     }
 
     /// Whether a layer's tensor (its name below the layer number) is of a module that not
@@ -194,19 +302,34 @@ impl LayerPattern {
     }
 }
 
-/// The pattern in words: `layers 0-2: dense MLP; 3-60: MoE, 256 experts + 1 shared`. The
-/// mixer is named only where layers differ in it. Long alternations (a kind every fourth
-/// layer) are shown as the list of each kind's layers.
+/// The pattern in words (see [`LayerPattern::describe`]).
 impl fmt::Display for LayerPattern {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.describe(f, None)
+    }
+}
+
+impl LayerPattern {
+    /// The pattern in words: `layers 0-2: dense MLP; 3-60: MoE, 256 experts + 1 shared`. The
+    /// mixer is named only where layers differ in it. Long alternations (a kind every fourth
+    /// layer) are shown as the list of each kind's layers. Given how many layers the checkpoint
+    /// stores, multi-token-prediction layers past them are said to be not stored (published
+    /// checkpoints hold them, transformers does not save them): the layer checks expect
+    /// nothing of them.
+    pub fn describe(&self, f: &mut impl fmt::Write, stored: Option<u64>) -> fmt::Result {
         let mixers_differ = self
             .kinds
             .iter()
             .any(|kind| kind.mixer != self.kinds[0].mixer);
-        let describe = |kind: &LayerKind| {
+        let unstored = |run: &Run| stored.is_some_and(|stored| run.first >= stored);
+        let describe = |kind: &LayerKind, unstored: bool| {
             let mut text = String::new();
             if kind.next_token_prediction {
-                text.push_str("multi-token prediction, ");
+                text.push_str("multi-token prediction");
+                if unstored {
+                    text.push_str(" (not stored)");
+                }
+                text.push_str(", ");
             }
             if mixers_differ || self.is_uniform() {
                 text.push_str(&kind.mixer.replace('_', " "));
@@ -223,7 +346,7 @@ impl fmt::Display for LayerPattern {
                     format!(
                         "{}: {}",
                         span(run.first..=run.last),
-                        describe(&self.kinds[run.kind])
+                        describe(&self.kinds[run.kind], unstored(run))
                     )
                 })
                 .collect();
@@ -234,12 +357,13 @@ impl fmt::Display for LayerPattern {
             .iter()
             .enumerate()
             .map(|(index, kind)| {
-                let layers: Vec<String> = runs
-                    .iter()
-                    .filter(|run| run.kind == index)
-                    .map(|run| span(run.first..=run.last))
-                    .collect();
-                format!("{}: {}", shorten(&layers), describe(kind))
+                let of_kind = || runs.iter().filter(|run| run.kind == index);
+                let layers: Vec<String> = of_kind().map(|run| span(run.first..=run.last)).collect();
+                format!(
+                    "{}: {}",
+                    shorten(&layers),
+                    describe(kind, of_kind().all(unstored))
+                )
             })
             .collect();
         write!(f, "layers {}", parts.join("; "))
@@ -499,6 +623,73 @@ mod tests {
              61: multi-token prediction, MoE, 256 experts + 1 shared"
         );
         assert_eq!(p.len(), 62);
+    }
+
+    #[test]
+    fn a_prediction_layer_the_checkpoint_does_not_store_is_said_so() {
+        let p = pattern(json!({"model_type": "deepseek_v3", "num_hidden_layers": 4,
+            "first_k_dense_replace": 1, "n_routed_experts": 4, "num_nextn_predict_layers": 1}));
+        let described = |stored| {
+            let mut text = String::new();
+            p.describe(&mut text, stored).unwrap();
+            text
+        };
+        assert_eq!(
+            described(Some(4)),
+            "layers 0: dense MLP; 1-3: MoE, 4 experts; \
+             4: multi-token prediction (not stored), MoE, 4 experts"
+        );
+        assert_eq!(described(Some(5)), p.to_string());
+        assert!(!p.to_string().contains("not stored"));
+    }
+
+    #[test]
+    fn encoder_decoders_and_towers_declare_a_stack_each_with_its_own_count() {
+        let declared = |json: Value| {
+            LayerPattern::declared(&ModelConfig::from_json(Path::new("config.json"), json))
+                .iter()
+                .map(|p| (p.part, p.count_key(), p.hidden_layers))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            declared(
+                json!({"model_type": "whisper", "encoder_layers": 4, "decoder_layers": 2,
+                "num_hidden_layers": 4})
+            ),
+            [
+                (Part::Encoder, "`encoder_layers`".to_owned(), 4),
+                (Part::Decoder, "`decoder_layers`".to_owned(), 2),
+            ]
+        );
+        // T5's `num_decoder_layers: null` is as many as the encoder's `num_layers`.
+        assert_eq!(
+            declared(json!({"model_type": "t5", "num_layers": 6, "num_decoder_layers": null})),
+            [
+                (Part::Encoder, "`num_layers`".to_owned(), 6),
+                (Part::Decoder, "`num_layers`".to_owned(), 6),
+            ]
+        );
+        assert_eq!(
+            declared(json!({"model_type": "encoder-decoder",
+                "encoder": {"model_type": "bert", "num_hidden_layers": 3},
+                "decoder": {"model_type": "gpt2", "n_layer": 2}})),
+            [
+                (
+                    Part::Encoder,
+                    "`num_hidden_layers` (of `encoder`)".to_owned(),
+                    3
+                ),
+                (Part::Decoder, "`n_layer` (of `decoder`)".to_owned(), 2),
+            ]
+        );
+        assert_eq!(
+            declared(json!({"model_type": "qwen2_5_vl",
+                "text_config": {"num_hidden_layers": 28}, "vision_config": {"depth": 32}})),
+            [
+                (Part::Main, "`num_hidden_layers`".to_owned(), 28),
+                (Part::Vision, "`depth` (of `vision_config`)".to_owned(), 32),
+            ]
+        );
     }
 
     #[test]

@@ -150,6 +150,21 @@ fn the_layer_pattern_of_mixed_models_matches_what_they_saved() {
             }
         }
         assert_eq!(declared, saved, "{family}: {}", pattern["summary"]);
+        // transformers does not save the multi-token-prediction layer DeepSeek-V3 declares.
+        let unstored = pattern["kinds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|kind| kind["next_token_prediction"] == true);
+        assert_eq!(
+            pattern["summary"]
+                .as_str()
+                .unwrap()
+                .contains("multi-token prediction (not stored)"),
+            unstored,
+            "{family}: {}",
+            pattern["summary"]
+        );
         let text = Command::new(env!("CARGO_BIN_EXE_stui"))
             .arg("inspect")
             .arg(dir.path())
@@ -361,6 +376,233 @@ fn planted_defects_in_each_language_model_are_named() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The stacks of the encoders, encoder-decoders and vision towers among the fixtures, with
+/// where their config gives the layer count.
+const SIDE_STACKS: &[(&str, &str, &[&str])] = &[
+    ("bert", "bert.encoder.layer", &["num_hidden_layers"]),
+    (
+        "clip",
+        "text_model.encoder.layers",
+        &["text_config", "num_hidden_layers"],
+    ),
+    (
+        "clip",
+        "vision_model.encoder.layers",
+        &["vision_config", "num_hidden_layers"],
+    ),
+    ("bart", "model.encoder.layers", &["encoder_layers"]),
+    ("bart", "model.decoder.layers", &["decoder_layers"]),
+    ("whisper", "model.encoder.layers", &["encoder_layers"]),
+    ("whisper", "model.decoder.layers", &["decoder_layers"]),
+    ("t5", "encoder.block", &["num_layers"]),
+    ("t5", "decoder.block", &["num_decoder_layers"]),
+    (
+        "encoder_decoder",
+        "encoder.encoder.layer",
+        &["encoder", "num_hidden_layers"],
+    ),
+    (
+        "encoder_decoder",
+        "decoder.bert.encoder.layer",
+        &["decoder", "num_hidden_layers"],
+    ),
+    (
+        "llava",
+        "vision_tower.encoder.layers",
+        &["vision_config", "num_hidden_layers"],
+    ),
+    (
+        "gemma3",
+        "vision_tower.encoder.layers",
+        &["vision_config", "num_hidden_layers"],
+    ),
+    (
+        "llama4",
+        "vision_model.model.layers",
+        &["vision_config", "num_hidden_layers"],
+    ),
+    ("qwen2_5_vl", "visual.blocks", &["vision_config", "depth"]),
+];
+
+/// The value at `path` in a config.
+fn config_value<'m>(config: &'m mut Map<String, Value>, path: &[&str]) -> &'m mut Value {
+    let (last, sections) = path.split_last().unwrap();
+    let mut map = config;
+    for section in sections {
+        map = map.get_mut(*section).unwrap().as_object_mut().unwrap();
+    }
+    map.get_mut(*last).unwrap()
+}
+
+/// Every layer pattern `inspect --json` shows.
+fn shown_patterns(inspect: &Value) -> Vec<&Value> {
+    let architecture = &inspect["architecture"];
+    std::iter::once(&architecture["layer_pattern"])
+        .chain(
+            architecture["other_patterns"]
+                .as_array()
+                .into_iter()
+                .flatten(),
+        )
+        .collect()
+}
+
+#[test]
+fn planted_defects_in_encoders_decoders_and_towers_are_named() {
+    let mut failures = Vec::new();
+    let mut check = |what: String, dir: &tempfile::TempDir, expect: &dyn Fn(&str) -> bool| {
+        let found = problems(dir.path());
+        if !found.iter().any(|p| expect(p)) {
+            failures.push(format!("{what}: {found:#?}"));
+        }
+    };
+    for &(family, stack, count) in SIDE_STACKS {
+        let dir = rebuild_fixture(family, &mut |_, _| {});
+        let inspect = stui_json(&["inspect"], dir.path());
+        let part = match count[0] {
+            "vision_config" => "vision",
+            "encoder_layers" | "num_layers" | "encoder" => "encoder",
+            "decoder_layers" | "num_decoder_layers" | "decoder" => "decoder",
+            _ => "main",
+        };
+        assert!(
+            shown_patterns(&inspect)
+                .iter()
+                .any(|p| p["stack"] == stack && p["part"] == part),
+            "{family}: no {part} pattern for {stack}: {inspect:#}"
+        );
+        let tensors = layer_tensors(family, stack);
+        let in_both: Vec<_> = tensors
+            .iter()
+            .filter(|(_, present, _)| present.contains(&0) && present.contains(&1))
+            .collect();
+        assert!(in_both.len() >= 4, "{family} {stack}: {tensors:?}");
+        let stored = tensors
+            .iter()
+            .filter_map(|(_, present, _)| present.last())
+            .max()
+            .unwrap()
+            + 1;
+        // One tensor removed from layer 1.
+        let (suffix, _, _) = in_both[in_both.len() / 2];
+        let removed = format!("{stack}.1.{suffix}");
+        let dir = rebuild_fixture(family, &mut remove_where(|name| name == removed));
+        check(format!("{family}, {removed} removed"), &dir, &|p| {
+            p.starts_with("layer-incomplete") && p.contains(&format!("`{removed}`"))
+        });
+        // One shape transposed in layer 1.
+        if let Some((suffix, _, _)) = in_both
+            .iter()
+            .find(|(_, _, shape)| shape.len() == 2 && shape[0] != shape[1])
+        {
+            let name = format!("{stack}.1.{suffix}");
+            let dir = rebuild_fixture(family, &mut |file, map| {
+                if file != "config.json"
+                    && let Some(entry) = map.get_mut(&name)
+                {
+                    entry["shape"].as_array_mut().unwrap().reverse();
+                }
+            });
+            check(format!("{family}, {name} transposed"), &dir, &|p| {
+                p.starts_with("layer-mismatch") && p.ends_with(&format!("[{name}]"))
+            });
+        }
+        // Layer 0 missing entirely.
+        let prefix = format!("{stack}.0.");
+        let dir = rebuild_fixture(family, &mut remove_where(|name| name.starts_with(&prefix)));
+        check(format!("{family}, {stack}.0 removed"), &dir, &|p| {
+            p.starts_with("layer-missing: layer 0 is missing")
+                && p.contains(&format!("`{stack}.0.*`"))
+        });
+        // A wrong layer count in the config.
+        let dir = rebuild_fixture(family, &mut |file, map| {
+            if file == "config.json" {
+                let value = config_value(map, count);
+                *value = Value::from(value.as_u64().unwrap() + 1);
+            }
+        });
+        let key = count.last().unwrap();
+        check(format!("{family}, {count:?} + 1"), &dir, &|p| {
+            p.starts_with("config-mismatch")
+                && p.contains(&format!("`{key}`"))
+                && p.contains(&format!("`{stack}` has {stored} layers"))
+        });
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn config_sizes_of_encoders_and_towers_are_compared_with_the_keys_each_family_reads() {
+    let compared: &[(&str, &[&str])] = &[
+        ("bert", &["hidden_size"]),
+        ("bert", &["intermediate_size"]),
+        ("bert", &["vocab_size"]),
+        ("t5", &["d_model"]),
+        ("t5", &["d_ff"]),
+        ("t5", &["d_kv"]),
+        ("t5", &["vocab_size"]),
+        ("t5_encoder", &["d_ff"]),
+        ("whisper", &["d_model"]),
+        ("whisper", &["encoder_ffn_dim"]),
+        ("whisper", &["decoder_ffn_dim"]),
+        ("whisper", &["vocab_size"]),
+        ("whisper", &["num_mel_bins"]),
+        ("bart", &["decoder_ffn_dim"]),
+        ("clip", &["text_config", "hidden_size"]),
+        ("clip", &["text_config", "intermediate_size"]),
+        ("clip", &["text_config", "vocab_size"]),
+        ("clip", &["vision_config", "hidden_size"]),
+        ("clip", &["vision_config", "intermediate_size"]),
+        ("clip_text_model", &["intermediate_size"]),
+        ("llava", &["vision_config", "intermediate_size"]),
+        ("gemma3", &["vision_config", "hidden_size"]),
+        ("qwen2_5_vl", &["vision_config", "intermediate_size"]),
+    ];
+    let mut failures = Vec::new();
+    for &(family, path) in compared {
+        let mut planted = 0;
+        let dir = rebuild_fixture(family, &mut |file, map| {
+            if file == "config.json" {
+                let value = config_value(map, path);
+                planted = value.as_u64().unwrap() + 8;
+                *value = Value::from(planted);
+            }
+        });
+        let key = path.last().unwrap();
+        let found = problems(dir.path());
+        let named = |p: &String| {
+            p.starts_with("config-mismatch")
+                && p.contains(&format!("`{key}`"))
+                // T5's query width is `d_kv` × `num_heads`.
+                && (p.contains(&format!("{planted} in the config")) || *key == "d_kv")
+        };
+        if !found.iter().any(named) {
+            failures.push(format!("{family} {path:?}: {found:#?}"));
+        }
+    }
+    // Keys these families do not read are not compared, whatever they say.
+    let unread: &[(&str, &str)] = &[
+        ("whisper", "intermediate_size"),
+        ("whisper", "hidden_size"),
+        ("bert", "d_ff"),
+        ("bert", "d_model"),
+        ("t5", "intermediate_size"),
+        ("clip", "vocab_size"),
+    ];
+    for &(family, key) in unread {
+        let dir = rebuild_fixture(family, &mut |file, map| {
+            if file == "config.json" {
+                map.insert(key.into(), Value::from(7));
+            }
+        });
+        let found = problems(dir.path());
+        if !found.is_empty() {
+            failures.push(format!("{family} with {key} 7: {found:#?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// Derives the expected-tensor templates from the fixtures; with `STUI_UPDATE_TEMPLATES=1`,
 /// writes them to `src/arch/templates.json`, and otherwise checks the committed file is what
 /// the fixtures give.
@@ -376,15 +618,16 @@ fn templates_match_the_producers_checkpoints() {
         let Some(class) = config.architectures().first().map(|c| (*c).to_owned()) else {
             continue;
         };
-        let Some(pattern) = stui::arch::LayerPattern::from_config(&config) else {
-            continue;
-        };
         let dir = rebuild_fixture(&family, &mut |_, _| {});
         let model = stui::format::Model::open(dir.path()).unwrap();
         let info = stui::arch::identify(&model, None).unwrap();
-        let Some(stack) = info.layer_pattern.and_then(|p| p.stack) else {
+        let stacks: Vec<(&stui::arch::LayerPattern, &str)> = info
+            .patterns()
+            .filter_map(|p| Some((&p.pattern, p.stack.as_deref()?)))
+            .collect();
+        if stacks.is_empty() {
             continue;
-        };
+        }
         let producer: Value =
             serde_json::from_slice(&std::fs::read(folder.join("producer.json")).unwrap()).unwrap();
         let tied: Vec<String> = producer["tied_weights_keys"]
@@ -392,7 +635,7 @@ fn templates_match_the_producers_checkpoints() {
             .map(|keys| keys.keys().cloned().collect())
             .unwrap_or_default();
         let names = model.tensors.iter().map(stui::format::Tensor::name);
-        let template = derive(names, &pattern, &stack, &tied);
+        let template = derive(names, &stacks, &tied);
         if let Some(other) = derived.get(&class) {
             assert_eq!(
                 other, &template,
@@ -492,4 +735,64 @@ fn the_deepseek_v3_layout_shows_its_pattern_and_no_false_finding() {
         .map(|line| line.replace(&dir.path().display().to_string(), "DIR") + "\n")
         .collect();
     insta::assert_snapshot!(summary);
+
+    // Without its multi-token-prediction layer, as transformers saves the model: the pattern
+    // says so, and nothing is missing.
+    let dropped = drop_layer(dir.path(), "model.layers.61.");
+    assert!(dropped > 1000, "{dropped}");
+    // (The shards rewritten store their tensors in another order than their headers list them:
+    // an info.)
+    assert_eq!(problems(dir.path()), Vec::<String>::new());
+    let inspect = stui_json(&["inspect"], dir.path());
+    let pattern = &inspect["architecture"]["layer_pattern"];
+    assert_eq!(pattern["stored_layers"], 61);
+    assert_eq!(
+        pattern["summary"],
+        "layers 0-2: dense MLP; 3-60: MoE, 256 experts + 1 shared; \
+         61: multi-token prediction (not stored), MoE, 256 experts + 1 shared"
+    );
+}
+
+/// Removes the tensors whose names start with `prefix` from a sharded model's shards (reading
+/// only their headers: the data is sparse) and index; a shard left empty goes too. Returns how
+/// many were removed.
+fn drop_layer(dir: &Path, prefix: &str) -> usize {
+    use std::io::Read;
+    let index_path = dir.join("model.safetensors.index.json");
+    let mut index: Value = serde_json::from_slice(&std::fs::read(&index_path).unwrap()).unwrap();
+    let map = index["weight_map"].as_object_mut().unwrap();
+    let mut files: Vec<String> = map
+        .iter()
+        .filter(|(name, _)| name.starts_with(prefix))
+        .map(|(_, file)| file.as_str().unwrap().to_owned())
+        .collect();
+    files.sort();
+    files.dedup();
+    map.retain(|name, _| !name.starts_with(prefix));
+    let mut removed = 0;
+    let mut bytes = 0;
+    for file in files {
+        let path = dir.join(file);
+        let mut reader = std::fs::File::open(&path).unwrap();
+        let mut len = [0; 8];
+        reader.read_exact(&mut len).unwrap();
+        let mut text = vec![0; usize::try_from(u64::from_le_bytes(len)).unwrap()];
+        reader.read_exact(&mut text).unwrap();
+        let mut header: Map<String, Value> = serde_json::from_slice(&text).unwrap();
+        for (_, entry) in header.iter().filter(|(name, _)| name.starts_with(prefix)) {
+            let offsets = &entry["data_offsets"];
+            bytes += offsets[1].as_u64().unwrap() - offsets[0].as_u64().unwrap();
+            removed += 1;
+        }
+        header.retain(|name, _| !name.starts_with(prefix));
+        if header.keys().all(|name| name == "__metadata__") {
+            std::fs::remove_file(&path).unwrap();
+        } else {
+            crate::support::write_zeroed(&path, &header);
+        }
+    }
+    let total = &mut index["metadata"]["total_size"];
+    *total = Value::from(total.as_u64().unwrap() - bytes);
+    std::fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
+    removed
 }

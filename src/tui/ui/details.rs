@@ -198,8 +198,11 @@ fn group_lines(app: &App, node: crate::tree::NodeId) -> Vec<Line<'static>> {
     let marks = app.marks(node);
     let pattern = app
         .model_info()
-        .and_then(|info| info.layer_pattern.as_ref())
-        .filter(|pattern| node != ROOT && pattern.stack.as_deref() == Some(path.as_str()));
+        .and_then(|info| {
+            info.patterns()
+                .find(|pattern| pattern.stack.as_deref() == Some(path.as_str()))
+        })
+        .filter(|_| node != ROOT);
     let mut lines = vec![
         Line::styled(path, theme.title),
         Line::from(format!(
