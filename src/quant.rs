@@ -272,7 +272,8 @@ impl Quantization {
     }
 
     /// A plain float weight of a kind (its last module name) that is quantized elsewhere in the
-    /// model, which the config's ignore list does not name.
+    /// model, or of a layer when the config quantizes every `Linear`, which the config's ignore
+    /// list does not name.
     fn check_left_unquantized(
         &self,
         model: &Model,
@@ -304,7 +305,10 @@ impl Quantization {
                 continue;
             };
             let kind = module.rsplit('.').next().unwrap_or(module);
-            if kinds.binary_search(&kind).is_err() {
+            let in_a_layer = module
+                .split('.')
+                .any(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()));
+            if kinds.binary_search(&kind).is_err() && !(declared.targets_linear && in_a_layer) {
                 continue;
             }
             if declared.ignores(module) != Some(true) {

@@ -35,6 +35,9 @@ pub struct Declared {
     pub rotated: bool,
     /// `fp8` checkpoints whose `weight_scale_inv` divides (`GPTQModel`'s own FP8).
     pub scale_divides: bool,
+    /// A compressed-tensors config group targets every `Linear`: each one the ignore list does
+    /// not name is quantized.
+    pub targets_linear: bool,
     ignore: Ignore,
     /// MLX per-module overrides: the module path, and its bits and group size (`None`: left
     /// unquantized).
@@ -211,6 +214,7 @@ impl Declared {
             status: None,
             rotated: false,
             scale_divides: false,
+            targets_linear: false,
             ignore: Ignore::default(),
             overrides: Vec::new(),
         }
@@ -298,11 +302,16 @@ impl Declared {
             .get("transform_config")
             .is_some_and(|t| !t.is_null() && t.as_object().is_none_or(|o| !o.is_empty()));
         self.ignore = Ignore::list(value.get("ignore"), true);
-        let Some(group) = value
-            .get("config_groups")
-            .and_then(Value::as_object)
-            .and_then(|groups| groups.values().next())
-        else {
+        let groups = value.get("config_groups").and_then(Value::as_object);
+        self.targets_linear = groups.is_some_and(|groups| {
+            groups.values().any(|group| {
+                group
+                    .get("targets")
+                    .and_then(Value::as_array)
+                    .is_some_and(|targets| targets.iter().any(|t| t == "Linear"))
+            })
+        });
+        let Some(group) = groups.and_then(|groups| groups.values().next()) else {
             return;
         };
         if self.format.as_deref() == Some("mixed-precision")

@@ -15,6 +15,7 @@ mod layermap;
 mod paths;
 mod quant;
 mod quant_diff;
+mod quant_findings;
 mod quant_kernels;
 mod quantize;
 mod reference;
