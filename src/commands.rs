@@ -12,7 +12,7 @@ use crate::format::Model;
 use crate::jobs::{Scan, ScanEvent, ScanOptions, ScanOrder};
 use crate::layermap::{Analysis, Glyphs, LayerMap, Measure, Values};
 use crate::paths;
-use crate::quant::{LogicalTensors, Quantization};
+use crate::quant::{LogicalModel, LogicalTensors, Quantization};
 use crate::report::{Check, Inspect, Listing, Report, Shown};
 use crate::report::{MapReport, StatsRow, StatsWriter};
 use crate::tree::LayerTree;
@@ -209,40 +209,42 @@ fn check<W: Write>(args: &CheckArgs, out: &mut W) -> Result<Outcome, Failure> {
 }
 
 fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
-    let model = Arc::new(open(&args.path)?);
+    let stored = Arc::new(open(&args.path)?);
     let needle = args.filter.as_deref().map(str::to_lowercase);
     let matches = |tensor: &crate::format::Tensor| {
         needle
             .as_deref()
             .is_none_or(|needle| crate::text::contains_ignore_case(tensor.name(), needle))
     };
-    // A quantized model's logical weights are dequantized; the other tensors are scanned.
+    // A quantized model is scanned as listed by its logical weights, which the scan dequantizes.
     let quantization = if args.raw {
         None
     } else {
-        crate::arch::quantization(&model)
+        crate::arch::quantization(&stored)
     };
-    let items = stats_items(&model, quantization.as_ref(), matches);
-    let chosen = stored_items(&items);
+    let dtype_width = scheme_width(quantization.as_ref());
+    let (model, logical) = match quantization {
+        Some(quantization) => {
+            let (listed, logical) = LogicalModel::open(Arc::clone(&stored), Arc::new(quantization));
+            (Arc::new(listed), Some(Arc::new(logical)))
+        }
+        None => (Arc::clone(&stored), None),
+    };
+    let chosen = crate::tree::display_order(&model.tensors, matches);
     within_fetch_limit(&model, &chosen, args.fetch_limit)?;
     let options = ScanOptions {
         threads: args.threads.map(usize::from),
         histograms: args.json,
         order: ScanOrder::Given,
+        logical: logical.clone(),
         ..ScanOptions::default()
     };
-    let name = |item: &Item| match item {
-        Item::Stored(tensor) => model.tensors[*tensor].name(),
-        Item::Weight(weight) => quantization
-            .as_ref()
-            .map_or("", |q| q.weights[*weight].name.as_str()),
-    };
-    let mut output = StatsWriter::new(args.json, items.iter().map(name))
-        .with_dtype_width(scheme_width(quantization.as_ref()));
+    let mut output = StatsWriter::new(args.json, chosen.iter().map(|&t| model.tensors[t].name()))
+        .with_dtype_width(dtype_width);
     for finding in &model.findings {
         output.finding(finding)?;
     }
-    let mut rows = InOrder::new(&model, quantization.as_ref(), &items, args.json);
+    let mut rows = InOrder::new(&model, &chosen, args.json);
     // A few numbers a tensor, for the layer map and its findings.
     let mut values = Values::for_names(
         model.tensors.len(),
@@ -271,7 +273,7 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
                 .map(|&t| (index32(t), model.tensors[t].name())),
         )
     };
-    let map_findings = map_findings(&model, &map, &values);
+    let map_findings = map_findings(&model, logical.as_deref(), &map, &values);
     for finding in &map_findings {
         output.finding(finding)?;
     }
@@ -285,6 +287,7 @@ fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
     if args.map {
         write_map(
             &model,
+            logical.as_deref(),
             &map,
             &values,
             &scan_findings,
@@ -379,19 +382,32 @@ fn within_fetch_limit(
     Ok(())
 }
 
-/// Compares two tensors' bytes, for the layer map's copies of experts.
-fn same_bytes_in(model: &Model) -> impl Fn(u32, u32) -> Option<bool> + '_ {
+/// Compares two tensors' bytes, for the layer map's copies of experts; a logical weight's bytes
+/// are its members', not compared.
+fn same_bytes_in<'m>(
+    model: &'m Model,
+    logical: Option<&'m LogicalModel>,
+) -> impl Fn(u32, u32) -> Option<bool> + 'm {
     let read = std::sync::atomic::AtomicU64::new(0);
     move |a, b| {
+        let listed = |t: u32| logical.is_some_and(|l| l.weight(t as usize).is_some());
+        if listed(a) || listed(b) {
+            return None;
+        }
         let tensor = |t: u32| &model.tensors[t as usize];
         crate::diff::same_bytes(model, tensor(a), model, tensor(b), &read).ok()
     }
 }
 
 /// The layer map's findings: its outliers by std over every expert.
-fn map_findings(model: &Model, map: &LayerMap, values: &Values) -> Vec<crate::finding::Finding> {
+fn map_findings(
+    model: &Model,
+    logical: Option<&LogicalModel>,
+    map: &LayerMap,
+    values: &Values,
+) -> Vec<crate::finding::Finding> {
     let expanded = map.rows(false, None);
-    let same_bytes = same_bytes_in(model);
+    let same_bytes = same_bytes_in(model, logical);
     Analysis::of(map, &expanded, values, Measure::Std, Some(&same_bytes)).findings(
         map,
         &expanded,
@@ -402,8 +418,13 @@ fn map_findings(model: &Model, map: &LayerMap, values: &Values) -> Vec<crate::fi
 
 /// `stats --map`: `report` has the model, the map, its values and findings; its rows, measure
 /// and analysis come from the arguments.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the report's parts and the arguments"
+)]
 fn write_map(
     model: &Model,
+    logical: Option<&LogicalModel>,
     map: &LayerMap,
     values: &Values,
     findings: &[crate::finding::Finding],
@@ -428,7 +449,7 @@ fn write_map(
         MapMeasure::Mean => Measure::Mean,
         MapMeasure::Zeros => Measure::Zeros,
     };
-    let same_bytes = same_bytes_in(report.model);
+    let same_bytes = same_bytes_in(report.model, logical);
     let analysis = Analysis::of(
         report.map,
         &shown,
@@ -455,31 +476,6 @@ fn index32(tensor: usize) -> u32 {
     u32::try_from(tensor).unwrap_or(u32::MAX)
 }
 
-/// The rows of `stui stats` in the tree's order (without building it): a quantized model's
-/// logical weights in place of their members.
-fn stats_items(
-    model: &Model,
-    quantization: Option<&Quantization>,
-    matches: impl Fn(&crate::format::Tensor) -> bool,
-) -> Vec<Item> {
-    match quantization {
-        Some(quantization) => {
-            let logical = LogicalTensors::new(model, quantization);
-            crate::tree::display_order(&logical.tensors, matches)
-                .into_iter()
-                .map(|index| match logical.stored(index) {
-                    Some(tensor) => Item::Stored(tensor),
-                    None => Item::Weight(logical.weight(index).unwrap_or_default()),
-                })
-                .collect()
-        }
-        None => crate::tree::display_order(&model.tensors, matches)
-            .into_iter()
-            .map(Item::Stored)
-            .collect(),
-    }
-}
-
 /// The widest scheme label, for the width of the table's dtype column.
 fn scheme_width(quantization: Option<&Quantization>) -> usize {
     quantization.map_or(0, |q| {
@@ -489,24 +485,6 @@ fn scheme_width(quantization: Option<&Quantization>) -> usize {
             .max()
             .unwrap_or(0)
     })
-}
-
-/// The stored tensors among `items`: those the scan reads.
-fn stored_items(items: &[Item]) -> Vec<usize> {
-    items
-        .iter()
-        .filter_map(|item| match item {
-            Item::Stored(tensor) => Some(*tensor),
-            Item::Weight(_) => None,
-        })
-        .collect()
-}
-
-/// A row of `stui stats`: a stored tensor the scan reads, or a logical weight dequantized.
-#[derive(Clone, Copy, Debug)]
-enum Item {
-    Stored(usize),
-    Weight(usize),
 }
 
 /// What the scan has sent about a tensor whose row is not written yet.
@@ -521,8 +499,7 @@ struct PendingRow {
 /// order asked, a few out of turn, so only those wait here.
 struct InOrder<'m> {
     model: &'m Model,
-    quantization: Option<&'m Quantization>,
-    items: &'m [Item],
+    chosen: &'m [usize],
     /// Each tensor's place in `chosen`.
     place: Vec<u32>,
     pending: std::collections::BTreeMap<u32, PendingRow>,
@@ -532,22 +509,14 @@ struct InOrder<'m> {
 }
 
 impl<'m> InOrder<'m> {
-    fn new(
-        model: &'m Model,
-        quantization: Option<&'m Quantization>,
-        items: &'m [Item],
-        histograms: bool,
-    ) -> InOrder<'m> {
+    fn new(model: &'m Model, chosen: &'m [usize], histograms: bool) -> InOrder<'m> {
         let mut place = vec![u32::MAX; model.tensors.len()];
-        for (i, item) in items.iter().enumerate() {
-            if let Item::Stored(tensor) = *item {
-                place[tensor] = u32::try_from(i).unwrap_or(u32::MAX);
-            }
+        for (i, &tensor) in chosen.iter().enumerate() {
+            place[tensor] = u32::try_from(i).unwrap_or(u32::MAX);
         }
         InOrder {
             model,
-            quantization,
-            items,
+            chosen,
             place,
             pending: std::collections::BTreeMap::new(),
             next: 0,
@@ -561,14 +530,7 @@ impl<'m> InOrder<'m> {
 
     /// Writes the rows that are complete and next in order.
     fn write_finished(&mut self, output: &mut StatsWriter) -> io::Result<()> {
-        loop {
-            if let Some(Item::Weight(weight)) = self.items.get(self.next as usize) {
-                self.write_weight(output, *weight)?;
-                continue;
-            }
-            let Some(entry) = self.pending.first_entry() else {
-                break;
-            };
+        while let Some(entry) = self.pending.first_entry() {
             let row = entry.get();
             let complete = row.failed
                 || row.moments.is_some() && (!self.histograms || row.histogram.is_some());
@@ -584,62 +546,15 @@ impl<'m> InOrder<'m> {
     /// Writes every row left, as far as the scan got with each.
     fn write_rest(&mut self, output: &mut StatsWriter) -> io::Result<()> {
         let empty = PendingRow::default();
-        while let Some(item) = self.items.get(self.next as usize) {
-            if let Item::Weight(weight) = *item {
-                self.write_weight(output, weight)?;
-                continue;
-            }
+        while (self.next as usize) < self.chosen.len() {
             let row = self.pending.remove(&self.next);
             self.write(output, row.as_ref().unwrap_or(&empty))?;
         }
         Ok(())
     }
 
-    /// Dequantizes logical weight `weight`, the next row, and writes it.
-    fn write_weight(&mut self, output: &mut StatsWriter, weight: usize) -> io::Result<()> {
-        self.next += 1;
-        let Some(quantization) = self.quantization else {
-            return Ok(());
-        };
-        let logical = &quantization.weights[weight];
-        let label = logical.scheme.label();
-        match crate::jobs::dequantized::weight_stats(
-            self.model,
-            quantization,
-            weight,
-            self.histograms,
-        ) {
-            Ok(stats) => {
-                for finding in &stats.findings {
-                    output.finding(finding)?;
-                }
-                output.row(&StatsRow {
-                    name: &logical.name,
-                    dtype: &label,
-                    moments: Some(&stats.moments),
-                    histogram: stats.histogram.as_ref(),
-                })
-            }
-            Err(message) => {
-                output.finding(
-                    &crate::finding::Finding::error(
-                        crate::finding::Code::DataUnreadable,
-                        format!("cannot dequantize: {message}"),
-                    )
-                    .for_tensor(crate::text::escape(&logical.name).into_owned()),
-                )?;
-                output.row(&StatsRow {
-                    name: &logical.name,
-                    dtype: &label,
-                    moments: None,
-                    histogram: None,
-                })
-            }
-        }
-    }
-
     fn write(&mut self, output: &mut StatsWriter, row: &PendingRow) -> io::Result<()> {
-        let Some(&Item::Stored(tensor)) = self.items.get(self.next as usize) else {
+        let Some(&tensor) = self.chosen.get(self.next as usize) else {
             return Ok(());
         };
         let tensor = &self.model.tensors[tensor];
