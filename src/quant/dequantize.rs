@@ -190,7 +190,17 @@ pub fn kernel<'a>(
                 [dim(groups), dim(width)],
             )?)
         }
-        Layout::ComfyInt8 | Layout::Hqq | Layout::Exl2 | Layout::Exl3 => {
+        Layout::Hqq => {
+            let dim = |d: u64| usize::try_from(d).unwrap_or(usize::MAX);
+            let rows = weight.shape.iter().rev().nth(1).unwrap_or(1);
+            Box::new(super::kernels::hqq::Hqq::new(
+                need(Role::HqqCodes, "W_q")?,
+                need(Role::Scale, "scale")?,
+                need(Role::HqqZero, "zero")?,
+                [dim(rows), cols],
+            )?)
+        }
+        Layout::ComfyInt8 | Layout::Exl2 | Layout::Exl3 => {
             return Err(KernelError::new(
                 "weight",
                 format!("stui does not read {} values yet", scheme.layout.family()),

@@ -26,6 +26,7 @@ mod decode;
 pub mod fp8;
 pub mod gptq;
 mod grouped;
+pub mod hqq;
 pub mod mlx;
 pub mod mx;
 pub mod quanto;

@@ -804,9 +804,26 @@ impl Builder<'_> {
             .collect();
         let scales = group.get(Role::Scale).map_or(0, |s| numel(&dims(s)));
         let size = numel(&shape) / scales.max(1);
+        // U8 packings hold 8 / bits rows of the group matrix in each row of `W_q`.
+        let bits = group.get(Role::HqqCodes).map_or(0, |codes| {
+            let codes = dims(codes);
+            let (packed_rows, width) = (codes.first().copied(), codes.last().copied());
+            match (packed_rows, width) {
+                (Some(packed), Some(width)) if packed > 0 && width > 0 => {
+                    match numel(&shape) / width / packed {
+                        1 => 8,
+                        2 => 4,
+                        4 => 2,
+                        8 => 1,
+                        _ => 0,
+                    }
+                }
+                _ => 0,
+            }
+        });
         let mut scheme = Scheme::new(
             Layout::Hqq,
-            0,
+            bits,
             Grouping::Group(u32::try_from(size).unwrap_or(0)),
         );
         scheme.asymmetric = true;

@@ -12,6 +12,7 @@ use stui::quant::kernels::compressed_tensors::{
 };
 use stui::quant::kernels::fp8::Fp8;
 use stui::quant::kernels::gptq::{Gptq, GptqMembers, Version};
+use stui::quant::kernels::hqq::Hqq;
 use stui::quant::kernels::mlx::{Affine, Float, Mode};
 use stui::quant::kernels::quanto::Quanto;
 use stui::quant::kernels::{Dequantize, KernelError, Stored};
@@ -282,6 +283,18 @@ fn optimum_quanto() {
             get("weight._scale").unwrap(),
             get("weight._shift").unwrap(),
             4,
+            [shape[0], shape[1]],
+        )?))
+    });
+}
+
+#[test]
+fn hqq() {
+    check("hqq-4bit-g64", Match::Bits, &|get, shape| {
+        Ok(Box::new(Hqq::new(
+            get("W_q").unwrap(),
+            get("scale").unwrap(),
+            get("zero").unwrap(),
             [shape[0], shape[1]],
         )?))
     });
