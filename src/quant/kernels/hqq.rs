@@ -79,11 +79,7 @@ impl<'a> Hqq<'a> {
             (groups, size)
         };
         let (chunk_rows, stored_width) = (w_q.dim(0), w_q.dim(1));
-        let per_byte = if chunk_rows == 0 {
-            0
-        } else {
-            matrix_rows / chunk_rows
-        };
+        let per_byte = matrix_rows.checked_div(chunk_rows).unwrap_or(0);
         let bits = match per_byte {
             1 => 8,
             2 => 4,
