@@ -200,7 +200,16 @@ pub fn kernel<'a>(
                 [dim(rows), cols],
             )?)
         }
-        Layout::ComfyInt8 | Layout::Exl2 | Layout::Exl3 => {
+        // `W = q · s`, one scale for the tensor or one a row: compressed-tensors' int layout.
+        Layout::ComfyInt8 => Box::new(Naive::new(
+            need(Role::Weight, "weight")?,
+            need(Role::WeightScale, "weight_scale")?,
+            None,
+            None,
+            strategy()?,
+            bits,
+        )?),
+        Layout::Exl2 | Layout::Exl3 => {
             return Err(KernelError::new(
                 "weight",
                 format!("stui does not read {} values yet", scheme.layout.family()),

@@ -369,3 +369,96 @@ fn stats_are_of_the_dequantized_weights_as_their_producers_compute_them() {
         }
     }
 }
+
+/// ComfyUI's `int8_tensorwise`: `W = q · s` with a scale per row or one for the tensor, each
+/// weight marked by its `comfy_quant` JSON. The values expected are worked out here from the
+/// codes and scales written.
+#[test]
+fn comfyui_int8_weights_are_dequantized_per_row_and_per_tensor() {
+    use stui::demo::{Fill, SyntheticModel};
+    use stui::format::Dtype;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("comfy.safetensors");
+    let marker: Vec<f64> =
+        br#"{"format": "int8_tensorwise"}"#.iter().map(|&b| f64::from(b)).collect();
+    let codes: Vec<f64> = (0..32).map(|k| f64::from(k * 8 - 127)).collect();
+    let row_scales = [0.5, 0.25, 0.125, 1.0];
+    SyntheticModel::new(3)
+        .tensor(
+            "m.layers.0.q.weight",
+            Dtype::I8,
+            &[4, 8],
+            Fill::Values(codes.clone()),
+        )
+        .tensor(
+            "m.layers.0.q.weight_scale",
+            Dtype::F32,
+            &[4, 1],
+            Fill::Values(row_scales.to_vec()),
+        )
+        .tensor(
+            "m.layers.0.q.comfy_quant",
+            Dtype::U8,
+            &[marker.len() as u64],
+            Fill::Values(marker.clone()),
+        )
+        .tensor(
+            "m.layers.0.k.weight",
+            Dtype::I8,
+            &[4, 8],
+            Fill::Values(codes.clone()),
+        )
+        .tensor(
+            "m.layers.0.k.weight_scale",
+            Dtype::F32,
+            &[1],
+            Fill::Values(vec![0.01]),
+        )
+        .tensor(
+            "m.layers.0.k.comfy_quant",
+            Dtype::U8,
+            &[marker.len() as u64],
+            Fill::Values(marker),
+        )
+        .write(&path)
+        .unwrap();
+    let stats: serde_json::Value =
+        serde_json::from_str(&stui(&["stats", "--json", path.to_str().unwrap()])).unwrap();
+    let row = |name: &str| {
+        stats["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no row for {name}: {stats}"))
+    };
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "codes and scales held in f32"
+    )]
+    let expected = |scale: &dyn Fn(usize) -> f64| -> Vec<f64> {
+        (0..32)
+            .map(|k| f64::from(codes[k] as f32 * scale(k / 8) as f32))
+            .collect()
+    };
+    for (name, values) in [
+        ("m.layers.0.q.weight", expected(&|r| row_scales[r])),
+        ("m.layers.0.k.weight", expected(&|_| 0.01)),
+    ] {
+        let found = row(name);
+        assert!(
+            found["dtype"].as_str().unwrap().contains("ComfyUI"),
+            "{found}"
+        );
+        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let mean = values.iter().sum::<f64>() / 32.0;
+        assert_eq!(found["min"].as_f64().unwrap(), min, "{name}");
+        assert_eq!(found["max"].as_f64().unwrap(), max, "{name}");
+        assert!(
+            (found["mean"].as_f64().unwrap() - mean).abs() < 1e-9,
+            "{name}"
+        );
+    }
+}
