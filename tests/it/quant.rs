@@ -370,7 +370,7 @@ fn stats_are_of_the_dequantized_weights_as_their_producers_compute_them() {
     }
 }
 
-/// ComfyUI's `int8_tensorwise`: `W = q · s` with a scale per row or one for the tensor, each
+/// `ComfyUI`'s `int8_tensorwise`: `W = q · s` with a scale per row or one for the tensor, each
 /// weight marked by its `comfy_quant` JSON. The values expected are worked out here from the
 /// codes and scales written.
 #[test]
