@@ -143,6 +143,27 @@ impl Quantization {
         Some(self.by_tensor[at].1 as usize)
     }
 
+    /// Why the values of weights in `layout` are not read although the layout is recognised:
+    /// a variant the config declares whose packing or scale direction differs from the one
+    /// stui reads (`None` when they are read).
+    pub fn unread_variant(&self, layout: Layout) -> Option<&'static str> {
+        let declared = self.declared.as_ref()?;
+        let format = declared.format.as_deref().map(str::to_ascii_lowercase);
+        match (layout, format.as_deref()) {
+            (Layout::GptqV1 | Layout::GptqV2, Some("gptq_p")) => {
+                Some("GPTQ's planar `gptq_p` packing")
+            }
+            (Layout::Awq, Some("gemv" | "gemv_fast")) => Some("AWQ's GEMV packing"),
+            (Layout::Fp8ScaleInv, _) if declared.scale_divides => {
+                Some("GPTQModel's own FP8, whose `weight_scale_inv` divides")
+            }
+            (Layout::CompressedMxfp8, _) if declared.method == "comfyui" => {
+                Some("ComfyUI's MXFP8, whose scales are stored swizzled")
+            }
+            _ => None,
+        }
+    }
+
     /// The model's schemes, most weights first, with how many weights use each.
     pub fn schemes(&self) -> Vec<(Scheme, usize)> {
         let mut counts: Vec<(Scheme, usize)> = Vec::new();
@@ -260,8 +281,13 @@ impl Quantization {
         let opaque: Vec<&str> = self
             .schemes()
             .iter()
-            .filter(|(s, _)| s.layout.is_opaque())
-            .map(|(s, _)| s.layout.family())
+            .filter_map(|(s, _)| {
+                if s.layout.is_opaque() {
+                    Some(s.layout.family())
+                } else {
+                    self.unread_variant(s.layout)
+                }
+            })
             .collect();
         for family in opaque {
             findings.push(Finding::info(

@@ -16,6 +16,9 @@ pub fn with_kernel<T>(
     work: impl FnOnce(&dyn Dequantize) -> T,
 ) -> Result<T, String> {
     let logical = &quantization.weights[weight];
+    if let Some(variant) = quantization.unread_variant(logical.scheme.layout) {
+        return Err(format!("stui does not read the values of {variant}"));
+    }
     let members = quantization.members(weight);
     let codes = members
         .iter()

@@ -190,3 +190,39 @@ fn a_config_that_disagrees_with_the_stored_scheme_is_a_finding() {
         "{found:?}"
     );
 }
+
+/// Variants whose packing or scale direction stui does not read are said to be unread, on the
+/// model and on each weight, never dequantized the wrong way.
+#[test]
+fn variants_whose_values_are_not_read_say_so_instead_of_reading_them_wrongly() {
+    for (name, key, value, variant) in [
+        (
+            "autoround-gptq-4bit",
+            "checkpoint_format",
+            "gptq_p",
+            "planar `gptq_p`",
+        ),
+        ("autoround-awq-4bit", "version", "gemv", "GEMV"),
+    ] {
+        let dir = copy(name);
+        edit_config(dir.path(), |config| {
+            config["quantization_config"][key] = value.into();
+        });
+        let found = findings(dir.path(), Code::QuantOpaque);
+        assert_eq!(found.len(), 1, "{name}: {found:?}");
+        assert!(found[0].2.contains(variant), "{name}: {found:?}");
+        let run = crate::support::run_within(
+            crate::support::stui(dir.path(), ["stats", "model.safetensors"]),
+            std::time::Duration::from_secs(60),
+        );
+        assert_eq!(run.code, Some(1), "{}", run.stderr);
+        let text = format!("{}{}", String::from_utf8_lossy(&run.stdout), run.stderr);
+        assert!(
+            text.contains(
+                "`model.layers.0.self_attn.q_proj.weight`: cannot dequantize: stui does not read \
+                 the values of"
+            ),
+            "{name}: {text}"
+        );
+    }
+}
