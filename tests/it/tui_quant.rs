@@ -90,6 +90,14 @@ fn a_quantized_model_is_listed_by_its_weights_with_their_dequantized_statistics(
             || n.ends_with("weight_shape")),
         "members are not listed: {names:?}"
     );
+    // A tensor that is no logical weight is no member either.
+    for tensor in 0..app.model.tensors.len() {
+        if app.logical_weight(tensor).is_none() {
+            app.select_tensor(tensor);
+            let text = screen(&mut app, 120, 40);
+            assert!(!text.contains("member of"), "{text}");
+        }
+    }
     let tensor = select(&mut app, WEIGHT);
     let values = reference(WEIGHT);
     let Some(Outcome::Moments(moments)) = app.outcomes.get(tensor) else {

@@ -80,7 +80,11 @@ fn scheme_line(app: &App, tensor: usize) -> Option<Line<'static>> {
             w.bits_per_weight()
         )));
     }
-    let quantization = app.quantization.as_ref()?;
+    // Listed as stored: the listed index is the stored one.
+    let quantization = app
+        .quantization
+        .as_ref()
+        .filter(|_| app.logical.is_none())?;
     let w = &quantization.weights[quantization.weight_of(tensor)?];
     Some(Line::styled(
         format!(
