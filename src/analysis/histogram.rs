@@ -168,7 +168,11 @@ impl HistogramBuilder {
 /// which for an `f32` is `x >= ` the least `f32` not below `edges[b]`; `None` when the edges
 /// do not rise, as the bin found by correcting the estimate then depends on the estimate.
 fn bounds_of(edges: &[f64; BINS + 1], min: f64, per_unit: f64) -> Option<simd::BinBounds> {
-    if edges.windows(2).any(|pair| !(pair[0] <= pair[1])) {
+    if edges.windows(2).any(|pair| {
+        pair[0]
+            .partial_cmp(&pair[1])
+            .is_none_or(std::cmp::Ordering::is_gt)
+    }) {
         return None;
     }
     let least_not_below = |edge: f64| {
@@ -336,6 +340,10 @@ mod tests {
 
     /// Values that test the binning: uniform in the range, the edges and their `f32`
     /// neighbours, the ends, values past them, zeros, subnormals, NaN and the infinities.
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "edges and random bits made into f32 values"
+    )]
     fn awkward_values(min: f32, max: f32, count: usize, seed: u64) -> Vec<f32> {
         let edges = bin_edges(f64::from(min), f64::from(max));
         let mut state = seed | 1;

@@ -112,7 +112,7 @@ pub struct BinBounds {
 /// overflow.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tally {
-    slots: Box<[u32; TALLY_SLOTS]>,
+    slots: Box<[u32]>,
     /// Values counted in the slots since they were last emptied.
     pending: u64,
     bins: [u64; BINS],
@@ -124,7 +124,7 @@ const TALLY_SLOTS: usize = BINS << 8;
 impl Default for Tally {
     fn default() -> Self {
         Tally {
-            slots: Box::new([0; TALLY_SLOTS]),
+            slots: vec![0; TALLY_SLOTS].into_boxed_slice(),
             pending: 0,
             bins: [0; BINS],
             exponents: [0; 256],
@@ -153,7 +153,7 @@ impl Tally {
     /// Makes room for `count` more values in the slots.
     fn reserve(&mut self, count: u64) {
         if self.pending + count > u64::from(u32::MAX) {
-            let slots = std::mem::replace(&mut self.slots, Box::new([0; TALLY_SLOTS]));
+            let slots = std::mem::replace(&mut self.slots, vec![0; TALLY_SLOTS].into_boxed_slice());
             let emptied = Tally {
                 slots,
                 pending: 0,
@@ -421,6 +421,7 @@ mod x86 {
     /// The slot of a lane not counted: exponent 255, which no counted value has.
     const UNCOUNTED: u32 = 255;
 
+    #[expect(clippy::cast_possible_truncation, reason = "64 bins")]
     const LAST_BIN: u32 = BINS as u32 - 1;
 
     /// Elements counted in one go: a multiple of every kernel's step, and below 2^32.
@@ -447,7 +448,7 @@ mod x86 {
         let count = bytes.len() / size;
         let (steps, stride) = steps::<I, L>(count);
         tally.reserve((steps * 2 * I::WIDTH) as u64);
-        let slots = &mut *tally.slots;
+        let slots = &mut tally.slots[..TALLY_SLOTS];
         let mut left = [0f32; LEFT_OVER];
         let mut left_count = 0;
         // SAFETY: as in `block`; the slots' indexes are masked to their length.
@@ -1480,6 +1481,7 @@ mod tests {
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn histogram_kernels_agree() {
+        type Counted = ([u64; BINS], [u64; 256]);
         let mut low = [0f32; BINS];
         let mut high = [0f32; BINS];
         for b in 0..BINS {
@@ -1511,7 +1513,6 @@ mod tests {
                 _ => ((i * 7919) % 10007) as f32 / 9000.0 - 0.05,
             })
             .collect();
-        type Counted = ([u64; BINS], [u64; 256]);
         let results: Vec<(Counted, Vec<u32>)> = [Kernel::Avx512, Kernel::Avx2]
             .into_iter()
             .filter(|&kernel| x86::runs(kernel))
