@@ -430,6 +430,9 @@ mod x86 {
     /// Steps whose keys are stored before they are counted.
     const BATCH: usize = 16;
 
+    /// Elements in a step of the widest kernel (AVX-512: two vectors of 16).
+    const WIDEST_STEP: usize = 32;
+
     /// Values passed on to `odd` at once.
     const LEFT_OVER: usize = 256;
 
@@ -461,7 +464,7 @@ mod x86 {
             let top = I::splat_ps(LAST_BIN as f32);
             let (last, no_exponent) = (I::splat_int(LAST_BIN), I::splat_int(255));
             let (none, uncounted) = (I::splat_int(0), I::splat_int(UNCOUNTED));
-            let mut keys = [0u32; BATCH * 32];
+            let mut keys = [0u32; BATCH * WIDEST_STEP];
             for batch in (0..steps).step_by(BATCH) {
                 let mut filled = 0;
                 for v in batch..(batch + BATCH).min(steps) {
