@@ -6,6 +6,12 @@
 //! kernel sums differences, squares and products of pairs the same way. A block holding NaN or an
 //! infinity returns `None` and goes to the general kernels, which count every class.
 //!
+//! The histogram's kernel estimates each value's bin in lanes, corrects it by one against the
+//! bins' bounds (looked up in registers with AVX-512, gathered with AVX2) and checks the result,
+//! then counts bins and exponents in four interleaved tables of `u32`; a value it cannot place
+//! for certain (next to a bound the estimate missed by more than one, a subnormal) is handed
+//! back to be placed one by one.
+//!
 //! The kernels are written once over a trait of the few vector operations they need, and
 //! compiled for AVX-512 and for AVX2; the one the CPU has is chosen at run time (the release
 //! binary targets plain x86-64). BF16 and F16 are widened inside the kernel (a shift and a mask;
@@ -17,6 +23,7 @@
     reason = "SIMD intrinsics: each kernel runs only on a CPU that has its features, and every load stays inside the slice it reads"
 )]
 
+use super::histogram::BINS;
 use super::moments::Moments;
 
 /// How a block's elements are stored.
@@ -87,6 +94,100 @@ pub fn finite_pairs(a: &[f32], b: &[f32]) -> Option<PairSums> {
     }
 }
 
+/// A histogram's linear bins as the kernel reads them. Bin `b` holds the `f32` values `x` with
+/// `low[b] <= x < high[b]` (`low[0]` is −∞ and `high[BINS - 1]` is +∞, so the first and last bins
+/// take whatever lies beyond), and `(x / 2 - origin) * per_unit` estimates `b`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BinBounds {
+    pub low: [f32; BINS],
+    pub high: [f32; BINS],
+    pub origin: f32,
+    pub per_unit: f32,
+}
+
+/// What the histogram's kernel counted, by bin and biased `f32` exponent together, so that each
+/// value costs one increment: slot `bin << 8 | exponent`, exponent 0 holding zeros and 1 to 254
+/// normal values (255, never a finite value's, takes the lanes not counted). Few slots are
+/// used, so the ones in use stay in L1. `u32` counts, added into `u64` totals before they could
+/// overflow.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tally {
+    slots: Box<[u32]>,
+    /// Values counted in the slots since they were last emptied.
+    pending: u64,
+    bins: [u64; BINS],
+    exponents: [u64; 256],
+}
+
+const TALLY_SLOTS: usize = BINS << 8;
+
+impl Default for Tally {
+    fn default() -> Self {
+        Tally {
+            slots: vec![0; TALLY_SLOTS].into_boxed_slice(),
+            pending: 0,
+            bins: [0; BINS],
+            exponents: [0; 256],
+        }
+    }
+}
+
+impl Tally {
+    /// Adds the counts to finite values per bin and zeros (0) and normal values (1 to 254) by
+    /// biased exponent.
+    pub fn add_to(&self, bins: &mut [u64; BINS], exponents: &mut [u64; 256]) {
+        for (total, own) in bins.iter_mut().zip(&self.bins) {
+            *total += own;
+        }
+        for (total, own) in exponents.iter_mut().zip(&self.exponents) {
+            *total += own;
+        }
+        for (bin, row) in self.slots.chunks_exact(256).enumerate() {
+            for (exponent, &count) in row[..255].iter().enumerate() {
+                bins[bin] += u64::from(count);
+                exponents[exponent] += u64::from(count);
+            }
+        }
+    }
+
+    /// Makes room for `count` more values in the slots.
+    fn reserve(&mut self, count: u64) {
+        if self.pending + count > u64::from(u32::MAX) {
+            let slots = std::mem::replace(&mut self.slots, vec![0; TALLY_SLOTS].into_boxed_slice());
+            let emptied = Tally {
+                slots,
+                pending: 0,
+                bins: [0; BINS],
+                exponents: [0; 256],
+            };
+            emptied.add_to(&mut self.bins, &mut self.exponents);
+            self.pending = 0;
+        }
+        self.pending += count;
+    }
+}
+
+/// Counts the elements in `bytes` (little-endian, whole elements) into `tally`, leaving out NaN
+/// and the infinities, and passes to `odd` the values it leaves to the caller: finite values it
+/// cannot place for certain, and those after the last whole vector (which may be NaN or
+/// infinite); `false`, having done nothing, when the CPU lacks the instructions.
+pub fn tally(
+    lanes: Lanes,
+    bytes: &[u8],
+    bounds: &BinBounds,
+    tally: &mut Tally,
+    odd: &mut dyn FnMut(f32),
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return x86::kernel()
+        .is_some_and(|kernel| x86::tally_with(kernel, lanes, bytes, bounds, tally, odd));
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (lanes, bytes, bounds, tally, odd);
+        false
+    }
+}
+
 /// The instruction sets the kernel is compiled for, in the order they are preferred.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernel {
@@ -112,7 +213,7 @@ pub fn kernel() -> Option<Kernel> {
     reason = "the unaligned loads take a pointer of the vector's type at any alignment"
 )]
 mod x86 {
-    use super::{Kernel, Lanes, Moments, PairSums};
+    use super::{BINS, BinBounds, Kernel, Lanes, Moments, PairSums, TALLY_SLOTS, Tally};
     use crate::analysis::moments::FiniteBlock;
     use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
 
@@ -265,6 +366,169 @@ mod x86 {
         (sums.a_sq.is_finite() && sums.b_sq.is_finite()).then_some(sums)
     }
 
+    /// [`super::tally`] with the given kernel, which the CPU must run (checked).
+    pub fn tally_with(
+        kernel: Kernel,
+        lanes: Lanes,
+        bytes: &[u8],
+        bounds: &BinBounds,
+        tally: &mut Tally,
+        odd: &mut dyn FnMut(f32),
+    ) -> bool {
+        if !runs(kernel) {
+            return false;
+        }
+        // SAFETY: `runs` checked that the CPU has the instruction sets each function enables.
+        unsafe {
+            match (kernel, lanes) {
+                (Kernel::Avx512, Lanes::F32) => tally_avx512::<F32>(bytes, bounds, tally, odd),
+                (Kernel::Avx512, Lanes::Bf16) => tally_avx512::<Bf16>(bytes, bounds, tally, odd),
+                (Kernel::Avx512, Lanes::F16) => tally_avx512::<F16>(bytes, bounds, tally, odd),
+                (Kernel::Avx2, Lanes::F32) => tally_avx2::<F32>(bytes, bounds, tally, odd),
+                (Kernel::Avx2, Lanes::Bf16) => tally_avx2::<Bf16>(bytes, bounds, tally, odd),
+                (Kernel::Avx2, Lanes::F16) => tally_avx2::<F16>(bytes, bounds, tally, odd),
+            }
+        }
+        true
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn tally_avx512<L: Load>(
+        bytes: &[u8],
+        bounds: &BinBounds,
+        tally: &mut Tally,
+        odd: &mut dyn FnMut(f32),
+    ) {
+        // Segments short enough for the slots' `u32` counts.
+        for segment in bytes.chunks(SEGMENT * L::LANES.size()) {
+            tally_block::<avx512::Isa512, L>(segment, bounds, tally, odd);
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tally_avx2<L: Load>(
+        bytes: &[u8],
+        bounds: &BinBounds,
+        tally: &mut Tally,
+        odd: &mut dyn FnMut(f32),
+    ) {
+        // Segments short enough for the slots' `u32` counts.
+        for segment in bytes.chunks(SEGMENT * L::LANES.size()) {
+            tally_block::<avx2::Isa256, L>(segment, bounds, tally, odd);
+        }
+    }
+
+    /// The slot of a lane not counted: exponent 255, which no counted value has.
+    const UNCOUNTED: u32 = 255;
+
+    #[expect(clippy::cast_possible_truncation, reason = "64 bins")]
+    const LAST_BIN: u32 = BINS as u32 - 1;
+
+    /// Elements counted in one go: a multiple of every kernel's step, and below 2^32.
+    const SEGMENT: usize = 1 << 30;
+
+    /// Steps whose keys are stored before they are counted.
+    const BATCH: usize = 16;
+
+    /// Elements in a step of the widest kernel (AVX-512: two vectors of 16).
+    const WIDEST_STEP: usize = 32;
+
+    /// Values passed on to `odd` at once.
+    const LEFT_OVER: usize = 256;
+
+    /// The histogram's pass over a block. Each lane's bin is estimated from its value, moved by
+    /// one where the value lies below the estimate's lower bound or at or above its upper one,
+    /// and counted only if the value then lies within the bounds of its bin; the exponent is
+    /// read from the bits.
+    #[inline(always)]
+    fn tally_block<I: Isa, L: Load>(
+        bytes: &[u8],
+        bounds: &BinBounds,
+        tally: &mut Tally,
+        odd: &mut dyn FnMut(f32),
+    ) {
+        let size = L::LANES.size();
+        let count = bytes.len() / size;
+        let (steps, stride) = steps::<I, L>(count);
+        tally.reserve((steps * 2 * I::WIDTH) as u64);
+        let slots = &mut tally.slots[..TALLY_SLOTS];
+        let mut left = [0f32; LEFT_OVER];
+        let mut left_count = 0;
+        // SAFETY: as in `block`; the slots' indexes are masked to their length.
+        unsafe {
+            let low = I::table(&bounds.low);
+            let high = I::table(&bounds.high);
+            let origin = I::splat_ps(bounds.origin);
+            let per_unit = I::splat_ps(bounds.per_unit);
+            let (half, zero) = (I::splat_ps(0.5), I::splat_ps(0.0));
+            let top = I::splat_ps(LAST_BIN as f32);
+            let (last, no_exponent) = (I::splat_int(LAST_BIN), I::splat_int(255));
+            let (none, uncounted) = (I::splat_int(0), I::splat_int(UNCOUNTED));
+            let mut keys = [0u32; BATCH * WIDEST_STEP];
+            for batch in (0..steps).step_by(BATCH) {
+                let mut filled = 0;
+                for v in batch..(batch + BATCH).min(steps) {
+                    let at = v * stride;
+                    for line in (at.next_multiple_of(64)..at + stride).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            bytes.as_ptr().wrapping_add(line + PREFETCH).cast(),
+                        );
+                    }
+                    for x in L::load::<I>(bytes, at) {
+                        // NaN becomes 0 here (`max_ps` returns its second operand then).
+                        let scaled = I::mul_ps(I::sub_ps(I::mul_ps(x, half), origin), per_unit);
+                        let estimate = I::truncate(I::min_ps(I::max_ps(scaled, zero), top));
+                        let below = I::lt_ps(x, I::lookup(&low, estimate));
+                        let above = I::le_ps(I::lookup(&high, estimate), x);
+                        // Only +∞ moves past the last bin.
+                        let bin = I::min_u32(I::step(estimate, below, above), last);
+                        let inside = I::and(
+                            I::le_ps(I::lookup(&low, bin), x),
+                            I::lt_ps(x, I::lookup(&high, bin)),
+                        );
+                        let bits = I::magnitude_bits(x);
+                        let exponent = I::exponent(bits);
+                        let finite = I::gt_i32(no_exponent, exponent);
+                        let normal = I::and(I::gt_i32(exponent, none), finite);
+                        let counted = I::and(inside, I::or(normal, I::eq_i32(bits, none)));
+                        let key = I::select(counted, I::pack(bin, exponent), uncounted);
+                        I::store_u32(key, &mut keys[filled..]);
+                        filled += I::WIDTH;
+                        let missed = I::mask_bits(I::and_not(counted, finite));
+                        if missed != 0 {
+                            I::each_f32(x, |lane, value| {
+                                if missed >> lane & 1 == 1 {
+                                    left[left_count] = value;
+                                    left_count += 1;
+                                }
+                            });
+                            if left_count > LEFT_OVER - 2 * I::WIDTH {
+                                pass_on(&left[..left_count], odd);
+                                left_count = 0;
+                            }
+                        }
+                    }
+                }
+                // Counted apart from the lanes' work, in plain loads and increments.
+                for &key in &keys[..filled] {
+                    slots[key as usize % TALLY_SLOTS] += 1;
+                }
+            }
+        }
+        pass_on(&left[..left_count], odd);
+        for i in steps * 2 * I::WIDTH..count {
+            odd(L::LANES.decode(bytes, i * size));
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn pass_on(values: &[f32], odd: &mut dyn FnMut(f32)) {
+        for &value in values {
+            odd(value);
+        }
+    }
+
     #[target_feature(enable = "avx512f,avx512bw")]
     unsafe fn block_avx512<L: Load>(bytes: &[u8], smallest_normal: f32) -> Option<Moments> {
         block::<avx512::Isa512, L>(bytes, smallest_normal)
@@ -310,6 +574,38 @@ mod x86 {
         unsafe fn count_zero(count: Self::Int, bits: Self::Int) -> Self::Int;
         /// Adds one to `count` in each lane where `bits < floor` (both below 2^31).
         unsafe fn count_below(count: Self::Int, bits: Self::Int, floor: Self::Int) -> Self::Int;
+        /// `BINS` (64) `f32` values held for [`Isa::lookup`].
+        type Table: Copy;
+        /// Lanes where a comparison holds.
+        type Mask: Copy;
+        unsafe fn table(values: &[f32; BINS]) -> Self::Table;
+        /// `table[index]` in each lane, for indexes below `BINS`.
+        unsafe fn lookup(table: &Self::Table, index: Self::Int) -> Self::Ps;
+        unsafe fn mul_ps(a: Self::Ps, b: Self::Ps) -> Self::Ps;
+        unsafe fn sub_ps(a: Self::Ps, b: Self::Ps) -> Self::Ps;
+        /// Each lane converted to an integer, rounding toward zero.
+        unsafe fn truncate(x: Self::Ps) -> Self::Int;
+        unsafe fn lt_ps(a: Self::Ps, b: Self::Ps) -> Self::Mask;
+        unsafe fn le_ps(a: Self::Ps, b: Self::Ps) -> Self::Mask;
+        unsafe fn gt_i32(a: Self::Int, b: Self::Int) -> Self::Mask;
+        unsafe fn eq_i32(a: Self::Int, b: Self::Int) -> Self::Mask;
+        unsafe fn and(a: Self::Mask, b: Self::Mask) -> Self::Mask;
+        unsafe fn or(a: Self::Mask, b: Self::Mask) -> Self::Mask;
+        /// `b` and not `a`.
+        unsafe fn and_not(a: Self::Mask, b: Self::Mask) -> Self::Mask;
+        /// `value - 1` where `down`, `value + 1` where `up` (never both).
+        unsafe fn step(value: Self::Int, down: Self::Mask, up: Self::Mask) -> Self::Int;
+        /// `a` where `mask`, else `b`.
+        unsafe fn select(mask: Self::Mask, a: Self::Int, b: Self::Int) -> Self::Int;
+        /// The biased exponent of each lane's `f32` bits.
+        unsafe fn exponent(bits: Self::Int) -> Self::Int;
+        /// `bin << 8 | exponent`.
+        unsafe fn pack(bin: Self::Int, exponent: Self::Int) -> Self::Int;
+        /// Bit `i` set where lane `i` of the mask is.
+        unsafe fn mask_bits(mask: Self::Mask) -> u32;
+        /// Stores the lanes in `out`, which must hold `WIDTH` values.
+        unsafe fn store_u32(v: Self::Int, out: &mut [u32]);
+        fn each_f32(v: Self::Ps, f: impl FnMut(usize, f32));
         fn least_u32(v: Self::Int) -> u32;
         fn sum_u32(v: Self::Int) -> u64;
         fn least_ps(v: Self::Ps) -> f32;
@@ -525,16 +821,19 @@ mod x86 {
     }
 
     mod avx2 {
-        use super::{HIGH_HALF, Isa, lanes};
+        use super::{BINS, HIGH_HALF, Isa, lanes};
         use std::arch::x86_64::{
-            __m128i, __m256, __m256d, __m256i, _CMP_NEQ_OQ, _mm_loadu_si128, _mm256_add_epi32,
-            _mm256_add_pd, _mm256_and_pd, _mm256_and_si256, _mm256_andnot_pd, _mm256_castps_si256,
-            _mm256_castps256_ps128, _mm256_castsi256_ps, _mm256_cmp_pd, _mm256_cmpeq_epi32,
-            _mm256_cmpgt_epi32, _mm256_cvtph_ps, _mm256_cvtps_pd, _mm256_extractf128_ps,
-            _mm256_fmadd_pd, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_max_pd, _mm256_max_ps,
-            _mm256_min_epu32, _mm256_min_ps, _mm256_set1_epi32, _mm256_set1_pd, _mm256_set1_ps,
-            _mm256_setzero_pd, _mm256_setzero_si256, _mm256_slli_epi32, _mm256_sub_epi32,
-            _mm256_sub_pd,
+            __m128i, __m256, __m256d, __m256i, _CMP_LE_OQ, _CMP_LT_OQ, _CMP_NEQ_OQ,
+            _mm_loadu_si128, _mm256_add_epi32, _mm256_add_pd, _mm256_and_pd, _mm256_and_si256,
+            _mm256_andnot_pd, _mm256_andnot_si256, _mm256_blendv_epi8, _mm256_castps_si256,
+            _mm256_castps256_ps128, _mm256_castsi256_ps, _mm256_cmp_pd, _mm256_cmp_ps,
+            _mm256_cmpeq_epi32, _mm256_cmpgt_epi32, _mm256_cvtph_ps, _mm256_cvtps_pd,
+            _mm256_cvttps_epi32, _mm256_extractf128_ps, _mm256_fmadd_pd, _mm256_i32gather_ps,
+            _mm256_loadu_ps, _mm256_loadu_si256, _mm256_max_pd, _mm256_max_ps, _mm256_min_epu32,
+            _mm256_min_ps, _mm256_movemask_ps, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32,
+            _mm256_set1_pd, _mm256_set1_ps, _mm256_setzero_pd, _mm256_setzero_si256,
+            _mm256_slli_epi32, _mm256_srli_epi32, _mm256_storeu_si256, _mm256_sub_epi32,
+            _mm256_sub_pd, _mm256_sub_ps,
         };
 
         pub struct Isa256;
@@ -552,6 +851,91 @@ mod x86 {
             type Ps = __m256;
             type Pd = __m256d;
             type Int = __m256i;
+            type Table = *const f32;
+            type Mask = __m256i;
+
+            #[inline(always)]
+            unsafe fn table(values: &[f32; BINS]) -> *const f32 {
+                values.as_ptr()
+            }
+            #[inline(always)]
+            unsafe fn lookup(table: &*const f32, index: __m256i) -> __m256 {
+                // SAFETY: the caller keeps the indexes below 64, inside the table.
+                unsafe { _mm256_i32gather_ps::<4>(*table, index) }
+            }
+            #[inline(always)]
+            unsafe fn mul_ps(a: __m256, b: __m256) -> __m256 {
+                _mm256_mul_ps(a, b)
+            }
+            #[inline(always)]
+            unsafe fn sub_ps(a: __m256, b: __m256) -> __m256 {
+                _mm256_sub_ps(a, b)
+            }
+            #[inline(always)]
+            unsafe fn truncate(x: __m256) -> __m256i {
+                _mm256_cvttps_epi32(x)
+            }
+            #[inline(always)]
+            unsafe fn lt_ps(a: __m256, b: __m256) -> __m256i {
+                _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LT_OQ>(a, b))
+            }
+            #[inline(always)]
+            unsafe fn le_ps(a: __m256, b: __m256) -> __m256i {
+                _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(a, b))
+            }
+            #[inline(always)]
+            unsafe fn gt_i32(a: __m256i, b: __m256i) -> __m256i {
+                _mm256_cmpgt_epi32(a, b)
+            }
+            #[inline(always)]
+            unsafe fn eq_i32(a: __m256i, b: __m256i) -> __m256i {
+                _mm256_cmpeq_epi32(a, b)
+            }
+            #[inline(always)]
+            unsafe fn and(a: __m256i, b: __m256i) -> __m256i {
+                _mm256_and_si256(a, b)
+            }
+            #[inline(always)]
+            unsafe fn or(a: __m256i, b: __m256i) -> __m256i {
+                _mm256_or_si256(a, b)
+            }
+            #[inline(always)]
+            unsafe fn and_not(a: __m256i, b: __m256i) -> __m256i {
+                _mm256_andnot_si256(a, b)
+            }
+            #[inline(always)]
+            unsafe fn step(value: __m256i, down: __m256i, up: __m256i) -> __m256i {
+                // A true compare is all ones: -1.
+                _mm256_sub_epi32(_mm256_add_epi32(value, down), up)
+            }
+            #[inline(always)]
+            unsafe fn select(mask: __m256i, a: __m256i, b: __m256i) -> __m256i {
+                _mm256_blendv_epi8(b, a, mask)
+            }
+            #[inline(always)]
+            unsafe fn exponent(bits: __m256i) -> __m256i {
+                _mm256_srli_epi32::<23>(bits)
+            }
+            #[inline(always)]
+            unsafe fn pack(bin: __m256i, exponent: __m256i) -> __m256i {
+                _mm256_or_si256(_mm256_slli_epi32::<8>(bin), exponent)
+            }
+            #[inline(always)]
+            unsafe fn mask_bits(mask: __m256i) -> u32 {
+                _mm256_movemask_ps(_mm256_castsi256_ps(mask)).cast_unsigned()
+            }
+            #[inline(always)]
+            unsafe fn store_u32(v: __m256i, out: &mut [u32]) {
+                assert!(out.len() >= 8);
+                // SAFETY: `out` holds the vector's 32 bytes (checked).
+                unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), v) };
+            }
+            #[inline(always)]
+            fn each_f32(v: __m256, mut f: impl FnMut(usize, f32)) {
+                for (lane, value) in lanes::<_, f32, 8>(&v).into_iter().enumerate() {
+                    f(lane, value);
+                }
+            }
 
             #[inline(always)]
             unsafe fn load_f32(bytes: &[u8], at: usize) -> [__m256; 2] {
@@ -681,16 +1065,20 @@ mod x86 {
     }
 
     mod avx512 {
-        use super::{HIGH_HALF, Isa, lanes};
+        use super::{BINS, HIGH_HALF, Isa, lanes};
         use std::arch::x86_64::{
-            __m256i, __m512, __m512d, __m512i, _CMP_NEQ_OQ, _mm256_castpd_ps, _mm256_loadu_si256,
-            _mm512_abs_pd, _mm512_add_pd, _mm512_and_si512, _mm512_castps_pd, _mm512_castps_si512,
-            _mm512_castps512_ps256, _mm512_castsi512_ps, _mm512_cmp_pd_mask,
-            _mm512_cmpeq_epi32_mask, _mm512_cmplt_epu32_mask, _mm512_cvtph_ps, _mm512_cvtps_pd,
-            _mm512_extractf64x4_pd, _mm512_fmadd_pd, _mm512_loadu_ps, _mm512_loadu_si512,
-            _mm512_mask_add_epi32, _mm512_mask_add_pd, _mm512_max_pd, _mm512_max_ps,
-            _mm512_min_epu32, _mm512_min_ps, _mm512_set1_epi32, _mm512_set1_pd, _mm512_set1_ps,
-            _mm512_setzero_pd, _mm512_setzero_si512, _mm512_slli_epi32, _mm512_sub_pd,
+            __m256i, __m512, __m512d, __m512i, __mmask16, _CMP_LE_OQ, _CMP_LT_OQ, _CMP_NEQ_OQ,
+            _mm256_castpd_ps, _mm256_loadu_si256, _mm512_abs_pd, _mm512_add_pd, _mm512_and_si512,
+            _mm512_castps_pd, _mm512_castps_si512, _mm512_castps512_ps256, _mm512_castsi512_ps,
+            _mm512_cmp_pd_mask, _mm512_cmp_ps_mask, _mm512_cmpeq_epi32_mask,
+            _mm512_cmpgt_epi32_mask, _mm512_cmplt_epu32_mask, _mm512_cvtph_ps, _mm512_cvtps_pd,
+            _mm512_cvttps_epi32, _mm512_extractf64x4_pd, _mm512_fmadd_pd, _mm512_loadu_ps,
+            _mm512_loadu_si512, _mm512_mask_add_epi32, _mm512_mask_add_pd, _mm512_mask_blend_epi32,
+            _mm512_mask_blend_ps, _mm512_mask_sub_epi32, _mm512_max_pd, _mm512_max_ps,
+            _mm512_min_epu32, _mm512_min_ps, _mm512_mul_ps, _mm512_or_si512,
+            _mm512_permutex2var_ps, _mm512_set1_epi32, _mm512_set1_pd, _mm512_set1_ps,
+            _mm512_setzero_pd, _mm512_setzero_si512, _mm512_slli_epi32, _mm512_srli_epi32,
+            _mm512_storeu_si512, _mm512_sub_pd, _mm512_sub_ps, _mm512_test_epi32_mask,
         };
 
         pub struct Isa512;
@@ -708,6 +1096,97 @@ mod x86 {
             type Ps = __m512;
             type Pd = __m512d;
             type Int = __m512i;
+            type Table = [__m512; 4];
+            type Mask = __mmask16;
+
+            #[inline(always)]
+            unsafe fn table(values: &[f32; BINS]) -> [__m512; 4] {
+                // SAFETY: four loads of 16 lanes cover the 64 values.
+                std::array::from_fn(|i| unsafe { _mm512_loadu_ps(values.as_ptr().add(16 * i)) })
+            }
+            #[inline(always)]
+            unsafe fn lookup(table: &[__m512; 4], index: __m512i) -> __m512 {
+                // Each permute picks from 32 values by the index's low 5 bits; bit 5 picks
+                // the permute.
+                let low = _mm512_permutex2var_ps(table[0], index, table[1]);
+                let high = _mm512_permutex2var_ps(table[2], index, table[3]);
+                let upper = _mm512_test_epi32_mask(index, _mm512_set1_epi32(32));
+                _mm512_mask_blend_ps(upper, low, high)
+            }
+            #[inline(always)]
+            unsafe fn mul_ps(a: __m512, b: __m512) -> __m512 {
+                _mm512_mul_ps(a, b)
+            }
+            #[inline(always)]
+            unsafe fn sub_ps(a: __m512, b: __m512) -> __m512 {
+                _mm512_sub_ps(a, b)
+            }
+            #[inline(always)]
+            unsafe fn truncate(x: __m512) -> __m512i {
+                _mm512_cvttps_epi32(x)
+            }
+            #[inline(always)]
+            unsafe fn lt_ps(a: __m512, b: __m512) -> __mmask16 {
+                _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b)
+            }
+            #[inline(always)]
+            unsafe fn le_ps(a: __m512, b: __m512) -> __mmask16 {
+                _mm512_cmp_ps_mask::<_CMP_LE_OQ>(a, b)
+            }
+            #[inline(always)]
+            unsafe fn gt_i32(a: __m512i, b: __m512i) -> __mmask16 {
+                _mm512_cmpgt_epi32_mask(a, b)
+            }
+            #[inline(always)]
+            unsafe fn eq_i32(a: __m512i, b: __m512i) -> __mmask16 {
+                _mm512_cmpeq_epi32_mask(a, b)
+            }
+            #[inline(always)]
+            unsafe fn and(a: __mmask16, b: __mmask16) -> __mmask16 {
+                a & b
+            }
+            #[inline(always)]
+            unsafe fn or(a: __mmask16, b: __mmask16) -> __mmask16 {
+                a | b
+            }
+            #[inline(always)]
+            unsafe fn and_not(a: __mmask16, b: __mmask16) -> __mmask16 {
+                !a & b
+            }
+            #[inline(always)]
+            unsafe fn step(value: __m512i, down: __mmask16, up: __mmask16) -> __m512i {
+                let one = _mm512_set1_epi32(1);
+                let lowered = _mm512_mask_sub_epi32(value, down, value, one);
+                _mm512_mask_add_epi32(lowered, up, lowered, one)
+            }
+            #[inline(always)]
+            unsafe fn select(mask: __mmask16, a: __m512i, b: __m512i) -> __m512i {
+                _mm512_mask_blend_epi32(mask, b, a)
+            }
+            #[inline(always)]
+            unsafe fn exponent(bits: __m512i) -> __m512i {
+                _mm512_srli_epi32::<23>(bits)
+            }
+            #[inline(always)]
+            unsafe fn pack(bin: __m512i, exponent: __m512i) -> __m512i {
+                _mm512_or_si512(_mm512_slli_epi32::<8>(bin), exponent)
+            }
+            #[inline(always)]
+            unsafe fn mask_bits(mask: __mmask16) -> u32 {
+                u32::from(mask)
+            }
+            #[inline(always)]
+            unsafe fn store_u32(v: __m512i, out: &mut [u32]) {
+                assert!(out.len() >= 16);
+                // SAFETY: `out` holds the vector's 64 bytes (checked).
+                unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), v) };
+            }
+            #[inline(always)]
+            fn each_f32(v: __m512, mut f: impl FnMut(usize, f32)) {
+                for (lane, value) in lanes::<_, f32, 16>(&v).into_iter().enumerate() {
+                    f(lane, value);
+                }
+            }
 
             #[inline(always)]
             unsafe fn load_f32(bytes: &[u8], at: usize) -> [__m512; 2] {
@@ -1000,6 +1479,88 @@ mod tests {
         }
         b[10] = f32::INFINITY;
         assert_eq!(finite_pairs(&a, &b), None);
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn histogram_kernels_agree() {
+        type Counted = ([u64; BINS], [u64; 256]);
+        let mut low = [0f32; BINS];
+        let mut high = [0f32; BINS];
+        for b in 0..BINS {
+            low[b] = if b == 0 {
+                f32::NEG_INFINITY
+            } else {
+                b as f32 / 64.0
+            };
+            high[b] = if b == BINS - 1 {
+                f32::INFINITY
+            } else {
+                (b + 1) as f32 / 64.0
+            };
+        }
+        let bounds = BinBounds {
+            low,
+            high,
+            origin: 0.0,
+            per_unit: 128.0,
+        };
+        let values: Vec<f32> = (0..5000u32)
+            .map(|i| match i % 50 {
+                0 => f32::NAN,
+                1 => f32::INFINITY,
+                2 => f32::NEG_INFINITY,
+                3 => 1e-41,
+                4 => -0.0,
+                5 => (i % 64) as f32 / 64.0,
+                _ => ((i * 7919) % 10007) as f32 / 9000.0 - 0.05,
+            })
+            .collect();
+        let results: Vec<(Counted, Vec<u32>)> = [Kernel::Avx512, Kernel::Avx2]
+            .into_iter()
+            .filter(|&kernel| x86::runs(kernel))
+            .map(|kernel| {
+                let mut tally = Tally::default();
+                let mut odd = Vec::new();
+                let bytes = bytemuck::cast_slice(&values);
+                assert!(x86::tally_with(
+                    kernel,
+                    Lanes::F32,
+                    bytes,
+                    &bounds,
+                    &mut tally,
+                    &mut |x| odd.push(x.to_bits())
+                ));
+                odd.sort_unstable();
+                let mut counted = ([0; BINS], [0; 256]);
+                tally.add_to(&mut counted.0, &mut counted.1);
+                (counted, odd)
+            })
+            .collect();
+        for pair in results.windows(2) {
+            assert_eq!(pair[0], pair[1]);
+        }
+        let Some(((bins, exponents), odd)) = results.first() else {
+            return;
+        };
+        // What the kernel counted is every finite value it did not leave, in the bin its
+        // bounds say and under its exponent.
+        let mut left = odd.clone();
+        let (mut expected_bins, mut expected_exponents) = ([0u64; BINS], [0u64; 256]);
+        for x in values.iter().filter(|x| x.is_finite()) {
+            if let Ok(at) = left.binary_search(&x.to_bits()) {
+                left.remove(at);
+                continue;
+            }
+            let bin = (0..BINS).find(|&b| low[b] <= *x && *x < high[b]).unwrap();
+            expected_bins[bin] += 1;
+            expected_exponents[(x.abs().to_bits() >> 23) as usize] += 1;
+        }
+        assert_eq!(bins, &expected_bins);
+        assert_eq!(exponents, &expected_exponents);
+        assert!(left.is_empty());
+        // Left over: the subnormals and the values after the last whole vector.
+        assert!(odd.len() <= 100 + 5000 % 32, "{} left over", odd.len());
     }
 
     #[test]

@@ -66,12 +66,15 @@ fn statistics(kernel: &dyn Dequantize, name: &str, histogram: bool) -> WeightSta
         );
     let histogram = histogram.then(|| {
         blocks()
-            .map_init(Vec::new, |buffer, range| {
-                dequantized(buffer, range);
-                let mut builder = builder_for(&moments);
-                builder.f32s(buffer);
-                builder
-            })
+            .fold(
+                || (Vec::new(), builder_for(&moments)),
+                |(mut buffer, mut builder), range| {
+                    dequantized(&mut buffer, range);
+                    builder.f32s(&buffer);
+                    (buffer, builder)
+                },
+            )
+            .map(|(_, builder)| builder)
             .reduce(
                 || builder_for(&moments),
                 |mut a: HistogramBuilder, b| {
