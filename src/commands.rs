@@ -327,6 +327,9 @@ fn scan_into(
             ScanEvent::Histogram { tensor, histogram } => {
                 rows.pending(tensor).histogram = Some(histogram);
             }
+            ScanEvent::Codes { tensor, codes } => {
+                rows.pending(tensor).codes = Some(codes);
+            }
             ScanEvent::Failed { tensor, finding } => {
                 values.record_failed(tensor);
                 rows.pending(tensor).failed = true;
@@ -492,6 +495,7 @@ fn scheme_width(quantization: Option<&Quantization>) -> usize {
 struct PendingRow {
     moments: Option<Moments>,
     histogram: Option<Histogram>,
+    codes: Option<crate::quant::kernels::CodeCounts>,
     failed: bool,
 }
 
@@ -564,6 +568,7 @@ impl<'m> InOrder<'m> {
             dtype: tensor.info.dtype.name(),
             moments: row.moments.as_ref(),
             histogram: row.histogram.as_ref(),
+            codes: row.codes.as_ref(),
         })
     }
 }

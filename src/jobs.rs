@@ -19,6 +19,7 @@ use crate::format::mapped::with_mapped;
 use crate::format::remote::RemoteModel;
 use crate::format::{Dtype, Model, Tensor};
 use crate::quant::LogicalModel;
+use crate::quant::kernels::CodeCounts;
 use fixedbitset::FixedBitSet;
 use std::collections::VecDeque;
 use std::fs::File;
@@ -59,6 +60,11 @@ pub enum ScanEvent {
     Histogram {
         tensor: usize,
         histogram: Histogram,
+    },
+    /// How many elements of a logical weight hold each of its codes (with its histogram).
+    Codes {
+        tensor: usize,
+        codes: CodeCounts,
     },
     /// A tensor could not be scanned; the finding says why.
     Failed {
@@ -518,7 +524,7 @@ impl Coordinator<'_> {
                     let counted = !self.done.contains(tensor);
                     if let Some((logical, weight)) = logical {
                         self.scanner
-                            .dequantized(logical, weight, histogram, counted)
+                            .dequantized((tensor, logical, weight), histogram, counted)
                     } else if one_chunk {
                         self.scanner.small_tensor(tensor, histogram, counted)
                     } else {
@@ -764,8 +770,7 @@ impl Scanner<'_> {
     /// the first time.
     fn dequantized(
         &self,
-        logical: &LogicalModel,
-        weight: usize,
+        (tensor, logical, weight): (usize, &LogicalModel, usize),
         histogram: bool,
         counted: bool,
     ) -> Result<(Moments, Option<Histogram>), Stop> {
@@ -778,6 +783,9 @@ impl Scanner<'_> {
             for finding in stats.findings {
                 let _ = self.tracker.events.send(ScanEvent::Finding(finding));
             }
+        }
+        if let Some(codes) = stats.codes {
+            let _ = self.tracker.events.send(ScanEvent::Codes { tensor, codes });
         }
         Ok((stats.moments, stats.histogram))
     }

@@ -959,6 +959,8 @@ pub struct StatsRow<'a> {
     pub dtype: &'a str,
     pub moments: Option<&'a Moments>,
     pub histogram: Option<&'a Histogram>,
+    /// A logical weight's code counts.
+    pub codes: Option<&'a crate::quant::kernels::CodeCounts>,
 }
 
 impl StatsRow<'_> {
@@ -993,6 +995,21 @@ struct StatsRowJson<'a> {
     zeros: Option<u64>,
     subnormals: Option<u64>,
     histogram: Option<HistogramJson<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    codes: Option<CodesJson<'a>>,
+}
+
+/// A logical weight's codes: how many levels, how many used, how many elements at the integer
+/// extremes, and the count of each level.
+#[derive(Serialize)]
+struct CodesJson<'a> {
+    levels: usize,
+    used: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    clipped_low: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    clipped_high: Option<u64>,
+    counts: &'a [u64],
 }
 
 impl<'a> StatsRowJson<'a> {
@@ -1018,6 +1035,16 @@ impl<'a> StatsRowJson<'a> {
                 counts: &h.counts,
                 log2: &h.log2,
                 zeros: h.zeros,
+            }),
+            codes: row.codes.map(|codes| {
+                let clipped = codes.clipped();
+                CodesJson {
+                    levels: codes.space.levels,
+                    used: codes.used(),
+                    clipped_low: clipped.map(|(low, _)| low),
+                    clipped_high: clipped.map(|(_, high)| high),
+                    counts: &codes.counts,
+                }
             }),
         }
     }
@@ -1889,6 +1916,7 @@ mod tests {
                     dtype: "F32",
                     moments,
                     histogram: None,
+                    codes: None,
                 };
                 writer.row(&row).unwrap();
             }
@@ -1914,6 +1942,7 @@ mod tests {
                 dtype: "F32",
                 moments: rows[i].1,
                 histogram: None,
+                codes: None,
             })
             .collect();
         let expected = Expected {

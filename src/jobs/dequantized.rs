@@ -8,7 +8,7 @@ use crate::analysis::{Histogram, HistogramBuilder, Moments};
 use crate::finding::{Code, Finding};
 use crate::format::Model;
 use crate::quant::Quantization;
-use crate::quant::kernels::Dequantize;
+use crate::quant::kernels::{CodeCounts, Dequantize};
 use crate::text::escape;
 use rayon::prelude::*;
 
@@ -20,11 +20,14 @@ const BLOCK: usize = 1 << 16;
 pub struct WeightStats {
     pub moments: Moments,
     pub histogram: Option<Histogram>,
+    /// How many elements hold each code, counted with the histogram.
+    pub codes: Option<CodeCounts>,
     /// Scales and zero points that break their group, as error findings on the weight.
     pub findings: Vec<Finding>,
 }
 
-/// The statistics of logical weight `weight` of `model`, with its histogram when asked for; an
+/// The statistics of logical weight `weight` of `model`, with its histogram and its code counts
+/// when asked for; an
 /// error says why its values cannot be read (a member that does not fit its layout, a file
 /// that cannot be read).
 pub fn weight_stats(
@@ -64,26 +67,36 @@ fn statistics(kernel: &dyn Dequantize, name: &str, histogram: bool) -> WeightSta
                 a
             },
         );
-    let histogram = histogram.then(|| {
-        blocks()
+    let space = kernel.codes().filter(|_| histogram);
+    let counts = || space.map(CodeCounts::new);
+    let (histogram, codes) = if histogram {
+        let (builder, codes) = blocks()
             .fold(
-                || (Vec::new(), builder_for(&moments)),
-                |(mut buffer, mut builder), range| {
+                || (Vec::new(), builder_for(&moments), counts()),
+                |(mut buffer, mut builder, mut codes), range| {
+                    if let Some(codes) = codes.as_mut() {
+                        kernel.count_codes(range.clone(), &mut codes.counts);
+                    }
                     dequantized(&mut buffer, range);
                     builder.f32s(&buffer);
-                    (buffer, builder)
+                    (buffer, builder, codes)
                 },
             )
-            .map(|(_, builder)| builder)
+            .map(|(_, builder, codes)| (builder, codes))
             .reduce(
-                || builder_for(&moments),
-                |mut a: HistogramBuilder, b| {
+                || (builder_for(&moments), counts()),
+                |(mut a, mut codes_a): (HistogramBuilder, _), (b, codes_b)| {
                     a.merge(&b);
-                    a
+                    if let (Some(x), Some(y)) = (codes_a.as_mut(), codes_b.as_ref()) {
+                        x.merge(y);
+                    }
+                    (a, codes_a)
                 },
-            )
-            .finish()
-    });
+            );
+        (Some(builder.finish()), codes)
+    } else {
+        (None, None)
+    };
     let problems = kernel.scale_problems();
     let mut findings: Vec<Finding> = problems
         .first
@@ -112,6 +125,7 @@ fn statistics(kernel: &dyn Dequantize, name: &str, histogram: bool) -> WeightSta
     WeightStats {
         moments,
         histogram,
+        codes,
         findings,
     }
 }

@@ -97,6 +97,46 @@ pub struct CodeSpace {
     pub kind: CodeKind,
 }
 
+/// How many of a weight's elements hold each level of its codes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodeCounts {
+    pub space: CodeSpace,
+    /// `space.levels` counts.
+    pub counts: Vec<u64>,
+}
+
+impl CodeCounts {
+    pub fn new(space: CodeSpace) -> CodeCounts {
+        CodeCounts {
+            space,
+            counts: vec![0; space.levels],
+        }
+    }
+
+    pub fn merge(&mut self, other: &CodeCounts) {
+        for (count, more) in self.counts.iter_mut().zip(&other.counts) {
+            *count += more;
+        }
+    }
+
+    /// Levels that hold at least one element.
+    pub fn used(&self) -> usize {
+        self.counts.iter().filter(|&&c| c > 0).count()
+    }
+
+    /// Elements at the lowest and the highest integer code, where rounding clips (`None` for
+    /// float codes and tables, whose extremes are no clipping).
+    pub fn clipped(&self) -> Option<(u64, u64)> {
+        match self.space.kind {
+            CodeKind::Unsigned { .. } | CodeKind::Signed { .. } => Some((
+                self.counts.first().copied().unwrap_or(0),
+                self.counts.last().copied().unwrap_or(0),
+            )),
+            CodeKind::Float(_) | CodeKind::Table => None,
+        }
+    }
+}
+
 /// What the levels of a [`CodeSpace`] are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CodeKind {

@@ -8,6 +8,7 @@ use crate::analysis::{Histogram, Moments};
 use crate::finding::{Finding, Severity};
 use crate::format::Model;
 use crate::jobs::{Progress, ScanEvent};
+use crate::quant::kernels::CodeCounts;
 use crate::quant::{LogicalModel, Quantization};
 use crate::tree::{LayerTree, NodeId, ROOT};
 use foldhash::HashMap;
@@ -346,6 +347,8 @@ pub struct App {
     pub status: Vec<ScanStatus>,
     pub outcomes: Recent,
     pub histograms: HashMap<usize, Histogram>,
+    /// A logical weight's code counts, which come with its histogram.
+    pub codes: HashMap<usize, CodeCounts>,
     pub findings: FindingList,
     /// The worst severity found on each tensor.
     concern: Vec<Option<Severity>>,
@@ -405,6 +408,7 @@ impl App {
             status,
             outcomes: Recent::default(),
             histograms: HashMap::default(),
+            codes: HashMap::default(),
             findings: FindingList::default(),
             concern: vec![None; model.tensors.len()],
             focus: Focus::Tree,
@@ -1017,6 +1021,10 @@ impl App {
             }
             ScanEvent::Histogram { tensor, histogram } => {
                 self.histograms.insert(tensor, histogram);
+                self.selected_tensor() == Some(tensor)
+            }
+            ScanEvent::Codes { tensor, codes } => {
+                self.codes.insert(tensor, codes);
                 self.selected_tensor() == Some(tensor)
             }
             ScanEvent::Failed { tensor, finding } => {

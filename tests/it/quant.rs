@@ -462,3 +462,46 @@ fn comfyui_int8_weights_are_dequantized_per_row_and_per_tensor() {
         );
     }
 }
+
+/// `stats --json` counts each logical weight's codes with its histogram: every element once,
+/// and for compressed-tensors' symmetric ints the middle level (code 0) as often as the
+/// producer's dequantized weight holds zeros.
+#[test]
+fn code_counts_cover_every_element_and_zero_is_the_middle_level() {
+    for name in ["ct-w4a16", "ct-w8a16"] {
+        let folder = fixtures().join(name);
+        let producer: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(folder.join("producer.json")).unwrap()).unwrap();
+        let stats: serde_json::Value =
+            serde_json::from_str(&stui(&["stats", "--json", folder.to_str().unwrap()])).unwrap();
+        let mut checked = 0;
+        for (weight, expected) in producer["weights"].as_object().unwrap() {
+            let row = stats["tensors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["name"] == weight.as_str())
+                .unwrap();
+            let codes = &row["codes"];
+            let counts: Vec<u64> = codes["counts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.as_u64().unwrap())
+                .collect();
+            let levels = usize::try_from(codes["levels"].as_u64().unwrap()).unwrap();
+            assert_eq!(counts.len(), levels, "{name} {weight}");
+            assert_eq!(levels, if name == "ct-w4a16" { 16 } else { 256 });
+            assert_eq!(counts.iter().sum::<u64>(), row["count"].as_u64().unwrap());
+            assert_eq!(
+                counts[levels / 2],
+                expected["zeros"].as_u64().unwrap(),
+                "{name} {weight}"
+            );
+            assert_eq!(codes["clipped_low"].as_u64(), Some(counts[0]));
+            assert_eq!(codes["clipped_high"].as_u64(), Some(counts[levels - 1]));
+            checked += 1;
+        }
+        assert!(checked >= 6, "{name}: {checked}");
+    }
+}

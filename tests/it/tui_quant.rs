@@ -112,6 +112,7 @@ fn a_quantized_model_is_listed_by_its_weights_with_their_dequantized_statistics(
     assert!(text.contains("int4 g128"), "{text}");
     assert!(text.contains("min -8.154"), "{text}");
     let tall = screen(&mut app, 200, 60);
+    assert!(tall.contains("codes: 16 of 16 levels used · "), "{tall}");
     assert!(
         tall.contains("members: weight_packed I32 [128, 16] · weight_shape I64 [2] · weight_scale"),
         "{tall}"

@@ -66,8 +66,25 @@ fn tensor_lines(app: &App, tensor: usize) -> Vec<Line<'static>> {
         // Pending, or scanned and let go of on a large model: it is being read (again).
         (None, _) => lines.push(Line::styled("statistics pending", theme.dim)),
     }
+    lines.extend(codes_line(app, tensor));
     lines.extend(members_line(app, tensor));
     lines
+}
+
+/// How a logical weight uses its codes: `codes: 14 of 16 levels used · 0.41% at the extremes`.
+fn codes_line(app: &App, tensor: usize) -> Option<Line<'static>> {
+    let codes = app.codes.get(&tensor)?;
+    let mut text = format!(
+        "codes: {} of {} levels used",
+        codes.used(),
+        codes.space.levels
+    );
+    if let Some((low, high)) = codes.clipped() {
+        let total: u64 = codes.counts.iter().sum();
+        let share = (low + high) as f64 * 100.0 / total.max(1) as f64;
+        let _ = write!(text, " · {share:.2}% at the extremes");
+    }
+    Some(Line::styled(text, app.theme.dim))
 }
 
 /// A logical weight's scheme; for a member listed as stored, the weight it is part of.
