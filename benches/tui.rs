@@ -113,6 +113,10 @@ struct MapTimes {
     first_frame: Duration,
     expanded: Vec<Duration>,
     folded: Vec<Duration>,
+    /// A key and the frame after it: `Tab`, `e`, a `/` filter's keystroke.
+    measure_key: Vec<Duration>,
+    experts_key: Vec<Duration>,
+    filter_key: Vec<Duration>,
 }
 
 impl MapTimes {
@@ -138,7 +142,31 @@ impl MapTimes {
                 frames.len()
             );
         }
+        for (what, keys) in [
+            ("Tab (measure) + frame", &self.measure_key),
+            ("e (experts) + frame", &self.experts_key),
+            ("/ filter keystroke + frame", &self.filter_key),
+        ] {
+            println!(
+                "{what:<32}{:>8.2} ms median of {}, slowest {:.2} ms",
+                median(keys.clone()).as_secs_f64() * 1e3,
+                keys.len(),
+                keys.iter().max().unwrap_or(&Duration::ZERO).as_secs_f64() * 1e3
+            );
+        }
     }
+}
+
+/// Times `action` and the frame drawn after it.
+fn key_and_frame(
+    app: &mut App,
+    terminal: &mut Terminal<TestBackend>,
+    action: Action,
+) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    app.update(action);
+    terminal.draw(|frame| ui::render(frame, app))?;
+    Ok(start.elapsed())
 }
 
 /// Opens the map, gives every tensor statistics (as a finished scan would), and draws it: a
@@ -180,6 +208,23 @@ fn layer_map(app: &mut App, terminal: &mut Terminal<TestBackend>) -> anyhow::Res
     let rows_folded = app.map.as_ref().map_or(0, |view| view.rows.len());
     terminal.draw(|frame| ui::render(frame, app))?;
     let folded = frames(app, terminal)?;
+    let mut measure_key = Vec::new();
+    let mut experts_key = Vec::new();
+    for _ in 0..12 {
+        measure_key.push(key_and_frame(app, terminal, Action::MapMeasure)?);
+    }
+    for _ in 0..12 {
+        experts_key.push(key_and_frame(app, terminal, Action::MapExperts)?);
+    }
+    let mut filter_key = Vec::new();
+    app.update(Action::StartSearch);
+    for c in "proj".chars() {
+        filter_key.push(key_and_frame(app, terminal, Action::SearchType(c))?);
+    }
+    for _ in 0..4 {
+        filter_key.push(key_and_frame(app, terminal, Action::SearchDelete)?);
+    }
+    app.update(Action::SearchCancel);
     Ok(MapTimes {
         built,
         rows: (rows_expanded, rows_folded),
@@ -187,5 +232,8 @@ fn layer_map(app: &mut App, terminal: &mut Terminal<TestBackend>) -> anyhow::Res
         first_frame,
         expanded,
         folded,
+        measure_key,
+        experts_key,
+        filter_key,
     })
 }

@@ -32,19 +32,24 @@ pub struct Place<'a> {
 /// Where a tensor sits in the map, from its name alone; `None` for tensors outside layers.
 ///
 /// The one place the map finds layers: the layer is the name's first numeric part (as the layer
-/// checks find it), and an expert the next numeric part after it.
+/// checks find it), and an expert a numeric part after `experts` (as the architectures' tensor
+/// kinds write it). Other numbers after the layer's are part of the kind: T5's `layer.1`, a
+/// sequential module's `mlp.0`.
 pub fn place(name: &str) -> Option<Place<'_>> {
     let (stack, layer, kind) = crate::arch::split_at_layer(name)?;
     let mut start = 0;
     let mut expert = None;
+    let mut previous = "";
     for part in kind.split('.') {
         let end = start + part.len();
-        if is_numeric_part(part)
+        if previous == "experts"
+            && is_numeric_part(part)
             && let Ok(number) = part.parse()
         {
             expert = Some((number, start..end));
             break;
         }
+        previous = part;
         start = end + 1;
     }
     Some(Place {
@@ -711,7 +716,7 @@ mod tests {
 
     #[test]
     fn a_folded_row_shows_its_worst_expert_and_problems_first() {
-        let map = names(&["l.0.e.0.w", "l.0.e.1.w", "l.0.e.2.w"]);
+        let map = names(&["l.0.experts.0.w", "l.0.experts.1.w", "l.0.experts.2.w"]);
         let mut values = Values::new(3);
         values.record(0, &Moments::of_f32(&[1.0, -1.0]));
         values.record(1, &Moments::of_f32(&[3.0, -3.0]));

@@ -275,6 +275,18 @@ fn experts_expand_to_a_row_each_and_the_cursor_scrolls_sideways() {
     let mut app = open(&planted(dir.path()), true);
     scan(&mut app);
     app.update(Action::ToggleMap);
+    // The tree's selection is outside layers: the map opens on it, in the strip; up goes to
+    // the grid's last row.
+    let view = app.map.as_ref().unwrap();
+    assert!(view.in_strip);
+    let selected = app.selected_tensor().unwrap();
+    assert_eq!(
+        name_at_cursor(&app),
+        Some(app.model.tensors[selected].name().to_owned())
+    );
+    app.update(Action::Up);
+    app.update(Action::PageUp);
+    assert!(!app.map.as_ref().unwrap().in_strip);
     let folded = app.map.as_ref().unwrap().rows.len();
     app.update(Action::MapExperts);
     assert_eq!(app.map.as_ref().unwrap().rows.len(), folded + 3);
