@@ -349,7 +349,7 @@ impl LayerMap {
 }
 
 /// What a cell shows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Measure {
     Std,
     Absmax,
@@ -700,6 +700,42 @@ mod tests {
         let filtered = map.rows(true, Some("attn"));
         assert_eq!(filtered.len(), 1);
         assert_eq!(map.position(&folded, 4), Some((2, 1)));
+    }
+
+    #[test]
+    fn stacks_are_rows_of_their_own_and_experts_are_numbered_after_experts() {
+        let map = names(&[
+            "model.encoder.layers.0.self_attn.q_proj.weight",
+            "model.decoder.layers.0.self_attn.q_proj.weight",
+            "vision_tower.encoder.layers.1.mlp.fc1.weight",
+            "encoder.block.0.layer.1.DenseReluDense.wi.weight",
+            "encoder.block.0.layer.0.SelfAttention.q.weight",
+            "model.decoder.layers.1.mlp.0.weight",
+        ]);
+        assert!(
+            !map.has_experts(),
+            "T5's `layer.1` and `mlp.0` are no experts"
+        );
+        let labels: Vec<String> = map
+            .rows(false, None)
+            .into_iter()
+            .map(|row| map.label(row))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "encoder.block.*.layer.0.SelfAttention.q.weight",
+                "encoder.block.*.layer.1.DenseReluDense.wi.weight",
+                "model.decoder.layers.*.mlp.0.weight",
+                "model.decoder.layers.*.self_attn.q_proj.weight",
+                "model.encoder.layers.*.self_attn.q_proj.weight",
+                "vision_tower.encoder.layers.*.mlp.fc1.weight",
+            ]
+        );
+        let rows = map.rows(false, None);
+        assert_eq!(map.position(&rows, 0), Some((4, 0)));
+        assert_eq!(map.position(&rows, 1), Some((3, 0)));
+        assert_eq!(map.position(&rows, 2), Some((5, 1)));
     }
 
     #[test]
