@@ -282,6 +282,19 @@ impl LayerMap {
             .filter(|&tensor| tensor != NONE)
     }
 
+    /// The tensors of a row that shows one tensor a cell (an expert's, or a kind's without
+    /// experts), column by column ([`NONE`] where a layer lacks it); `None` for a folded row.
+    pub fn row_tensors(&self, row: Row) -> Option<&[u32]> {
+        let kind = &self.kinds[row.kind as usize];
+        let at = match row.expert {
+            Some(expert) => kind.first_row as usize + expert as usize,
+            None if kind.experts.len() < 2 => kind.first_row as usize,
+            None => return None,
+        };
+        let width = self.columns.len();
+        self.cells.get(at * width..(at + 1) * width)
+    }
+
     /// The cell of `row` in `column` by `measure`. A folded row shows its worst expert: one with
     /// NaN/Inf or unreadable, or else the one furthest from the experts' median.
     pub fn cell(&self, values: &Values, row: Row, column: usize, measure: Measure) -> Cell {
@@ -419,7 +432,7 @@ pub struct Cell {
 }
 
 impl Cell {
-    const MISSING: Cell = Cell {
+    pub const MISSING: Cell = Cell {
         tensor: NONE,
         state: State::Missing,
     };

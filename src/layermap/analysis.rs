@@ -5,6 +5,7 @@
 use super::{Cell, LayerMap, Measure, NONE, Row, State, Values};
 use crate::finding::{Code, Finding};
 use crate::text::escape;
+use std::sync::Arc;
 
 /// Cells whose robust z-score is at least this far from their row's median stand out.
 pub const OUTLIER_Z: f32 = 6.0;
@@ -145,10 +146,11 @@ impl Outlier {
 }
 
 /// The scale and the list of what stands out, for one measure over some rows.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct Analysis {
-    /// Every cell of the rows analysed, row after row.
-    pub cells: Vec<Cell>,
+    /// The rows measured, and where each row analysed is among them.
+    measured: Option<Arc<Measured>>,
+    found: Vec<Option<usize>>,
     pub scale: Option<Scale>,
     /// NaN/Inf and unreadable cells first (those outside layers after the grid's), then cells
     /// by how far out they are, then experts and bands.
@@ -176,10 +178,21 @@ pub struct Measured {
 impl Measured {
     pub fn of(map: &LayerMap, rows: Vec<Row>, values: &Values, measure: Measure) -> Measured {
         let width = map.columns.len();
-        let cells: Vec<Cell> = rows
-            .iter()
-            .flat_map(|&row| (0..width).map(move |column| map.cell(values, row, column, measure)))
-            .collect();
+        let mut cells: Vec<Cell> = Vec::with_capacity(rows.len() * width);
+        for &row in &rows {
+            match map.row_tensors(row) {
+                Some(tensors) => cells.extend(tensors.iter().map(|&tensor| match tensor {
+                    NONE => Cell::MISSING,
+                    _ => Cell {
+                        tensor,
+                        state: values.get(tensor as usize, measure),
+                    },
+                })),
+                None => {
+                    cells.extend((0..width).map(|column| map.cell(values, row, column, measure)));
+                }
+            }
+        }
         let (deviants, z_scores) = deviants(&cells, width, measure);
         Measured {
             measure,
@@ -225,34 +238,34 @@ impl Analysis {
         measure: Measure,
         same_bytes: Option<SameBytes<'_>>,
     ) -> Analysis {
-        let measured = Measured::of(map, rows.to_vec(), values, measure);
+        let measured = Arc::new(Measured::of(map, rows.to_vec(), values, measure));
         let experts = ExpertProblems::of(map, values, same_bytes);
         Analysis::assemble(map, &measured, rows, &experts, values)
     }
 
     /// The analysis of `shown`, rows among those `measured` and in the same order, with the
-    /// tensors outside layers and the `experts`' problems.
+    /// tensors outside layers and the `experts`' problems. Nothing is measured or copied: the
+    /// cells stay `measured`'s.
     pub fn assemble(
         map: &LayerMap,
-        measured: &Measured,
+        measured: &Arc<Measured>,
         shown: &[Row],
         experts: &ExpertProblems,
         values: &Values,
     ) -> Analysis {
         let (width, measure) = (measured.width, measured.measure);
         let found = measured.find(shown);
-        let mut cells = Vec::with_capacity(shown.len() * width);
-        let mut z_scores = Vec::with_capacity(shown.len() * width);
+        let cells: Vec<Option<&[Cell]>> = found
+            .iter()
+            .map(|index| index.map(|i| &measured.cells[i * width..(i + 1) * width]))
+            .collect();
+        let z_scores: Vec<&[f32]> = found
+            .iter()
+            .map(|index| index.map_or(&[][..], |i| &measured.z_scores[i * width..(i + 1) * width]))
+            .collect();
         let mut deviants = Vec::new();
         for (row, &index) in found.iter().enumerate() {
-            let Some(index) = index else {
-                cells.extend(std::iter::repeat_n(Cell::MISSING, width));
-                z_scores.extend(std::iter::repeat_n(f32::NAN, width));
-                continue;
-            };
-            let span = index * width..(index + 1) * width;
-            cells.extend_from_slice(&measured.cells[span.clone()]);
-            z_scores.extend_from_slice(&measured.z_scores[span]);
+            let Some(index) = index else { continue };
             let first = measured
                 .deviants
                 .partition_point(|o| o.cell().is_some_and(|(r, _)| r < index));
@@ -269,13 +282,17 @@ impl Analysis {
             }
         }
         let scale = Scale::of(
-            cells.iter().filter_map(|cell| match cell.state {
-                State::Value(value) => Some(value),
-                _ => None,
-            }),
+            cells
+                .iter()
+                .flatten()
+                .flat_map(|row| row.iter())
+                .filter_map(|cell| match cell.state {
+                    State::Value(value) => Some(value),
+                    _ => None,
+                }),
             measure,
         );
-        let mut outliers = broken(map, &cells, width, values, measure);
+        let mut outliers = broken(map, &cells, values, measure);
         deviants.sort_by(|a, b| z_of(b).total_cmp(&z_of(a)));
         deviants.truncate(LISTED);
         outliers.append(&mut deviants);
@@ -286,7 +303,7 @@ impl Analysis {
             .chunk_by(|a, b| map.kinds[a.kind as usize].stack == map.kinds[b.kind as usize].stack)
         {
             let end = start + group.len();
-            for mut band in bands(&z_scores[start * width..end * width], width) {
+            for mut band in bands(&z_scores[start..end], width) {
                 if let Spot::Cell { row, .. } = &mut band.spot {
                     *row = start;
                 }
@@ -295,10 +312,18 @@ impl Analysis {
             start = end;
         }
         Analysis {
-            cells,
+            measured: Some(Arc::clone(measured)),
+            found,
             scale,
             outliers,
         }
+    }
+
+    /// The cell of `row` (among the rows analysed) in `column`; `None` for a row not measured.
+    pub fn cell(&self, row: usize, column: usize) -> Option<Cell> {
+        let measured = self.measured.as_ref()?;
+        let index = (*self.found.get(row)?)?;
+        measured.cells.get(index * measured.width + column).copied()
     }
 
     /// The findings these outliers make, but NaN/Inf and unreadable cells, which the scan's own
@@ -358,8 +383,7 @@ impl Analysis {
 /// NaN/Inf and unreadable cells, then tensors outside layers, at most [`LISTED`] of them.
 fn broken(
     map: &LayerMap,
-    cells: &[Cell],
-    width: usize,
+    rows: &[Option<&[Cell]>],
     values: &Values,
     measure: Measure,
 ) -> Vec<Outlier> {
@@ -368,15 +392,18 @@ fn broken(
         State::Failed => Some(Problem::Failed),
         _ => None,
     };
-    let in_grid = cells.iter().enumerate().filter_map(|(at, cell)| {
-        Some(Outlier {
-            problem: problem(cell.state)?,
-            spot: Spot::Cell {
-                row: at / width,
-                column: at % width,
-            },
-            tensor: cell.tensor,
-        })
+    let in_grid = rows.iter().enumerate().flat_map(|(row, cells)| {
+        cells
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .filter_map(move |(column, cell)| {
+                Some(Outlier {
+                    problem: problem(cell.state)?,
+                    spot: Spot::Cell { row, column },
+                    tensor: cell.tensor,
+                })
+            })
     });
     let outside = map.strip.iter().enumerate().filter_map(|(at, &tensor)| {
         Some(Outlier {
@@ -557,18 +584,18 @@ fn deviants(grid: &[Cell], width: usize, measure: Measure) -> (Vec<Outlier>, Vec
 }
 
 /// Runs of layers where most rows are off their medians the same way.
-fn bands(z_scores: &[f32], width: usize) -> Vec<Outlier> {
+fn bands(z_scores: &[&[f32]], width: usize) -> Vec<Outlier> {
     if width < MIN_LAYERS {
         return Vec::new();
     }
-    let rows = z_scores.len() / width;
     let mut column_z = Vec::with_capacity(width);
-    let mut per_column = Vec::with_capacity(rows);
+    let mut per_column = Vec::with_capacity(z_scores.len());
     for column in 0..width {
         per_column.clear();
         per_column.extend(
-            (0..rows)
-                .map(|row| z_scores[row * width + column])
+            z_scores
+                .iter()
+                .filter_map(|row| row.get(column))
                 .filter(|z| !z.is_nan()),
         );
         let counted = per_column.len();

@@ -35,7 +35,7 @@ pub struct MapView {
     analysis: Option<(u64, Instant, Analysis)>,
     /// Every row of a folding measured by a measure, kept so that `Tab`, `e` and `/` put the
     /// rows shown together again rather than measure them anew.
-    measured: Vec<Kept<Measured>>,
+    measured: Vec<Kept<Arc<Measured>>>,
     experts: Option<Kept<ExpertProblems>>,
     /// The generation and time of the analysis while it is taken out to draw.
     taken: Option<(u64, Instant)>,
@@ -107,7 +107,7 @@ impl MapView {
             .position(|kept| kept.value.measure == measure && kept.folded == folded);
         let index = found.unwrap_or_else(|| {
             let all = self.map.rows(folded, None);
-            let measured = Measured::of(&self.map, all, values, measure);
+            let measured = Arc::new(Measured::of(&self.map, all, values, measure));
             // The oldest go first when a model's grids are too large to keep many.
             let mut total: usize = measured.len();
             let mut kept = 0;

@@ -133,9 +133,9 @@ fn render_picture(
         };
         buffer.set_stringn(inside.x, y, &label, label_width, label_style);
         for (x, column) in (cells_x..).zip(columns.clone()) {
-            // The analysis holds every cell when it is fresh; otherwise those on screen are
-            // looked up.
-            let state = match analysis.cells.get(index * map.columns.len() + column) {
+            // The analysis has every cell measured when it is fresh; otherwise those on screen
+            // are looked up.
+            let state = match analysis.cell(index, column) {
                 Some(cell) if fresh => cell.state,
                 _ => map.cell(&app.values, row, column, view.measure).state,
             };
