@@ -535,12 +535,18 @@ fn deviants(grid: &[Cell], width: usize, measure: Measure) -> (Vec<Outlier>, Vec
     let mut judged_values = Vec::with_capacity(width);
     let mut deviations = Vec::with_capacity(width);
     for (row, cells) in grid.chunks(width).enumerate() {
+        // Each cell's judged value, worked out once (a logarithm for measures of magnitude),
+        // kept in the z-scores' place until they take it.
+        let judged_row = &mut z_scores[row * width..(row + 1) * width];
         judged_values.clear();
-        judged_values.extend(cells.iter().filter_map(|cell| match cell.state {
-            State::Value(value) => Some(judged(value, measure)),
-            _ => None,
-        }));
+        for (cell, slot) in cells.iter().zip(judged_row.iter_mut()) {
+            if let State::Value(value) = cell.state {
+                *slot = judged(value, measure);
+                judged_values.push(*slot);
+            }
+        }
         if judged_values.len() < MIN_LAYERS {
+            judged_row.fill(f32::NAN);
             continue;
         }
         let centre = median(&mut judged_values);
@@ -559,14 +565,14 @@ fn deviants(grid: &[Cell], width: usize, measure: Measure) -> (Vec<Outlier>, Vec
         } else {
             centre
         };
-        for (column, cell) in cells.iter().enumerate() {
+        for (column, (cell, slot)) in cells.iter().zip(judged_row.iter_mut()).enumerate() {
             let State::Value(value) = cell.state else {
                 continue;
             };
-            let z = 0.6745 * (judged(value, measure) - centre) / spread;
-            z_scores[row * width + column] = z;
-            let far_enough = !measure.is_magnitude()
-                || (judged(value, measure) - centre).abs() >= OUTLIER_RATIO.ln();
+            let off = *slot - centre;
+            let z = 0.6745 * off / spread;
+            *slot = z;
+            let far_enough = !measure.is_magnitude() || off.abs() >= OUTLIER_RATIO.ln();
             if z.abs() >= OUTLIER_Z && far_enough {
                 found.push(Outlier {
                     problem: Problem::Deviant {
