@@ -218,7 +218,7 @@ fn layer_map(app: &mut App, terminal: &mut Terminal<TestBackend>) -> anyhow::Res
     let folded = frames(app, terminal)?;
     // Tab through the measures with a row per expert, then folded; e back and forth; a filter.
     // Measured so far: std with a row per expert (the first frame), and folded.
-    let mut seen = std::collections::HashSet::from([(Measure::Std, false), (Measure::Std, true)]);
+    let mut seen = vec![(Measure::Std, false), (Measure::Std, true)];
     let mut keys = Vec::new();
     for (what, actions) in [
         ("Tab (measure)", vec![Action::MapMeasure; 16]),
@@ -246,7 +246,8 @@ fn layer_map(app: &mut App, terminal: &mut Terminal<TestBackend>) -> anyhow::Res
             }
             let time = key_and_frame(app, terminal, action)?;
             let shown = app.map.as_ref().map(|view| (view.measure, view.folded));
-            if shown.is_some_and(|shown| seen.insert(shown)) {
+            if let Some(shown) = shown.filter(|shown| !seen.contains(shown)) {
+                seen.push(shown);
                 times.first.push(time);
             } else {
                 times.again.push(time);

@@ -362,7 +362,7 @@ impl LayerMap {
 }
 
 /// What a cell shows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Measure {
     Std,
     Absmax,
