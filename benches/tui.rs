@@ -1,6 +1,7 @@
 //! Explorer speed: one frame of a 100,000-tensor model with the tree fully open, rebuilding the
 //! tree after a search keystroke, and the layer map (built on first `M`, then frames with a row
-//! per expert and folded), on ratatui's test backend (200x60).
+//! per expert and folded, and `Tab`, `e` and `/` each with the frame after it), on ratatui's test
+//! backend (200x60).
 //!
 //! `cargo bench --bench tui [-- PATH]`: PATH defaults to a generated 100,000-tensor model; the
 //! DeepSeek-V3 layout (`make_deepseek_layout.py DIR`, header only) is the map's reference.
