@@ -259,15 +259,14 @@ impl MapView {
         true
     }
 
-    /// Puts the cursor on `tensor`'s cell, or on it in the strip, if it is shown.
+    /// Puts the cursor on `tensor`'s cell, if it is shown. A tensor outside layers leaves the
+    /// cursor where it was: the tree starts on one (`lm_head.weight`, first by name), and the
+    /// map then opens on its grid.
     pub fn show_tensor(&mut self, tensor: usize) {
         let tensor = u32::try_from(tensor).unwrap_or(u32::MAX);
         if let Some(at) = self.map.position(&self.rows, tensor) {
             self.cursor = at;
             self.in_strip = false;
-        } else if let Some(at) = self.map.strip.iter().position(|&t| t == tensor) {
-            self.strip_cursor = at;
-            self.in_strip = true;
         }
     }
 }
