@@ -1,6 +1,7 @@
 //! Explorer speed: one frame of a 100,000-tensor model with the tree fully open, rebuilding the
 //! tree after a search keystroke, and the layer map (built on first `M`, then frames with a row
-//! per expert and folded), on ratatui's test backend (200x60).
+//! per expert and folded, and `Tab`, `e` and `/` each with the frame after it), on ratatui's test
+//! backend (200x60).
 //!
 //! `cargo bench --bench tui [-- PATH]`: PATH defaults to a generated 100,000-tensor model; the
 //! DeepSeek-V3 layout (`make_deepseek_layout.py DIR`, header only) is the map's reference.
@@ -16,6 +17,7 @@ use stui::analysis::Moments;
 use stui::demo::{Fill, SyntheticModel};
 use stui::format::{Dtype, Model};
 use stui::jobs::ScanEvent;
+use stui::layermap::Measure;
 use stui::tui::action::Action;
 use stui::tui::app::App;
 use stui::tui::{Theme, ui};
@@ -113,6 +115,15 @@ struct MapTimes {
     first_frame: Duration,
     expanded: Vec<Duration>,
     folded: Vec<Duration>,
+    /// A key and the frame after it: `Tab`, `e`, a `/` filter's keystroke; the first time the
+    /// rows of a measure and folding are measured, and when they come back.
+    keys: Vec<KeyTimes>,
+}
+
+struct KeyTimes {
+    what: &'static str,
+    first: Vec<Duration>,
+    again: Vec<Duration>,
 }
 
 impl MapTimes {
@@ -138,7 +149,33 @@ impl MapTimes {
                 frames.len()
             );
         }
+        for keys in &self.keys {
+            for (when, times) in [("first", &keys.first), ("again", &keys.again)] {
+                if times.is_empty() {
+                    continue;
+                }
+                println!(
+                    "{:<32}{:>8.2} ms median of {}, slowest {:.2} ms",
+                    format!("{} + frame, {when}", keys.what),
+                    median(times.clone()).as_secs_f64() * 1e3,
+                    times.len(),
+                    times.iter().max().unwrap_or(&Duration::ZERO).as_secs_f64() * 1e3
+                );
+            }
+        }
     }
+}
+
+/// Times `action` and the frame drawn after it.
+fn key_and_frame(
+    app: &mut App,
+    terminal: &mut Terminal<TestBackend>,
+    action: Action,
+) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    app.update(action);
+    terminal.draw(|frame| ui::render(frame, app))?;
+    Ok(start.elapsed())
 }
 
 /// Opens the map, gives every tensor statistics (as a finished scan would), and draws it: a
@@ -180,6 +217,46 @@ fn layer_map(app: &mut App, terminal: &mut Terminal<TestBackend>) -> anyhow::Res
     let rows_folded = app.map.as_ref().map_or(0, |view| view.rows.len());
     terminal.draw(|frame| ui::render(frame, app))?;
     let folded = frames(app, terminal)?;
+    // Tab through the measures with a row per expert, then folded; e back and forth; a filter.
+    // Measured so far: std with a row per expert (the first frame), and folded.
+    let mut seen = vec![(Measure::Std, false), (Measure::Std, true)];
+    let mut keys = Vec::new();
+    for (what, actions) in [
+        ("Tab (measure)", vec![Action::MapMeasure; 16]),
+        ("e (experts)", vec![Action::MapExperts; 16]),
+        (
+            "/ filter keystroke",
+            "proj"
+                .chars()
+                .map(Action::SearchType)
+                .chain(std::iter::repeat_n(Action::SearchDelete, 4))
+                .collect(),
+        ),
+    ] {
+        let mut times = KeyTimes {
+            what,
+            first: Vec::new(),
+            again: Vec::new(),
+        };
+        if what.starts_with('/') {
+            app.update(Action::StartSearch);
+        }
+        for (round, action) in actions.into_iter().enumerate() {
+            if what.starts_with('T') && round == 8 {
+                app.update(Action::MapExperts);
+            }
+            let time = key_and_frame(app, terminal, action)?;
+            let shown = app.map.as_ref().map(|view| (view.measure, view.folded));
+            if let Some(shown) = shown.filter(|shown| !seen.contains(shown)) {
+                seen.push(shown);
+                times.first.push(time);
+            } else {
+                times.again.push(time);
+            }
+        }
+        keys.push(times);
+    }
+    app.update(Action::SearchCancel);
     Ok(MapTimes {
         built,
         rows: (rows_expanded, rows_folded),
@@ -187,5 +264,6 @@ fn layer_map(app: &mut App, terminal: &mut Terminal<TestBackend>) -> anyhow::Res
         first_frame,
         expanded,
         folded,
+        keys,
     })
 }

@@ -32,19 +32,24 @@ pub struct Place<'a> {
 /// Where a tensor sits in the map, from its name alone; `None` for tensors outside layers.
 ///
 /// The one place the map finds layers: the layer is the name's first numeric part (as the layer
-/// checks find it), and an expert the next numeric part after it.
+/// checks find it), and an expert a numeric part after `experts` (as the architectures' tensor
+/// kinds write it). Other numbers after the layer's are part of the kind: T5's `layer.1`, a
+/// sequential module's `mlp.0`.
 pub fn place(name: &str) -> Option<Place<'_>> {
     let (stack, layer, kind) = crate::arch::split_at_layer(name)?;
     let mut start = 0;
     let mut expert = None;
+    let mut previous = "";
     for part in kind.split('.') {
         let end = start + part.len();
-        if is_numeric_part(part)
+        if previous == "experts"
+            && is_numeric_part(part)
             && let Ok(number) = part.parse()
         {
             expert = Some((number, start..end));
             break;
         }
+        previous = part;
         start = end + 1;
     }
     Some(Place {
@@ -277,6 +282,19 @@ impl LayerMap {
             .filter(|&tensor| tensor != NONE)
     }
 
+    /// The tensors of a row that shows one tensor a cell (an expert's, or a kind's without
+    /// experts), column by column ([`NONE`] where a layer lacks it); `None` for a folded row.
+    pub fn row_tensors(&self, row: Row) -> Option<&[u32]> {
+        let kind = &self.kinds[row.kind as usize];
+        let at = match row.expert {
+            Some(expert) => kind.first_row as usize + expert as usize,
+            None if kind.experts.len() < 2 => kind.first_row as usize,
+            None => return None,
+        };
+        let width = self.columns.len();
+        self.cells.get(at * width..(at + 1) * width)
+    }
+
     /// The cell of `row` in `column` by `measure`. A folded row shows its worst expert: one with
     /// NaN/Inf or unreadable, or else the one furthest from the experts' median.
     pub fn cell(&self, values: &Values, row: Row, column: usize, measure: Measure) -> Cell {
@@ -414,7 +432,7 @@ pub struct Cell {
 }
 
 impl Cell {
-    const MISSING: Cell = Cell {
+    pub const MISSING: Cell = Cell {
         tensor: NONE,
         state: State::Missing,
     };
@@ -698,6 +716,42 @@ mod tests {
     }
 
     #[test]
+    fn stacks_are_rows_of_their_own_and_experts_are_numbered_after_experts() {
+        let map = names(&[
+            "model.encoder.layers.0.self_attn.q_proj.weight",
+            "model.decoder.layers.0.self_attn.q_proj.weight",
+            "vision_tower.encoder.layers.1.mlp.fc1.weight",
+            "encoder.block.0.layer.1.DenseReluDense.wi.weight",
+            "encoder.block.0.layer.0.SelfAttention.q.weight",
+            "model.decoder.layers.1.mlp.0.weight",
+        ]);
+        assert!(
+            !map.has_experts(),
+            "T5's `layer.1` and `mlp.0` are no experts"
+        );
+        let labels: Vec<String> = map
+            .rows(false, None)
+            .into_iter()
+            .map(|row| map.label(row))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "encoder.block.*.layer.0.SelfAttention.q.weight",
+                "encoder.block.*.layer.1.DenseReluDense.wi.weight",
+                "model.decoder.layers.*.mlp.0.weight",
+                "model.decoder.layers.*.self_attn.q_proj.weight",
+                "model.encoder.layers.*.self_attn.q_proj.weight",
+                "vision_tower.encoder.layers.*.mlp.fc1.weight",
+            ]
+        );
+        let rows = map.rows(false, None);
+        assert_eq!(map.position(&rows, 0), Some((4, 0)));
+        assert_eq!(map.position(&rows, 1), Some((3, 0)));
+        assert_eq!(map.position(&rows, 2), Some((5, 1)));
+    }
+
+    #[test]
     fn names_that_make_no_grid_make_an_empty_map() {
         let names: Vec<String> = (0..2_000).map(|i| format!("a.{i}.kind{i}")).collect();
         let map = LayerMap::build(
@@ -711,7 +765,7 @@ mod tests {
 
     #[test]
     fn a_folded_row_shows_its_worst_expert_and_problems_first() {
-        let map = names(&["l.0.e.0.w", "l.0.e.1.w", "l.0.e.2.w"]);
+        let map = names(&["l.0.experts.0.w", "l.0.experts.1.w", "l.0.experts.2.w"]);
         let mut values = Values::new(3);
         values.record(0, &Moments::of_f32(&[1.0, -1.0]));
         values.record(1, &Moments::of_f32(&[3.0, -3.0]));

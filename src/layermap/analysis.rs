@@ -5,6 +5,7 @@
 use super::{Cell, LayerMap, Measure, NONE, Row, State, Values};
 use crate::finding::{Code, Finding};
 use crate::text::escape;
+use std::sync::Arc;
 
 /// Cells whose robust z-score is at least this far from their row's median stand out.
 pub const OUTLIER_Z: f32 = 6.0;
@@ -117,29 +118,115 @@ pub enum Problem {
     },
 }
 
-/// One thing the map lists, at a place of the grid: `row` among the rows analysed (the stack's
-/// first row for a band), `column`, and the tensor shown there.
+/// Where an outlier is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spot {
+    /// `row` among the rows analysed (the stack's first row for a band), and `column`.
+    Cell { row: usize, column: usize },
+    /// A tensor outside layers, by its place in the map's strip.
+    Strip(usize),
+}
+
+/// One thing the map lists, where it is and the tensor shown there.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outlier {
     pub problem: Problem,
-    pub row: usize,
-    pub column: usize,
+    pub spot: Spot,
     pub tensor: u32,
 }
 
+impl Outlier {
+    /// The row and column of an outlier in the grid; `None` for one outside layers.
+    pub fn cell(&self) -> Option<(usize, usize)> {
+        match self.spot {
+            Spot::Cell { row, column } => Some((row, column)),
+            Spot::Strip(_) => None,
+        }
+    }
+}
+
 /// The scale and the list of what stands out, for one measure over some rows.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct Analysis {
-    /// Every cell of the rows analysed, row after row.
-    pub cells: Vec<Cell>,
+    /// The rows measured, and where each row analysed is among them.
+    measured: Option<Arc<Measured>>,
+    found: Vec<Option<usize>>,
     pub scale: Option<Scale>,
-    /// NaN/Inf and unreadable cells first, then cells by how far out they are, then experts and
-    /// bands.
+    /// NaN/Inf and unreadable cells first (those outside layers after the grid's), then cells
+    /// by how far out they are, then experts and bands.
     pub outliers: Vec<Outlier>,
 }
 
 /// Compares two tensors' bytes: `Some(true)` when equal.
 pub type SameBytes<'a> = &'a dyn Fn(u32, u32) -> Option<bool>;
+
+/// Some rows' cells by one measure, with what each row says alone: its cells' robust z-scores
+/// and the cells far from its median. What rows say together (the scale, bands of layers) is
+/// worked out when they are put together ([`Analysis::assemble`]), so that a filter, or a key
+/// that comes back to a measure, reuses them.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    pub measure: Measure,
+    pub rows: Vec<Row>,
+    width: usize,
+    cells: Vec<Cell>,
+    z_scores: Vec<f32>,
+    /// Cells far from their row's median, row after row.
+    deviants: Vec<Outlier>,
+}
+
+impl Measured {
+    pub fn of(map: &LayerMap, rows: Vec<Row>, values: &Values, measure: Measure) -> Measured {
+        let width = map.columns.len();
+        let mut cells: Vec<Cell> = Vec::with_capacity(rows.len() * width);
+        for &row in &rows {
+            match map.row_tensors(row) {
+                Some(tensors) => cells.extend(tensors.iter().map(|&tensor| match tensor {
+                    NONE => Cell::MISSING,
+                    _ => Cell {
+                        tensor,
+                        state: values.get(tensor as usize, measure),
+                    },
+                })),
+                None => {
+                    cells.extend((0..width).map(|column| map.cell(values, row, column, measure)));
+                }
+            }
+        }
+        let (deviants, z_scores) = deviants(&cells, width, measure);
+        Measured {
+            measure,
+            rows,
+            width,
+            cells,
+            z_scores,
+            deviants,
+        }
+    }
+
+    /// How many cells it keeps.
+    pub fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    /// The index among `self.rows` of each of `shown`, which are in the map's order as these
+    /// are; `None` for one not measured.
+    fn find(&self, shown: &[Row]) -> Vec<Option<usize>> {
+        let mut next = 0;
+        shown
+            .iter()
+            .map(|row| {
+                let found = self.rows[next..].iter().position(|r| r == row)?;
+                next += found + 1;
+                Some(next - 1)
+            })
+            .collect()
+    }
+}
 
 impl Analysis {
     /// Works out the scale and the outliers of `rows` by `measure`. `same_bytes`, when given,
@@ -151,47 +238,92 @@ impl Analysis {
         measure: Measure,
         same_bytes: Option<SameBytes<'_>>,
     ) -> Analysis {
-        let width = map.columns.len();
-        let cells: Vec<Cell> = rows
+        let measured = Arc::new(Measured::of(map, rows.to_vec(), values, measure));
+        let experts = ExpertProblems::of(map, values, same_bytes);
+        Analysis::assemble(map, &measured, rows, &experts, values)
+    }
+
+    /// The analysis of `shown`, rows among those `measured` and in the same order, with the
+    /// tensors outside layers and the `experts`' problems. Nothing is measured or copied: the
+    /// cells stay `measured`'s.
+    pub fn assemble(
+        map: &LayerMap,
+        measured: &Arc<Measured>,
+        shown: &[Row],
+        experts: &ExpertProblems,
+        values: &Values,
+    ) -> Analysis {
+        let (width, measure) = (measured.width, measured.measure);
+        let found = measured.find(shown);
+        let cells: Vec<Option<&[Cell]>> = found
             .iter()
-            .flat_map(|&row| (0..width).map(move |column| map.cell(values, row, column, measure)))
+            .map(|index| index.map(|i| &measured.cells[i * width..(i + 1) * width]))
             .collect();
-        let scale = Scale::of(
-            cells.iter().filter_map(|cell| match cell.state {
-                State::Value(value) => Some(value),
-                _ => None,
-            }),
-            measure,
-        );
-        let mut broken = Vec::new();
-        for (at, cell) in cells.iter().enumerate() {
-            let problem = match cell.state {
-                State::NonFinite => Problem::NonFinite,
-                State::Failed => Problem::Failed,
-                _ => continue,
-            };
-            if broken.len() < LISTED {
-                broken.push(Outlier {
-                    problem,
-                    row: at / width,
-                    column: at % width,
-                    tensor: cell.tensor,
-                });
+        let z_scores: Vec<&[f32]> = found
+            .iter()
+            .map(|index| index.map_or(&[][..], |i| &measured.z_scores[i * width..(i + 1) * width]))
+            .collect();
+        let mut deviants = Vec::new();
+        for (row, &index) in found.iter().enumerate() {
+            let Some(index) = index else { continue };
+            let first = measured
+                .deviants
+                .partition_point(|o| o.cell().is_some_and(|(r, _)| r < index));
+            for outlier in measured.deviants[first..]
+                .iter()
+                .take_while(|o| o.cell().is_some_and(|(r, _)| r == index))
+            {
+                if let Some((_, column)) = outlier.cell() {
+                    deviants.push(Outlier {
+                        spot: Spot::Cell { row, column },
+                        ..outlier.clone()
+                    });
+                }
             }
         }
-        broken.sort_by_key(|outlier| matches!(outlier.problem, Problem::Failed));
-        let (mut deviants, z) = deviants(&cells, width, measure);
+        let scale = Scale::of(
+            cells
+                .iter()
+                .flatten()
+                .flat_map(|row| row.iter())
+                .filter_map(|cell| match cell.state {
+                    State::Value(value) => Some(value),
+                    _ => None,
+                }),
+            measure,
+        );
+        let mut outliers = broken(map, &cells, values, measure);
         deviants.sort_by(|a, b| z_of(b).total_cmp(&z_of(a)));
         deviants.truncate(LISTED);
-        let mut outliers = broken;
         outliers.append(&mut deviants);
-        outliers.extend(experts(map, rows, values, same_bytes));
-        outliers.extend(bands(&z, width));
+        outliers.extend(experts.shown_in(shown));
+        // A band is one stack's: rows of one stack are next to each other.
+        let mut start = 0;
+        for group in shown
+            .chunk_by(|a, b| map.kinds[a.kind as usize].stack == map.kinds[b.kind as usize].stack)
+        {
+            let end = start + group.len();
+            for mut band in bands(&z_scores[start..end], width) {
+                if let Spot::Cell { row, .. } = &mut band.spot {
+                    *row = start;
+                }
+                outliers.push(band);
+            }
+            start = end;
+        }
         Analysis {
-            cells,
+            measured: Some(Arc::clone(measured)),
+            found,
             scale,
             outliers,
         }
+    }
+
+    /// The cell of `row` (among the rows analysed) in `column`; `None` for a row not measured.
+    pub fn cell(&self, row: usize, column: usize) -> Option<Cell> {
+        let measured = self.measured.as_ref()?;
+        let index = (*self.found.get(row)?)?;
+        measured.cells.get(index * measured.width + column).copied()
     }
 
     /// The findings these outliers make, but NaN/Inf and unreadable cells, which the scan's own
@@ -205,10 +337,12 @@ impl Analysis {
     ) -> Vec<Finding> {
         let mut findings = Vec::new();
         for outlier in &self.outliers {
-            let label = map.label(rows[outlier.row]);
-            let label = escape(&label);
-            let layer = map.columns[outlier.column];
+            let Some((row, column)) = outlier.cell() else {
+                continue;
+            };
+            let layer = map.columns[column];
             let tensor = (outlier.tensor != NONE).then(|| name_of(outlier.tensor));
+            let described = Described(outlier, map, rows, measure);
             let finding = match &outlier.problem {
                 Problem::NonFinite | Problem::Failed => continue,
                 // Ten times off or more is `layer-outlier`'s, which the scan reports.
@@ -219,29 +353,21 @@ impl Analysis {
                 {
                     continue;
                 }
-                Problem::Deviant { .. } => Finding::info(
-                    Code::MapOutlier,
-                    format!("{}", Described(outlier, map, rows, measure)),
-                ),
-                Problem::DeadExperts(_) => Finding::warning(
-                    Code::ExpertDead,
-                    format!("layer {layer}: {}", Described(outlier, map, rows, measure)),
-                ),
-                Problem::ConstantExperts(_) => Finding::warning(
-                    Code::ExpertConstant,
-                    format!("layer {layer}: {}", Described(outlier, map, rows, measure)),
-                ),
-                Problem::Copies { .. } => Finding::warning(
-                    Code::ExpertCopy,
-                    format!(
-                        "layer {layer} of `{label}`: {}",
-                        Described(outlier, map, rows, measure)
-                    ),
-                ),
-                Problem::Band { .. } => Finding::warning(
-                    Code::LayerBand,
-                    format!("{}", Described(outlier, map, rows, measure)),
-                ),
+                Problem::Deviant { .. } => Finding::info(Code::MapOutlier, format!("{described}")),
+                Problem::DeadExperts(_) => {
+                    Finding::warning(Code::ExpertDead, format!("layer {layer}: {described}"))
+                }
+                Problem::ConstantExperts(_) => {
+                    Finding::warning(Code::ExpertConstant, format!("layer {layer}: {described}"))
+                }
+                Problem::Copies { .. } => {
+                    let label = map.label(rows[row]);
+                    Finding::warning(
+                        Code::ExpertCopy,
+                        format!("layer {layer} of `{}`: {described}", escape(&label)),
+                    )
+                }
+                Problem::Band { .. } => Finding::warning(Code::LayerBand, format!("{described}")),
             };
             findings.push(match tensor {
                 Some(name) if !matches!(outlier.problem, Problem::Band { .. }) => {
@@ -252,6 +378,43 @@ impl Analysis {
         }
         findings
     }
+}
+
+/// NaN/Inf and unreadable cells, then tensors outside layers, at most [`LISTED`] of them.
+fn broken(
+    map: &LayerMap,
+    rows: &[Option<&[Cell]>],
+    values: &Values,
+    measure: Measure,
+) -> Vec<Outlier> {
+    let problem = |state: State| match state {
+        State::NonFinite => Some(Problem::NonFinite),
+        State::Failed => Some(Problem::Failed),
+        _ => None,
+    };
+    let in_grid = rows.iter().enumerate().flat_map(|(row, cells)| {
+        cells
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .filter_map(move |(column, cell)| {
+                Some(Outlier {
+                    problem: problem(cell.state)?,
+                    spot: Spot::Cell { row, column },
+                    tensor: cell.tensor,
+                })
+            })
+    });
+    let outside = map.strip.iter().enumerate().filter_map(|(at, &tensor)| {
+        Some(Outlier {
+            problem: problem(values.get(tensor as usize, measure))?,
+            spot: Spot::Strip(at),
+            tensor,
+        })
+    });
+    let mut found: Vec<Outlier> = in_grid.chain(outside).take(LISTED).collect();
+    found.sort_by_key(|outlier| matches!(outlier.problem, Problem::Failed));
+    found
 }
 
 /// An outlier in words: what is wrong, without the tensor's name.
@@ -266,6 +429,7 @@ pub struct Described<'a>(
 impl std::fmt::Display for Described<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let Described(outlier, map, rows, measure) = *self;
+        let (row, column) = outlier.cell().unwrap_or_default();
         let numbers = |list: &[u32]| {
             let shown: Vec<String> = list.iter().take(8).map(u32::to_string).collect();
             let more = list.len().saturating_sub(shown.len());
@@ -287,9 +451,9 @@ impl std::fmt::Display for Described<'_> {
             Problem::Failed => f.write_str("could not be read"),
             Problem::Deviant { value, median, z } => {
                 let name = measure.name();
-                let label = map.label(rows[outlier.row]);
+                let label = rows.get(row).map(|&row| map.label(row)).unwrap_or_default();
                 let label = escape(&label);
-                let layer = map.columns[outlier.column];
+                let layer = map.columns.get(column).copied().unwrap_or_default();
                 if measure.is_magnitude() && *median > 0.0 {
                     write!(
                         f,
@@ -328,7 +492,8 @@ impl std::fmt::Display for Described<'_> {
                 Ok(())
             }
             Problem::Band { last, rows, z } => {
-                let (first, last) = (map.columns[outlier.column], map.columns[*last]);
+                let layer = |column: usize| map.columns.get(column).copied().unwrap_or_default();
+                let (first, last) = (layer(column), layer(*last));
                 let layers = if first == last {
                     format!("layer {first}")
                 } else {
@@ -370,37 +535,44 @@ fn deviants(grid: &[Cell], width: usize, measure: Measure) -> (Vec<Outlier>, Vec
     let mut judged_values = Vec::with_capacity(width);
     let mut deviations = Vec::with_capacity(width);
     for (row, cells) in grid.chunks(width).enumerate() {
+        // Each cell's judged value, worked out once (a logarithm for measures of magnitude),
+        // kept in the z-scores' place until they take it.
+        let judged_row = &mut z_scores[row * width..(row + 1) * width];
         judged_values.clear();
-        judged_values.extend(cells.iter().filter_map(|cell| match cell.state {
-            State::Value(value) => Some(judged(value, measure)),
-            _ => None,
-        }));
+        for (cell, slot) in cells.iter().zip(judged_row.iter_mut()) {
+            if let State::Value(value) = cell.state {
+                *slot = judged(value, measure);
+                judged_values.push(*slot);
+            }
+        }
         if judged_values.len() < MIN_LAYERS {
+            judged_row.fill(f32::NAN);
             continue;
         }
         let centre = median(&mut judged_values);
-        deviations.clear();
-        deviations.extend(judged_values.iter().map(|v| (v - centre).abs()));
         let floor = if measure.is_magnitude() {
             0.01
         } else {
-            let magnitudes: Vec<f32> = judged_values.iter().map(|v| v.abs()).collect();
-            (median(&mut magnitudes.clone()) * 1e-3).max(1e-12)
+            deviations.clear();
+            deviations.extend(judged_values.iter().map(|v| v.abs()));
+            (median(&mut deviations) * 1e-3).max(1e-12)
         };
+        deviations.clear();
+        deviations.extend(judged_values.iter().map(|v| (v - centre).abs()));
         let spread = median(&mut deviations).max(floor);
         let raw_median = if measure.is_magnitude() {
             centre.exp()
         } else {
             centre
         };
-        for (column, cell) in cells.iter().enumerate() {
+        for (column, (cell, slot)) in cells.iter().zip(judged_row.iter_mut()).enumerate() {
             let State::Value(value) = cell.state else {
                 continue;
             };
-            let z = 0.6745 * (judged(value, measure) - centre) / spread;
-            z_scores[row * width + column] = z;
-            let far_enough = !measure.is_magnitude()
-                || (judged(value, measure) - centre).abs() >= OUTLIER_RATIO.ln();
+            let off = *slot - centre;
+            let z = 0.6745 * off / spread;
+            *slot = z;
+            let far_enough = !measure.is_magnitude() || off.abs() >= OUTLIER_RATIO.ln();
             if z.abs() >= OUTLIER_Z && far_enough {
                 found.push(Outlier {
                     problem: Problem::Deviant {
@@ -408,8 +580,7 @@ fn deviants(grid: &[Cell], width: usize, measure: Measure) -> (Vec<Outlier>, Vec
                         median: raw_median,
                         z,
                     },
-                    row,
-                    column,
+                    spot: Spot::Cell { row, column },
                     tensor: cell.tensor,
                 });
             }
@@ -419,18 +590,18 @@ fn deviants(grid: &[Cell], width: usize, measure: Measure) -> (Vec<Outlier>, Vec
 }
 
 /// Runs of layers where most rows are off their medians the same way.
-fn bands(z_scores: &[f32], width: usize) -> Vec<Outlier> {
+fn bands(z_scores: &[&[f32]], width: usize) -> Vec<Outlier> {
     if width < MIN_LAYERS {
         return Vec::new();
     }
-    let rows = z_scores.len() / width;
     let mut column_z = Vec::with_capacity(width);
-    let mut per_column = Vec::with_capacity(rows);
+    let mut per_column = Vec::with_capacity(z_scores.len());
     for column in 0..width {
         per_column.clear();
         per_column.extend(
-            (0..rows)
-                .map(|row| z_scores[row * width + column])
+            z_scores
+                .iter()
+                .filter_map(|row| row.get(column))
                 .filter(|z| !z.is_nan()),
         );
         let counted = per_column.len();
@@ -468,8 +639,10 @@ fn bands(z_scores: &[f32], width: usize) -> Vec<Outlier> {
                 rows: counted,
                 z: median(&mut band_z),
             },
-            row: 0,
-            column: first,
+            spot: Spot::Cell {
+                row: 0,
+                column: first,
+            },
             tensor: NONE,
         });
         column += 1;
@@ -477,169 +650,287 @@ fn bands(z_scores: &[f32], width: usize) -> Vec<Outlier> {
     found
 }
 
-/// What every tensor of one expert of one layer holds.
+/// Dead, constant and copied experts of every layer, one problem per layer and kind of problem:
+/// what the experts' statistics say, whatever the measure or the rows shown.
+#[derive(Clone, Debug, Default)]
+pub struct ExpertProblems(Vec<ExpertProblem>);
+
+#[derive(Clone, Debug)]
+struct ExpertProblem {
+    problem: Problem,
+    column: usize,
+    /// The first expert's (or copy's) first tensor.
+    tensor: u32,
+    /// The rows that can show that expert, the first shown taken.
+    shown_by: Vec<Row>,
+}
+
+/// One stack's kinds with experts, and the expert numbers any of them has.
+struct ExpertKinds {
+    kinds: Vec<u32>,
+    numbers: Vec<u32>,
+    /// By kind, then by number: the expert's index in that kind.
+    index: Vec<Vec<Option<u32>>>,
+}
+
+impl ExpertKinds {
+    /// The stacks' kinds with experts, stack by stack.
+    fn of(map: &LayerMap) -> Vec<ExpertKinds> {
+        let mut stacks: Vec<ExpertKinds> = Vec::new();
+        let mut last_stack: Option<&str> = None;
+        for (id, kind) in map.kinds.iter().enumerate() {
+            if kind.experts.is_empty() {
+                continue;
+            }
+            if last_stack != Some(kind.stack.as_str()) {
+                stacks.push(ExpertKinds {
+                    kinds: Vec::new(),
+                    numbers: Vec::new(),
+                    index: Vec::new(),
+                });
+                last_stack = Some(&kind.stack);
+            }
+            if let Some(stack) = stacks.last_mut() {
+                stack.kinds.push(u32::try_from(id).unwrap_or(u32::MAX));
+                stack.numbers.extend(&kind.experts);
+            }
+        }
+        for stack in &mut stacks {
+            stack.numbers.sort_unstable();
+            stack.numbers.dedup();
+            stack.index = stack
+                .kinds
+                .iter()
+                .map(|&kind| {
+                    let experts = &map.kinds[kind as usize].experts;
+                    stack
+                        .numbers
+                        .iter()
+                        .map(|number| {
+                            let at = experts.binary_search(number).ok()?;
+                            u32::try_from(at).ok()
+                        })
+                        .collect()
+                })
+                .collect();
+        }
+        stacks
+    }
+
+    /// The tensors of expert `slot` (among `numbers`) in `column`, kind by kind (`NONE` where
+    /// that kind lacks it).
+    fn tensors<'m>(
+        &'m self,
+        map: &'m LayerMap,
+        slot: usize,
+        column: usize,
+    ) -> impl Iterator<Item = u32> + 'm {
+        let width = map.columns.len();
+        self.kinds
+            .iter()
+            .zip(&self.index)
+            .map(move |(&kind, index)| {
+                index[slot].map_or(NONE, |at| {
+                    let row = map.kinds[kind as usize].first_row as usize + at as usize;
+                    map.cells[row * width + column]
+                })
+            })
+    }
+
+    /// The rows that can show expert `slot`: its own row, or its kind folded, kind by kind.
+    fn rows_of(&self, slot: usize) -> Vec<Row> {
+        self.kinds
+            .iter()
+            .zip(&self.index)
+            .filter_map(|(&kind, index)| index[slot].map(|at| (kind, at)))
+            .flat_map(|(kind, at)| {
+                [
+                    Row {
+                        kind,
+                        expert: Some(at),
+                    },
+                    Row { kind, expert: None },
+                ]
+            })
+            .collect()
+    }
+}
+
+/// What the tensors of one expert of one layer hold.
+#[derive(Clone, Copy)]
 struct Expert {
-    /// The expert's tensors, kind by kind.
-    tensors: Vec<u32>,
-    /// Its statistics' bits, kind by kind; `None` once one tensor is not scanned.
-    signature: Option<Vec<u32>>,
+    slot: usize,
+    number: u32,
+    first_tensor: u32,
     dead: bool,
     constant: bool,
-    /// The first row that shows it.
-    row: Option<usize>,
+    /// A hash of its statistics, kind by kind; `None` once one tensor is not scanned.
+    signature: Option<u64>,
 }
 
-/// Dead, constant and copied experts, one outlier per layer and problem.
-fn experts(
-    map: &LayerMap,
-    rows: &[Row],
-    values: &Values,
-    same_bytes: Option<SameBytes<'_>>,
-) -> Vec<Outlier> {
-    let found = gather_experts(map, rows, values);
-    let mut outliers = Vec::new();
-    let mut layer: Vec<(u32, &Expert)> = Vec::new();
-    for group in found.chunk_by(|a, b| (a.0.0, a.0.1) == (b.0.0, b.0.1)) {
-        let column = group[0].0.1;
-        layer.clear();
-        layer.extend(
-            group
-                .iter()
-                .map(|((_, _, number), expert)| (*number, expert)),
-        );
-        let dead = |e: &Expert| e.dead;
-        let constant = |e: &Expert| e.constant && !e.dead;
-        for (pick, problem) in [
-            (
-                &dead as &dyn Fn(&Expert) -> bool,
-                Problem::DeadExperts as fn(Vec<u32>) -> Problem,
-            ),
-            (&constant, Problem::ConstantExperts),
-        ] {
-            let picked: Vec<&(u32, &Expert)> = layer.iter().filter(|(_, e)| pick(e)).collect();
-            if let Some((_, first)) = picked.first() {
-                outliers.push(Outlier {
-                    problem: problem(picked.iter().map(|(n, _)| *n).collect()),
-                    row: first.row.unwrap_or(0),
-                    column,
-                    tensor: first.tensors[0],
-                });
-            }
-        }
-        if let Some(copies) = copies(&layer, column, same_bytes) {
-            outliers.push(copies);
-        }
-    }
-    outliers
-}
-
-/// What each expert's tensors hold, by `(stack, column, expert number)`, in that order.
-fn gather_experts<'m>(
-    map: &'m LayerMap,
-    rows: &[Row],
-    values: &Values,
-) -> Vec<((&'m str, usize, u32), Expert)> {
-    let mut found: foldhash::HashMap<(&str, usize, u32), Expert> = foldhash::HashMap::default();
-    let width = map.columns.len();
-    // Where each kind (folded) or expert of a kind is shown.
-    let shown_at: foldhash::HashMap<Row, usize> = rows
-        .iter()
-        .enumerate()
-        .map(|(index, &row)| (row, index))
-        .collect();
-    for (kind_id, kind) in map.kinds.iter().enumerate() {
-        let kind_id = u32::try_from(kind_id).unwrap_or(u32::MAX);
-        for (index, &number) in kind.experts.iter().enumerate() {
-            let row = kind.first_row as usize + index;
-            let expert = Row {
-                kind: kind_id,
-                expert: Some(u32::try_from(index).unwrap_or(u32::MAX)),
-            };
-            let folded = Row {
-                kind: kind_id,
-                expert: None,
-            };
-            let shown = shown_at
-                .get(&expert)
-                .or_else(|| shown_at.get(&folded))
-                .copied();
-            for column in 0..width {
-                let tensor = map.cells[row * width + column];
-                if tensor == NONE {
-                    continue;
-                }
-                let expert = found
-                    .entry((kind.stack.as_str(), column, number))
-                    .or_insert_with(|| Expert {
-                        tensors: Vec::new(),
-                        signature: Some(Vec::new()),
-                        dead: true,
-                        constant: true,
-                        row: None,
-                    });
-                expert.tensors.push(tensor);
-                expert.row = expert.row.or(shown);
-                if let Some(stats) = values.stats(tensor as usize) {
-                    let [std, absmax, _, zeros] = stats;
-                    expert.dead &= zeros == 1.0;
-                    expert.constant &= std == 0.0 && absmax > 0.0;
-                    if let Some(signature) = &mut expert.signature {
-                        signature.extend(stats.map(f32::to_bits));
+impl ExpertProblems {
+    /// The problems of every expert. `same_bytes`, when given, confirms copies found by their
+    /// statistics.
+    pub fn of(map: &LayerMap, values: &Values, same_bytes: Option<SameBytes<'_>>) -> Self {
+        let mut found = Vec::new();
+        let mut layer: Vec<Expert> = Vec::new();
+        for stack in ExpertKinds::of(map) {
+            for column in 0..map.columns.len() {
+                layer.clear();
+                for (slot, &number) in stack.numbers.iter().enumerate() {
+                    if let Some(expert) = expert(map, values, &stack, slot, number, column) {
+                        layer.push(expert);
                     }
-                } else {
-                    expert.dead = false;
-                    expert.constant = false;
-                    expert.signature = None;
                 }
+                let picked = |pick: &dyn Fn(&Expert) -> bool, problem: fn(Vec<u32>) -> Problem| {
+                    let picked: Vec<&Expert> = layer.iter().filter(|e| pick(e)).collect();
+                    let first = picked.first()?;
+                    Some(ExpertProblem {
+                        problem: problem(picked.iter().map(|e| e.number).collect()),
+                        column,
+                        tensor: first.first_tensor,
+                        shown_by: stack.rows_of(first.slot),
+                    })
+                };
+                found.extend(picked(&|e| e.dead, Problem::DeadExperts));
+                found.extend(picked(&|e| e.constant && !e.dead, Problem::ConstantExperts));
+                found.extend(copies(map, values, &stack, &mut layer, column, same_bytes));
             }
         }
+        ExpertProblems(found)
     }
-    let mut found: Vec<_> = found.into_iter().collect();
-    found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    found
+
+    /// The problems, at the first of `shown` that shows each (the first row when none does).
+    fn shown_in(&self, shown: &[Row]) -> Vec<Outlier> {
+        if self.0.is_empty() {
+            return Vec::new();
+        }
+        let at: foldhash::HashMap<Row, usize> = shown
+            .iter()
+            .enumerate()
+            .map(|(index, &row)| (row, index))
+            .collect();
+        self.0
+            .iter()
+            .map(|found| Outlier {
+                problem: found.problem.clone(),
+                spot: Spot::Cell {
+                    row: found
+                        .shown_by
+                        .iter()
+                        .find_map(|row| at.get(row).copied())
+                        .unwrap_or(0),
+                    column: found.column,
+                },
+                tensor: found.tensor,
+            })
+            .collect()
+    }
+}
+
+/// What expert `slot` of `stack` holds in `column`; `None` when it has no tensor there.
+fn expert(
+    map: &LayerMap,
+    values: &Values,
+    stack: &ExpertKinds,
+    slot: usize,
+    number: u32,
+    column: usize,
+) -> Option<Expert> {
+    let mut expert = Expert {
+        slot,
+        number,
+        first_tensor: NONE,
+        dead: true,
+        constant: true,
+        signature: Some(0xcbf2_9ce4_8422_2325),
+    };
+    for (position, tensor) in stack.tensors(map, slot, column).enumerate() {
+        if tensor == NONE {
+            continue;
+        }
+        if expert.first_tensor == NONE {
+            expert.first_tensor = tensor;
+        }
+        if let Some(stats) = values.stats(tensor as usize) {
+            let [std, absmax, _, zeros] = stats;
+            expert.dead &= zeros == 1.0;
+            expert.constant &= std == 0.0 && absmax > 0.0;
+            if let Some(hash) = &mut expert.signature {
+                for word in std::iter::once(u32::try_from(position).unwrap_or(u32::MAX))
+                    .chain(stats.map(f32::to_bits))
+                {
+                    *hash = (*hash ^ u64::from(word)).wrapping_mul(0x0100_0000_01b3);
+                }
+            }
+        } else {
+            expert.dead = false;
+            expert.constant = false;
+            expert.signature = None;
+        }
+    }
+    (expert.first_tensor != NONE).then_some(expert)
 }
 
 /// Experts of one layer with the same statistics, tensor by tensor, as an expert before them,
 /// their bytes compared by `same_bytes` when given.
 fn copies(
-    layer: &[(u32, &Expert)],
+    map: &LayerMap,
+    values: &Values,
+    stack: &ExpertKinds,
+    layer: &mut [Expert],
     column: usize,
     same_bytes: Option<SameBytes<'_>>,
-) -> Option<Outlier> {
-    let mut candidates: Vec<(u32, &Expert, &[u32])> = layer
-        .iter()
-        .filter(|(_, e)| !e.dead && !e.constant)
-        .filter_map(|&(n, e)| Some((n, e, e.signature.as_deref()?)))
-        .collect();
-    candidates.sort_by(|a, b| a.2.cmp(b.2).then(a.0.cmp(&b.0)));
+) -> Option<ExpertProblem> {
+    layer.sort_by_key(|e| (e.signature, e.number));
+    let same_statistics = |a: &Expert, b: &Expert| {
+        stack
+            .tensors(map, a.slot, column)
+            .zip(stack.tensors(map, b.slot, column))
+            .all(|(a, b)| match (a, b) {
+                (NONE, NONE) => true,
+                (NONE, _) | (_, NONE) => false,
+                (a, b) => {
+                    let bits = |t: u32| values.stats(t as usize).map(|s| s.map(f32::to_bits));
+                    bits(a) == bits(b)
+                }
+            })
+    };
+    let same_bytes_of = |a: &Expert, b: &Expert| {
+        same_bytes.is_none_or(|same| {
+            stack
+                .tensors(map, a.slot, column)
+                .zip(stack.tensors(map, b.slot, column))
+                .filter(|&(a, b)| a != NONE || b != NONE)
+                .all(|(a, b)| same(a, b) == Some(true))
+        })
+    };
     let mut pairs = Vec::new();
-    let mut first_copy = None;
-    for group in candidates.chunk_by(|a, b| a.2 == b.2) {
-        let (original_number, original, _) = group[0];
-        for &(number, copy, _) in &group[1..] {
-            let equal = same_bytes.is_none_or(|same| {
-                copy.tensors.len() == original.tensors.len()
-                    && copy
-                        .tensors
-                        .iter()
-                        .zip(&original.tensors)
-                        .all(|(&a, &b)| same(a, b) == Some(true))
-            });
-            if equal {
-                pairs.push((number, original_number));
-                first_copy = first_copy.or(Some((copy.row.unwrap_or(0), copy.tensors[0])));
+    let mut first_copy: Option<&Expert> = None;
+    let candidates = |e: &&Expert| !e.dead && !e.constant && e.signature.is_some();
+    let layer: Vec<&Expert> = layer.iter().filter(candidates).collect();
+    for group in layer.chunk_by(|a, b| a.signature == b.signature) {
+        // Equal hashes of unequal statistics: each expert is compared with the first before it
+        // whose statistics it has.
+        for (at, copy) in group.iter().enumerate() {
+            let Some(original) = group[..at].iter().find(|o| same_statistics(o, copy)) else {
+                continue;
+            };
+            if same_bytes_of(original, copy) {
+                pairs.push((copy.number, original.number));
+                first_copy = first_copy.or(Some(copy));
             }
         }
     }
-    let (row, tensor) = first_copy?;
-    Some(Outlier {
+    let copy = first_copy?;
+    Some(ExpertProblem {
         problem: Problem::Copies {
             pairs,
             confirmed: same_bytes.is_some(),
         },
-        row,
         column,
-        tensor,
+        tensor: copy.first_tensor,
+        shown_by: stack.rows_of(copy.slot),
     })
 }
 
@@ -749,7 +1040,7 @@ mod tests {
             .outliers
             .iter()
             .filter(|o| !matches!(o.problem, Problem::Deviant { .. }))
-            .map(|o| (&o.problem, map.columns[o.column]))
+            .map(|o| (&o.problem, map.columns[o.cell().unwrap().1]))
             .collect();
         assert_eq!(
             problems,

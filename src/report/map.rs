@@ -180,8 +180,8 @@ impl MapReport<'_> {
                         Problem::Copies { .. } => "copied-experts",
                         Problem::Band { .. } => "band",
                     },
-                    row: map.label(rows[outlier.row]),
-                    layer: map.columns[outlier.column],
+                    row: outlier.cell().map(|(row, _)| map.label(rows[row])),
+                    layer: outlier.cell().map(|(_, column)| map.columns[column]),
                     tensor: (outlier.tensor != crate::layermap::NONE)
                         .then(|| model.tensors[outlier.tensor as usize].name()),
                     z: match outlier.problem {
@@ -237,8 +237,11 @@ struct OutsideJson<'a> {
 #[derive(Serialize)]
 struct OutlierJson<'a> {
     kind: &'static str,
-    row: String,
-    layer: u64,
+    /// The row and layer in the grid; neither for a tensor outside layers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    row: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    layer: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tensor: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]

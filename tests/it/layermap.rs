@@ -445,3 +445,223 @@ fn the_map_in_tiny_terminals_does_not_panic() {
         }
     }
 }
+
+/// 24 layers of an encoder and a decoder stack, four kinds each, std 0.02; the decoder's layers
+/// 10-13 have a std four times that, and the embeddings (outside layers) hold a NaN.
+fn banded(dir: &Path) -> std::path::PathBuf {
+    use stui::demo::{Fill, SyntheticModel};
+    use stui::format::Dtype;
+    let weight = |std| Fill::Normal { mean: 0.0, std };
+    let mut model = SyntheticModel::new(7).tensor(
+        "model.embed_tokens.weight",
+        Dtype::F32,
+        &[32, 16],
+        weight(0.02),
+    );
+    for stack in ["encoder", "decoder"] {
+        for layer in 0..24 {
+            let std = if stack == "decoder" && (10..14).contains(&layer) {
+                0.08
+            } else {
+                0.02
+            };
+            for kind in [
+                "self_attn.q_proj",
+                "self_attn.k_proj",
+                "mlp.up_proj",
+                "mlp.down_proj",
+            ] {
+                let name = format!("model.{stack}.layers.{layer}.{kind}.weight");
+                model = model.tensor(&name, Dtype::F32, &[16, 16], weight(std));
+            }
+        }
+    }
+    let path = dir.join("banded.safetensors");
+    model
+        .plant("model.embed_tokens.weight", 5, f64::NAN)
+        .tensor("lm_head.weight", Dtype::F32, &[32, 16], weight(0.02))
+        .write(&path)
+        .unwrap();
+    path
+}
+
+#[test]
+fn a_band_of_layers_is_named_in_its_stack_and_a_nan_outside_layers_is_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = open(&banded(dir.path()), true);
+    scan(&mut app);
+    app.update(Action::ToggleMap);
+    let view = app.map.as_mut().unwrap();
+    // The encoder's and the decoder's layers are rows of their own, not one column of both.
+    let labels: Vec<String> = view.rows.iter().map(|&r| view.map.label(r)).collect();
+    assert_eq!(labels.len(), 8, "{labels:?}");
+    assert!(
+        labels[..4]
+            .iter()
+            .all(|l| l.starts_with("model.decoder.layers.*."))
+    );
+    assert!(
+        labels[4..]
+            .iter()
+            .all(|l| l.starts_with("model.encoder.layers.*."))
+    );
+    let rows = view.rows.clone();
+    let outliers = view.analysis(&app.values, true).outliers.clone();
+    let view = app.map.as_ref().unwrap();
+    let described: Vec<String> = outliers
+        .iter()
+        .map(|o| stui::layermap::analysis::Described(o, &view.map, &rows, Measure::Std).to_string())
+        .collect();
+    // The NaN outside layers heads the list, where the strip shows it.
+    let embeddings = view
+        .map
+        .strip
+        .iter()
+        .position(|&t| app.model.tensors[t as usize].name() == "model.embed_tokens.weight")
+        .unwrap();
+    assert_eq!(outliers[0].problem, Problem::NonFinite);
+    assert_eq!(
+        outliers[0].spot,
+        stui::layermap::analysis::Spot::Strip(embeddings)
+    );
+    let bands: Vec<(usize, &str)> = outliers
+        .iter()
+        .zip(&described)
+        .filter(|(o, _)| matches!(o.problem, Problem::Band { .. }))
+        .map(|(o, d)| (o.cell().unwrap().0, d.as_str()))
+        .collect();
+    assert_eq!(bands.len(), 1, "{described:#?}");
+    assert_eq!(bands[0].0, 0, "at the decoder's first row");
+    assert!(
+        bands[0]
+            .1
+            .starts_with("layers 10-13: most of 4 rows off their medians by std"),
+        "{}",
+        bands[0].1
+    );
+    let findings: Vec<&stui::finding::Finding> = app.findings.iter(None).collect();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.code == Code::LayerBand
+                && f.message.starts_with("layers 10-13: most of 4 rows")),
+        "{findings:#?}"
+    );
+    assert!(
+        findings.iter().any(|f| f.code == Code::ValuesNan
+            && f.tensor.as_deref() == Some("model.embed_tokens.weight"))
+    );
+
+    // n goes to the NaN in the strip first, where the cursor line names it; Enter jumps to it.
+    app.update(Action::NextProblem);
+    assert!(app.map.as_ref().unwrap().in_strip);
+    let screen = screen(&mut app, 80, 24);
+    let text = screen.backend().to_string();
+    assert!(
+        text.contains("outside layers · model.embed_tokens.weight · std NaN/Inf"),
+        "{text}"
+    );
+    let buffer = screen.backend().buffer();
+    let strip_line = text
+        .lines()
+        .position(|l| l.contains("outside layers:"))
+        .unwrap();
+    let mark = (0..80)
+        .map(|x| &buffer[(x, u16::try_from(strip_line).unwrap())])
+        .find(|c| c.symbol() == "!")
+        .expect("the NaN's mark in the strip");
+    assert_eq!(mark.fg, Color::Red);
+    app.update(Action::MapJump);
+    assert!(!app.map_open);
+    let selected = app.selected_tensor().unwrap();
+    assert_eq!(
+        app.model.tensors[selected].name(),
+        "model.embed_tokens.weight"
+    );
+}
+
+#[test]
+fn the_strip_takes_the_cursor_from_the_grid_s_last_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = open(&planted(dir.path()), true);
+    scan(&mut app);
+    app.update(Action::ToggleMap);
+    // The tree starts on `lm_head.weight`, outside layers: the map opens on its grid.
+    assert!(!app.map.as_ref().unwrap().in_strip);
+    let rows = app.map.as_ref().unwrap().rows.len();
+    for _ in 0..rows {
+        app.update(Action::Down);
+    }
+    let view = app.map.as_ref().unwrap();
+    assert!(view.in_strip);
+    assert_eq!(name_at_cursor(&app).as_deref(), Some("lm_head.weight"));
+    app.update(Action::Right);
+    assert_eq!(
+        name_at_cursor(&app).as_deref(),
+        Some("model.embed_tokens.weight")
+    );
+    for _ in 0..5 {
+        app.update(Action::Right);
+    }
+    assert_eq!(name_at_cursor(&app).as_deref(), Some("model.norm.weight"));
+    // Narrow, the strip scrolls so that the cursor's tensor is in view.
+    let text = text(&mut app, 60, 24);
+    let strip = text
+        .lines()
+        .find(|l| l.contains("outside layers:"))
+        .unwrap();
+    assert!(strip.contains("model.norm.weight"), "{strip}");
+    assert!(strip.contains('…'), "{strip}");
+    app.update(Action::Up);
+    assert!(!app.map.as_ref().unwrap().in_strip);
+    assert_eq!(app.map.as_ref().unwrap().cursor.0, rows - 1);
+}
+
+#[test]
+fn with_a_diff_the_change_is_a_measure_and_the_changed_tensor_stands_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let changed = "model.layers.17.mlp.down_proj.weight";
+    let other_path = dir.path().join("other.safetensors");
+    support::planted_layers()
+        .plant(changed, 0, 3.0)
+        .write(&other_path)
+        .unwrap();
+    let mut app = open(&planted(dir.path()), true);
+    scan(&mut app);
+    let other = Model::open(&other_path).unwrap();
+    let progress = std::sync::atomic::AtomicU64::new(0);
+    let diff = stui::diff::diff(&app.model, &other, &progress);
+    app.on_diff(&diff);
+    app.update(Action::ToggleMap);
+    while app.map.as_ref().unwrap().measure != Measure::Change {
+        app.update(Action::MapMeasure);
+    }
+    let view = app.map.as_mut().unwrap();
+    let outliers = view.analysis(&app.values, true).outliers.clone();
+    let deviant = outliers
+        .iter()
+        .find(|o| matches!(o.problem, Problem::Deviant { .. }))
+        .unwrap();
+    assert_eq!(app.model.tensors[deviant.tensor as usize].name(), changed);
+    let tensor = deviant.tensor as usize;
+    let State::Value(change) = app.values.get(tensor, Measure::Change) else {
+        panic!("no change recorded for {changed}");
+    };
+    assert!(change > 0.1, "{change}");
+    let view = app.map.as_mut().unwrap();
+    view.show_tensor(tensor);
+    let text = text(&mut app, 200, 60);
+    assert!(text.contains("layer map · change"), "{text}");
+    assert!(
+        text.contains(&format!("layer 17 · {changed} · change {change:.3e}")),
+        "{text}"
+    );
+    // Unchanged tensors are measured too: a change of zero, not a missing value.
+    let unchanged = (0..app.model.tensors.len())
+        .find(|&t| app.model.tensors[t].name() == "model.layers.16.mlp.down_proj.weight")
+        .unwrap();
+    assert_eq!(
+        app.values.get(unchanged, Measure::Change),
+        State::Value(0.0)
+    );
+}

@@ -2,6 +2,7 @@
 //! cursor and what stands out. No drawing here.
 
 use super::{Action, App, Focus};
+use crate::layermap::analysis::{ExpertProblems, Measured, Spot};
 use crate::layermap::{Analysis, LayerMap, Measure, Row, Values};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,11 +22,21 @@ pub struct MapView {
     pub cursor: (usize, usize),
     /// The first row and column on screen (set when drawing).
     pub offset: (usize, usize),
+    /// Whether the cursor is on the strip of tensors outside layers rather than on the grid.
+    pub in_strip: bool,
+    /// The cursor's tensor in the strip, by its place there.
+    pub strip_cursor: usize,
+    /// The first tensor of the strip on screen (set when drawing).
+    pub strip_offset: usize,
     /// The outlier the cursor was last sent to by `n`/`N`.
     problem: Option<usize>,
     /// The analysis, the values' generation it was made for and when; forgotten when the
     /// measure or the rows change.
     analysis: Option<(u64, Instant, Analysis)>,
+    /// Every row of a folding measured by a measure, kept so that `Tab`, `e` and `/` put the
+    /// rows shown together again rather than measure them anew.
+    measured: Vec<Kept<Arc<Measured>>>,
+    experts: Option<Kept<ExpertProblems>>,
     /// The generation and time of the analysis while it is taken out to draw.
     taken: Option<(u64, Instant)>,
 }
@@ -53,8 +64,13 @@ impl MapView {
             rows,
             cursor: (0, 0),
             offset: (0, 0),
+            in_strip: false,
+            strip_cursor: 0,
+            strip_offset: 0,
             problem: None,
             analysis: None,
+            measured: Vec::new(),
+            experts: None,
             taken: None,
         }
     }
@@ -67,13 +83,61 @@ impl MapView {
             *generation != values.generation && (settled || at.elapsed() >= Self::REANALYSED)
         });
         if stale {
-            let analysis = Analysis::of(&self.map, &self.rows, values, self.measure, None);
+            let analysis = self.assemble(values, settled);
             self.analysis = Some((values.generation, Instant::now(), analysis));
         }
         &self
             .analysis
             .get_or_insert_with(|| (0, Instant::now(), Analysis::default()))
             .2
+    }
+
+    /// The analysis of the rows shown, from the rows measured and the experts' problems kept
+    /// when they are of the current values (or, while the scan streams, recent enough).
+    fn assemble(&mut self, values: &Values, settled: bool) -> Analysis {
+        let usable = |generation: u64, at: Instant| {
+            generation == values.generation || (!settled && at.elapsed() < Self::REANALYSED)
+        };
+        self.measured
+            .retain(|kept| usable(kept.generation, kept.at));
+        let (measure, folded) = (self.measure, self.folded);
+        let found = self
+            .measured
+            .iter()
+            .position(|kept| kept.value.measure == measure && kept.folded == folded);
+        let index = found.unwrap_or_else(|| {
+            let all = self.map.rows(folded, None);
+            let measured = Arc::new(Measured::of(&self.map, all, values, measure));
+            // The oldest go first when a model's grids are too large to keep many.
+            let mut total: usize = measured.len();
+            let mut kept = 0;
+            for entry in self.measured.iter().rev() {
+                total += entry.value.len();
+                if total > MAX_KEPT_CELLS {
+                    break;
+                }
+                kept += 1;
+            }
+            self.measured.drain(..self.measured.len() - kept);
+            self.measured.push(Kept::new(values, folded, measured));
+            self.measured.len() - 1
+        });
+        if self
+            .experts
+            .as_ref()
+            .is_none_or(|kept| !usable(kept.generation, kept.at))
+        {
+            let experts = ExpertProblems::of(&self.map, values, None);
+            self.experts = Some(Kept::new(values, folded, experts));
+        }
+        let experts = self.experts.as_ref().map(|kept| &kept.value);
+        Analysis::assemble(
+            &self.map,
+            &self.measured[index].value,
+            &self.rows,
+            experts.unwrap_or(&ExpertProblems::default()),
+            values,
+        )
     }
 
     /// The analysis, taken out to draw with while the view's offsets change; whether its cells
@@ -129,11 +193,28 @@ impl MapView {
         self.changed();
     }
 
-    /// Moves the cursor by rows and columns; whether it moved.
+    /// Moves the cursor by rows and columns; whether it moved. Down from the last row goes to
+    /// the strip of tensors outside layers, up from there back to the grid.
     pub fn move_by(&mut self, rows: isize, columns: isize) -> bool {
         let clamp = |at: usize, by: isize, len: usize| {
             at.saturating_add_signed(by).min(len.saturating_sub(1))
         };
+        let strip = self.map.strip.len();
+        if self.in_strip {
+            if rows < 0 && !self.rows.is_empty() {
+                self.in_strip = false;
+                return true;
+            }
+            let before = self.strip_cursor;
+            self.strip_cursor = clamp(self.strip_cursor, columns, strip);
+            return self.strip_cursor != before;
+        }
+        let last_row = self.rows.len().saturating_sub(1);
+        if rows > 0 && strip > 0 && (self.rows.is_empty() || self.cursor.0 == last_row) {
+            self.in_strip = true;
+            self.strip_cursor = self.strip_cursor.min(strip - 1);
+            return true;
+        }
         let before = self.cursor;
         self.cursor = (
             clamp(self.cursor.0, rows, self.rows.len()),
@@ -144,6 +225,9 @@ impl MapView {
 
     /// The tensor under the cursor (a folded row's worst expert), if any.
     pub fn tensor_at_cursor(&self, values: &Values) -> Option<usize> {
+        if self.in_strip {
+            return self.map.strip.get(self.strip_cursor).map(|&t| t as usize);
+        }
         let row = *self.rows.get(self.cursor.0)?;
         let cell = self.map.cell(values, row, self.cursor.1, self.measure);
         (cell.tensor != crate::layermap::NONE).then_some(cell.tensor as usize)
@@ -161,17 +245,51 @@ impl MapView {
             (None, true) => 0,
             (None, false) => count - 1,
         };
-        let outlier = &self.analysis(values, true).outliers[next];
-        self.cursor = (outlier.row, outlier.column);
+        match self.analysis(values, true).outliers[next].spot {
+            Spot::Cell { row, column } => {
+                self.cursor = (row, column);
+                self.in_strip = false;
+            }
+            Spot::Strip(at) => {
+                self.strip_cursor = at;
+                self.in_strip = true;
+            }
+        }
         self.problem = Some(next);
         true
     }
 
-    /// Puts the cursor on `tensor`'s cell, if it is shown.
+    /// Puts the cursor on `tensor`'s cell, if it is shown. A tensor outside layers leaves the
+    /// cursor where it was: the tree starts on one (`lm_head.weight`, first by name), and the
+    /// map then opens on its grid.
     pub fn show_tensor(&mut self, tensor: usize) {
         let tensor = u32::try_from(tensor).unwrap_or(u32::MAX);
         if let Some(at) = self.map.position(&self.rows, tensor) {
             self.cursor = at;
+            self.in_strip = false;
+        }
+    }
+}
+
+/// Grids of more cells than this, together, are not all kept measured.
+const MAX_KEPT_CELLS: usize = 1 << 21;
+
+/// Something worked out from the values, with their generation and when.
+#[derive(Debug)]
+struct Kept<T> {
+    generation: u64,
+    at: Instant,
+    folded: bool,
+    value: T,
+}
+
+impl<T> Kept<T> {
+    fn new(values: &Values, folded: bool, value: T) -> Kept<T> {
+        Kept {
+            generation: values.generation,
+            at: Instant::now(),
+            folded,
+            value,
         }
     }
 }

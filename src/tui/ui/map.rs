@@ -120,22 +120,22 @@ fn render_picture(
         .outliers
         .iter()
         .filter(|o| matches!(o.problem, Problem::Deviant { .. }))
-        .map(|o| (o.row, o.column))
+        .filter_map(crate::layermap::Outlier::cell)
         .collect();
     for (y, index) in (grid.y..grid.bottom()).zip(first_row..view.rows.len()) {
         let row = view.rows[index];
         let label = map.label(row);
         let label = escape(&label);
-        let label_style = if index == view.cursor.0 {
+        let label_style = if index == view.cursor.0 && !view.in_strip {
             theme.cursor
         } else {
             theme.base
         };
         buffer.set_stringn(inside.x, y, &label, label_width, label_style);
         for (x, column) in (cells_x..).zip(columns.clone()) {
-            // The analysis holds every cell when it is fresh; otherwise those on screen are
-            // looked up.
-            let state = match analysis.cells.get(index * map.columns.len() + column) {
+            // The analysis has every cell measured when it is fresh; otherwise those on screen
+            // are looked up.
+            let state = match analysis.cell(index, column) {
                 Some(cell) if fresh => cell.state,
                 _ => map.cell(&app.values, row, column, view.measure).state,
             };
@@ -146,7 +146,7 @@ fn render_picture(
                 (_, Some(level)) => theme.ramp[level],
                 _ => theme.dim,
             };
-            if (index, column) == view.cursor {
+            if (index, column) == view.cursor && !view.in_strip {
                 style = style.patch(theme.cursor);
             }
             buffer[(x, y)].set_char(glyph).set_style(style);
@@ -192,7 +192,7 @@ fn draw_layer_numbers(
     let digits: Vec<char> = text.chars().collect();
     for (x, column) in (x..).zip(columns) {
         if let Some(&digit) = digits.get(column).filter(|c| **c != ' ') {
-            let style = if column == view.cursor.1 {
+            let style = if column == view.cursor.1 && !view.in_strip {
                 app.theme.cursor
             } else {
                 app.theme.dim
@@ -205,6 +205,16 @@ fn draw_layer_numbers(
 /// The cell under the cursor: its layer, its tensor and its value.
 fn cursor_text(app: &App, view: &MapView) -> String {
     let map = &view.map;
+    if view.in_strip
+        && let Some(&tensor) = map.strip.get(view.strip_cursor)
+    {
+        return format!(
+            "outside layers · {} · {} {}",
+            escape(app.model.tensors[tensor as usize].name()),
+            view.measure.name(),
+            value_text(app.values.get(tensor as usize, view.measure))
+        );
+    }
     match view.rows.get(view.cursor.0) {
         Some(&row) => {
             let layer = map.columns.get(view.cursor.1).copied().unwrap_or_default();
@@ -230,26 +240,57 @@ fn cursor_text(app: &App, view: &MapView) -> String {
     }
 }
 
-/// The tensors outside layers, on one line.
-fn render_strip(frame: &mut Frame, area: Rect, app: &App, view: &MapView, analysis: &Analysis) {
+/// The tensors outside layers, on one line from the first on screen, scrolled so that the
+/// cursor's is in view.
+fn render_strip(frame: &mut Frame, area: Rect, app: &App, view: &mut MapView, analysis: &Analysis) {
     let theme = &app.theme;
     let glyphs = Glyphs::UNICODE;
-    let mut spans = vec![Span::styled("outside layers:", theme.dim)];
-    // A line shows a few; a model can hold thousands of tensors outside layers.
-    for &tensor in view.map.strip.iter().take(usize::from(area.width / 4)) {
+    let strip = &view.map.strip;
+    let heading = "outside layers:";
+    let name = |at: usize| escape(app.model.tensors[strip[at] as usize].name());
+    // Each tensor takes a space, its mark, a space and its name.
+    let room = usize::from(area.width).saturating_sub(heading.len() + 2);
+    let width_of = |at: usize| crate::text::display_width(&name(at)) + 3;
+    let cursor = view.strip_cursor.min(strip.len().saturating_sub(1));
+    // The first tensor from which the cursor's still fits (walking back at most a line's worth).
+    let mut fitting = cursor;
+    let mut used = width_of(cursor);
+    while fitting > view.strip_offset.min(cursor) {
+        used += width_of(fitting - 1);
+        if used > room {
+            break;
+        }
+        fitting -= 1;
+    }
+    let first = view.strip_offset.clamp(fitting, cursor);
+    view.strip_offset = first;
+    let mut spans = vec![Span::styled(heading, theme.dim)];
+    if first > 0 {
+        spans.push(Span::styled("…", theme.dim));
+    }
+    // The last one shown may be cut by the pane's edge.
+    let mut used = 0;
+    for (at, &tensor) in strip.iter().enumerate().skip(first) {
+        if used >= room {
+            break;
+        }
+        used += width_of(at);
         let state = app.values.get(tensor as usize, view.measure);
         let (glyph, level) = glyphs.of(state, analysis.scale.as_ref());
-        let style = match (state, level) {
+        let mut style = match (state, level) {
             (State::NonFinite | State::Failed, _) => theme.broken,
             (_, Some(level)) => theme.ramp[level],
             _ => theme.dim,
         };
+        let mut name_style = theme.base;
+        if view.in_strip && at == cursor {
+            style = style.patch(theme.cursor);
+            name_style = theme.cursor;
+        }
         spans.push(Span::raw(" "));
         spans.push(Span::styled(glyph.to_string(), style));
-        spans.push(Span::raw(format!(
-            " {}",
-            escape(app.model.tensors[tensor as usize].name())
-        )));
+        spans.push(Span::raw(" "));
+        spans.push(Span::styled(name(at).into_owned(), name_style));
     }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
 }
