@@ -1,6 +1,6 @@
 //! Strings keyed by strings, kept in one buffer.
 
-use crate::text::common_prefix_len;
+use crate::text::byte_order;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use std::borrow::Cow;
@@ -120,7 +120,7 @@ impl StringMapBuilder {
                 &text[start as usize..start as usize + key_len as usize]
             };
             entries.sort_unstable_by(|&a, &b| {
-                bytes_cmp(key(a).as_bytes(), key(b).as_bytes())
+                byte_order(key(a).as_bytes(), key(b).as_bytes())
                     .then(a[0].cmp(&b[0]))
                     .then(a[2].cmp(&b[2]))
             });
@@ -136,14 +136,6 @@ impl StringMapBuilder {
         map.entries.shrink_to_fit();
         map
     }
-}
-
-/// Byte order, as `Ord` for `[u8]` gives it, found past the prefix the two share a word at a
-/// time: keys (tensor names) share long prefixes, and sorting them is where a large index spends
-/// its time.
-fn bytes_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
-    let common = common_prefix_len(a, b);
-    a.get(common).cmp(&b.get(common))
 }
 
 impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for StringMap {
