@@ -9,7 +9,7 @@ use super::scheme::{Grouping, Layout, Scheme};
 use super::{LogicalWeight, Member};
 use crate::finding::{Code, Finding};
 use crate::format::{Dtype, Model, Shape, TensorInfo, read_exact_at};
-use crate::text::escape;
+use crate::text::{byte_order, escape};
 use compact_str::CompactString;
 use std::fs::File;
 
@@ -48,8 +48,11 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
     if !marked && !declares_quantized {
         return builder.built;
     }
-    entries.sort_unstable_by(|a, b| (a.0, a.1, a.3, a.2).cmp(&(b.0, b.1, b.3, b.2)));
+    entries.sort_unstable_by(|a, b| {
+        byte_order(a.0.as_bytes(), b.0.as_bytes()).then((a.1, a.3, a.2).cmp(&(b.1, b.3, b.2)))
+    });
     let mut start = 0;
+    let mut group: Vec<Member> = Vec::new();
     while start < entries.len() {
         let (prefix, dotted, ..) = entries[start];
         let end = start
@@ -57,10 +60,12 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
                 .iter()
                 .take_while(|e| e.0 == prefix && e.1 == dotted)
                 .count();
-        let group: Vec<Member> = entries[start..end]
-            .iter()
-            .map(|&(_, _, tensor, role)| Member { tensor, role })
-            .collect();
+        group.clear();
+        group.extend(
+            entries[start..end]
+                .iter()
+                .map(|&(_, _, tensor, role)| Member { tensor, role }),
+        );
         builder.group(prefix, dotted, &group);
         start = end;
     }
