@@ -51,6 +51,9 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
     entries.sort_unstable_by(|a, b| {
         byte_order(a.0.as_bytes(), b.0.as_bytes()).then((a.1, a.3, a.2).cmp(&(b.1, b.3, b.2)))
     });
+    // A weight has at least one member, and most quantized ones two or more.
+    builder.built.members.reserve(entries.len());
+    builder.built.weights.reserve(entries.len() / 2);
     let mut start = 0;
     let mut group: Vec<Member> = Vec::new();
     while start < entries.len() {
@@ -84,7 +87,7 @@ struct Builder<'a> {
 /// One group of members under way: what its weight is called and its members' entries.
 struct Group<'g> {
     module: &'g str,
-    name: String,
+    name: CompactString,
     members: &'g [Member],
     tensors: &'g [crate::format::Tensor],
 }
@@ -209,13 +212,14 @@ impl Builder<'_> {
     }
 
     fn group(&mut self, prefix: &str, dotted: bool, members: &[Member]) {
+        let mut name = CompactString::with_capacity(prefix.len() + ".weight".len());
+        name.push_str(prefix);
+        if dotted {
+            name.push_str(".weight");
+        }
         let group = Group {
             module: prefix,
-            name: if dotted {
-                format!("{prefix}.weight")
-            } else {
-                prefix.to_string()
-            },
+            name,
             members,
             tensors: &self.model.tensors,
         };
@@ -263,7 +267,7 @@ impl Builder<'_> {
         let first = u32::try_from(self.built.members.len()).unwrap_or(u32::MAX);
         self.built.members.extend_from_slice(members);
         self.built.weights.push(LogicalWeight {
-            name: CompactString::from(group.name.as_str()),
+            name: group.name,
             shape: Shape::from_slice(&shape),
             scheme,
             first_member: first,
