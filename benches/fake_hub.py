@@ -80,4 +80,6 @@ class Hub(BaseHTTPRequestHandler):
 
 
 ThreadingHTTPServer.daemon_threads = True
+# Room for every connection a client opens at once (the default, 5, drops the rest until they retry).
+ThreadingHTTPServer.request_queue_size = 256
 ThreadingHTTPServer(("127.0.0.1", PORT), Hub).serve_forever()

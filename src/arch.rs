@@ -224,7 +224,8 @@ pub fn review_model(model: &Model, explicit: Option<&Path>) -> Reviewed {
     let quantization = recognise_quantization(model, config.as_ref(), &mut findings);
     let info = match &quantization {
         Some(quantization) => {
-            let logical: Vec<TensorInfo> = quantization.logical_infos(model).collect();
+            let logical: Vec<std::borrow::Cow<'_, TensorInfo>> =
+                quantization.logical_infos(model).collect();
             // A weight whose rows are not stored (quanto's packed codes) has its element count
             // for a shape: its name counts, its shape does not.
             let flat: std::collections::HashSet<&str> = quantization
@@ -233,10 +234,11 @@ pub fn review_model(model: &Model, explicit: Option<&Path>) -> Reviewed {
                 .filter(|weight| weight.flat)
                 .map(|weight| weight.name.as_str())
                 .collect();
-            let shaped = logical
-                .iter()
+            let infos = logical.iter().map(|info| &**info);
+            let shaped = infos
+                .clone()
                 .filter(|info| !flat.contains(info.name.as_str()));
-            review_tensors(config.as_ref(), logical.iter(), shaped, &mut findings)
+            review_tensors(config.as_ref(), infos, shaped, &mut findings)
         }
         None => review_tensors(
             config.as_ref(),

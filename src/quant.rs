@@ -22,6 +22,7 @@ pub use listed::{LogicalModel, LogicalTensors};
 pub use members::Role;
 pub use recognise::{Declared, SideFiles};
 pub use scheme::{Grouping, Layout, Scheme};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -209,22 +210,38 @@ impl Quantization {
     /// and each logical weight in the place of its first member, with its logical shape and
     /// its members' bytes (a weight whose rows are not known has its element count as its
     /// shape, so that its name is there for the checks that look for it).
-    pub fn logical_infos<'a>(&'a self, model: &'a Model) -> impl Iterator<Item = TensorInfo> + 'a {
+    pub fn logical_infos<'a>(
+        &'a self,
+        model: &'a Model,
+    ) -> impl Iterator<Item = Cow<'a, TensorInfo>> + 'a {
+        // Found in one pass beside the members sorted by tensor, and a tensor that is no
+        // member borrowed: a checkpoint's tensors are nearly all members or plain.
+        let mut first_member = vec![u32::MAX; self.weights.len()];
+        for &(tensor, weight) in &self.by_tensor {
+            let first = &mut first_member[weight as usize];
+            *first = (*first).min(tensor);
+        }
+        let mut by_tensor = self.by_tensor.iter().peekable();
         model
             .tensors
             .iter()
             .enumerate()
-            .filter_map(move |(index, tensor)| match self.weight_of(index) {
-                None => Some(tensor.info.clone()),
-                Some(weight) => {
-                    let first = self.members(weight).iter().map(|m| m.tensor).min();
-                    let w = &self.weights[weight];
-                    (first == u32::try_from(index).ok()).then(|| TensorInfo {
-                        name: w.name.clone(),
-                        dtype: tensor.info.dtype.clone(),
-                        shape: w.shape.clone(),
-                        data_offsets: [0, w.stored_bytes],
-                    })
+            .filter_map(move |(index, tensor)| {
+                let index = u32::try_from(index).ok();
+                while by_tensor.next_if(|&&(t, _)| Some(t) < index).is_some() {}
+                match by_tensor.next_if(|&&(t, _)| Some(t) == index) {
+                    None => Some(Cow::Borrowed(&tensor.info)),
+                    Some(&(_, weight)) => {
+                        let w = &self.weights[weight as usize];
+                        (Some(first_member[weight as usize]) == index).then(|| {
+                            Cow::Owned(TensorInfo {
+                                name: w.name.clone(),
+                                dtype: tensor.info.dtype.clone(),
+                                shape: w.shape.clone(),
+                                data_offsets: [0, w.stored_bytes],
+                            })
+                        })
+                    }
                 }
             })
     }

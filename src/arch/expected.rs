@@ -224,8 +224,9 @@ fn check_layers(
 ) -> Vec<Finding> {
     let stack = escape(stack);
     let layers = layered.last().map_or(0, |&(_, last, _)| last + 1);
-    // name below the layer -> (layers of its kind, layers lacking it)
-    let mut missing: BTreeMap<String, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
+    // name below the layer -> (how many layers of its kind, layers lacking it); hashed, as a
+    // MoE stack looks up every expert's names in every layer
+    let mut missing: foldhash::HashMap<String, (usize, Vec<u64>)> = foldhash::HashMap::default();
     // tensor kind -> layers holding it unexpectedly
     let mut unexpected: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for layer in 0..layers.min(pattern.hidden_layers) {
@@ -255,8 +256,13 @@ fn check_layers(
         }
         for name in expected {
             for expanded in expand(name, experts) {
-                let entry = missing.entry(expanded.clone()).or_default();
-                entry.0.push(layer);
+                if !missing.contains_key(&expanded) {
+                    missing.insert(expanded.clone(), (0, Vec::new()));
+                }
+                let Some(entry) = missing.get_mut(&expanded) else {
+                    continue;
+                };
+                entry.0 += 1;
                 if held.binary_search(&expanded.as_str()).is_err()
                     && !stored_otherwise(&held, &expanded)
                     && !pattern.irregular(&expanded)
@@ -281,10 +287,12 @@ fn check_layers(
             }
         }
     }
+    let mut missing: Vec<(String, (usize, Vec<u64>))> = missing.into_iter().collect();
+    missing.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let mut findings = Vec::new();
     for (name, (of_kind, lacking)) in missing {
         // Lacking in some layers only: the layer checks name each.
-        if !lacking.is_empty() && lacking.len() == of_kind.len() {
+        if !lacking.is_empty() && lacking.len() == of_kind {
             findings.push(Finding::warning(
                 Code::TensorMissing,
                 format!(

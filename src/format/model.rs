@@ -209,6 +209,7 @@ impl Model {
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         let mut builder = Builder::new(path, source, hint);
         builder.add_index_findings(&index, &index_label);
+        builder.expect_tensors(index.weight_map.len());
         builder.add_paths(folder, index.shards.clone());
         builder.check_against_index(&index, &index_label);
         Ok(builder.finish())
@@ -298,6 +299,15 @@ impl<'a> Builder<'a> {
             hasher: foldhash::fast::RandomState::default(),
             hint,
         }
+    }
+
+    /// Makes room for `count` tensors at once, as an index says how many its shards hold: the
+    /// list and the table of names then grow neither shard by shard nor by rehashing every name.
+    pub(super) fn expect_tensors(&mut self, count: usize) {
+        let (tensors, hasher) = (&self.tensors, &self.hasher);
+        self.by_name
+            .reserve(count, |&i| hasher.hash_one(tensors[i as usize].name()));
+        self.tensors.reserve(count);
     }
 
     /// The index's own findings, said to be about the index file where they name no file.

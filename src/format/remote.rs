@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Requests to shards at once: enough to hide the round trips of a 163-shard model, few enough
-/// to stay inside the Hub's rate limits.
-pub const PARALLEL_REQUESTS: usize = 20;
+/// Requests to shards at once: a 163-shard model in three waves of round trips (each a redirect
+/// and a range), few enough to stay inside the Hub's rate limits.
+pub const PARALLEL_REQUESTS: usize = 64;
 
 /// The first Range request of a header when nothing says how long it is (`huggingface_hub`'s
 /// figure: 97% of the headers of the Hub's top models are shorter).

@@ -1,5 +1,6 @@
 //! Strings keyed by strings, kept in one buffer.
 
+use crate::text::byte_order;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use std::borrow::Cow;
@@ -98,8 +99,10 @@ impl StringMapBuilder {
         {
             return;
         }
-        if let Some(&last) = map.entries.last() {
-            self.sorted &= map.key(last) < key;
+        if self.sorted
+            && let Some(&last) = map.entries.last()
+        {
+            self.sorted = map.key(last) < key;
         }
         map.text.push_str(key);
         map.text.push_str(value);
@@ -117,8 +120,7 @@ impl StringMapBuilder {
                 &text[start as usize..start as usize + key_len as usize]
             };
             entries.sort_unstable_by(|&a, &b| {
-                key(a)
-                    .cmp(key(b))
+                byte_order(key(a).as_bytes(), key(b).as_bytes())
                     .then(a[0].cmp(&b[0]))
                     .then(a[2].cmp(&b[2]))
             });

@@ -9,7 +9,7 @@ use super::scheme::{Grouping, Layout, Scheme};
 use super::{LogicalWeight, Member};
 use crate::finding::{Code, Finding};
 use crate::format::{Dtype, Model, Shape, TensorInfo, read_exact_at};
-use crate::text::escape;
+use crate::text::{byte_order, escape};
 use compact_str::CompactString;
 use std::fs::File;
 
@@ -48,8 +48,14 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
     if !marked && !declares_quantized {
         return builder.built;
     }
-    entries.sort_unstable_by(|a, b| (a.0, a.1, a.3, a.2).cmp(&(b.0, b.1, b.3, b.2)));
+    entries.sort_unstable_by(|a, b| {
+        byte_order(a.0.as_bytes(), b.0.as_bytes()).then((a.1, a.3, a.2).cmp(&(b.1, b.3, b.2)))
+    });
+    // A weight has at least one member, and most quantized ones two or more.
+    builder.built.members.reserve(entries.len());
+    builder.built.weights.reserve(entries.len() / 2);
     let mut start = 0;
+    let mut group: Vec<Member> = Vec::new();
     while start < entries.len() {
         let (prefix, dotted, ..) = entries[start];
         let end = start
@@ -57,10 +63,12 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
                 .iter()
                 .take_while(|e| e.0 == prefix && e.1 == dotted)
                 .count();
-        let group: Vec<Member> = entries[start..end]
-            .iter()
-            .map(|&(_, _, tensor, role)| Member { tensor, role })
-            .collect();
+        group.clear();
+        group.extend(
+            entries[start..end]
+                .iter()
+                .map(|&(_, _, tensor, role)| Member { tensor, role }),
+        );
         builder.group(prefix, dotted, &group);
         start = end;
     }
@@ -79,7 +87,7 @@ struct Builder<'a> {
 /// One group of members under way: what its weight is called and its members' entries.
 struct Group<'g> {
     module: &'g str,
-    name: String,
+    name: CompactString,
     members: &'g [Member],
     tensors: &'g [crate::format::Tensor],
 }
@@ -204,13 +212,14 @@ impl Builder<'_> {
     }
 
     fn group(&mut self, prefix: &str, dotted: bool, members: &[Member]) {
+        let mut name = CompactString::with_capacity(prefix.len() + ".weight".len());
+        name.push_str(prefix);
+        if dotted {
+            name.push_str(".weight");
+        }
         let group = Group {
             module: prefix,
-            name: if dotted {
-                format!("{prefix}.weight")
-            } else {
-                prefix.to_string()
-            },
+            name,
             members,
             tensors: &self.model.tensors,
         };
@@ -258,7 +267,7 @@ impl Builder<'_> {
         let first = u32::try_from(self.built.members.len()).unwrap_or(u32::MAX);
         self.built.members.extend_from_slice(members);
         self.built.weights.push(LogicalWeight {
-            name: CompactString::from(group.name.as_str()),
+            name: group.name,
             shape: Shape::from_slice(&shape),
             scheme,
             first_member: first,

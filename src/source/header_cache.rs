@@ -7,8 +7,16 @@ use super::Environment;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// What starts every entry, before the file's size and the bytes.
-const MAGIC: &[u8; 8] = b"stuihdr1";
+/// What starts every entry, before the file's size, the bytes' checksum and the bytes.
+const MAGIC: &[u8; 8] = b"stuihdr2";
+
+/// A checksum of an entry's bytes, so that an entry cut short or altered on disk is read as
+/// missing (and the Hub asked again) rather than given to the parser as the file's header. Any
+/// change of it across versions of stui only costs a fetch.
+fn checksum(bytes: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::quality::FixedState::with_seed(0x7374_7569_6864_7232).hash_one(bytes)
+}
 
 /// The cache folder, `None` when no variable says where it is.
 pub fn folder(env: &dyn Environment) -> Option<PathBuf> {
@@ -29,10 +37,16 @@ fn entry(folder: &Path, kind: &str, blob: &str) -> Option<PathBuf> {
 
 /// The bytes kept for a blob and the whole file's size; `None` when absent or damaged.
 pub fn load(folder: &Path, kind: &str, blob: &str) -> Option<(Vec<u8>, u64)> {
-    let bytes = std::fs::read(entry(folder, kind, blob)?).ok()?;
+    let mut bytes = std::fs::read(entry(folder, kind, blob)?).ok()?;
     let rest = bytes.strip_prefix(MAGIC)?;
     let (size, rest) = rest.split_first_chunk::<8>()?;
-    Some((rest.to_vec(), u64::from_le_bytes(*size)))
+    let (sum, rest) = rest.split_first_chunk::<8>()?;
+    if checksum(rest) != u64::from_le_bytes(*sum) {
+        return None;
+    }
+    let size = u64::from_le_bytes(*size);
+    bytes.drain(..MAGIC.len() + 16);
+    Some((bytes, size))
 }
 
 /// Keeps the bytes read of a blob, through a temporary file renamed into place; a cache that
@@ -49,6 +63,7 @@ pub fn store(folder: &Path, kind: &str, blob: &str, bytes: &[u8], file_len: u64)
         let mut file = tempfile::NamedTempFile::new_in(parent)?;
         file.write_all(MAGIC)?;
         file.write_all(&file_len.to_le_bytes())?;
+        file.write_all(&checksum(bytes).to_le_bytes())?;
         file.write_all(bytes)?;
         file.persist(&path).map_err(|e| e.error)?;
         Ok(())
@@ -72,5 +87,33 @@ mod tests {
         );
         store(dir.path(), "headers", "../escape", b"x", 1);
         assert!(!dir.path().join("escape").exists());
+    }
+
+    #[test]
+    fn a_damaged_entry_reads_as_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let blob = "cd".repeat(32);
+        let path = dir.path().join("headers").join(&blob);
+        let header = br#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#;
+        store(dir.path(), "headers", &blob, header, 4096);
+        let kept = std::fs::read(&path).unwrap();
+        let mut altered = kept.clone();
+        let middle = altered.len() - header.len() / 2;
+        altered[middle] ^= 0x20;
+        let cut = &kept[..kept.len() - 1];
+        for damaged in [
+            &altered[..],
+            cut,
+            &kept[..20],
+            b"stuihdr1\0\0\0\0\0\0\0\0{}",
+        ] {
+            std::fs::write(&path, damaged).unwrap();
+            assert_eq!(load(dir.path(), "headers", &blob), None);
+        }
+        std::fs::write(&path, &kept).unwrap();
+        assert_eq!(
+            load(dir.path(), "headers", &blob),
+            Some((header.to_vec(), 4096))
+        );
     }
 }

@@ -142,7 +142,15 @@ impl Hub {
             .timeout_connect(Some(Duration::from_secs(15)))
             .timeout_recv_response(Some(Duration::from_secs(60)))
             .timeout_per_read(Some(Duration::from_secs(60)))
-            .max_idle_connections_per_host(32)
+            // As many as the shards' headers are requested on at once, on the Hub and on the host
+            // it redirects to, so each connection (and its TLS handshake) is reused.
+            .max_idle_connections_per_host(64)
+            .max_idle_connections(128)
+            // Each connection keeps its buffers while idle: the input buffer sized for the longest
+            // response head ureq accepts (bodies are read through it in pieces), the output buffer
+            // for a GET's head, rather than 128 KiB each.
+            .input_buffer_size(64 * 1024)
+            .output_buffer_size(16 * 1024)
             .build();
         Hub {
             endpoint,

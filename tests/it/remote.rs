@@ -340,6 +340,42 @@ fn a_second_open_asks_for_no_header() {
 }
 
 #[test]
+fn a_damaged_cache_entry_is_fetched_again() {
+    let hub = FakeHub::start();
+    hub.add_repo("org/name", COMMIT, &sharded(0));
+    let scratch = Scratch::new();
+    let args = ["inspect", "--json", "hf://org/name"];
+    let (first, expected, _) = scratch.run(&hub, &args, &[]);
+    hub.take_log();
+    let headers = scratch.dir.path().join("stui-cache/headers");
+    let mut damaged = 0;
+    for entry in std::fs::read_dir(&headers).unwrap() {
+        let path = entry.unwrap().path();
+        let mut bytes = std::fs::read(&path).unwrap();
+        if damaged == 0 {
+            // Cut short, as by a full disk.
+            bytes.truncate(bytes.len() - 10);
+        } else {
+            // One byte of the header altered: still JSON of the same length.
+            let last = bytes.len() - 3;
+            bytes[last] ^= 0x01;
+        }
+        std::fs::write(&path, bytes).unwrap();
+        damaged += 1;
+    }
+    assert_eq!(damaged, 2, "one entry a shard");
+    let (second, out, err) = scratch.run(&hub, &args, &[]);
+    assert_eq!((first, second), (0, 0), "{err}");
+    assert_eq!(out, expected);
+    let log = hub.take_log();
+    let ranges = log.iter().filter(|l| l.contains("/cdn/")).count();
+    assert_eq!(ranges, damaged, "each damaged header read again: {log:#?}");
+    let (third, _, _) = scratch.run(&hub, &args, &[]);
+    assert_eq!(third, 0);
+    assert_eq!(hub.take_log().len(), 1, "the entries were written again");
+}
+
+#[test]
 fn tensor_values_come_one_range_request_each() {
     let hub = FakeHub::start();
     let files = sharded(0);
