@@ -16,6 +16,7 @@
 mod compare;
 mod fp8;
 mod int_packed;
+mod lanes;
 mod nvfp4;
 mod pipeline;
 pub mod scheme;

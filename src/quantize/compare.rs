@@ -136,10 +136,7 @@ pub(super) fn evaluate(
                         Some(plan) if plan.scheme == Scheme::W8A8 => {
                             int8_sums(tensor, values, columns, int8_scales)
                         }
-                        Some(plan) => {
-                            streams.clear();
-                            plan.quantize(values, &mut streams)
-                        }
+                        Some(plan) => plan.error(values, &mut streams),
                         None => ErrorSums::default(),
                     })
                     .collect();

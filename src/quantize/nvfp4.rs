@@ -10,10 +10,15 @@
 //! group's largest value would land more than half a step beyond 6 is rounded up instead.
 
 use super::fp8;
-use super::scheme::{ErrorSums, NVFP4_GROUP, Plan, Streams, within_half};
+use super::lanes::{LANES, Measure};
+use super::scheme::{ErrorSums, Plan, Streams};
+use multiversion::multiversion;
 
 /// The magnitudes of the FP4 E2M1 codes 0 to 7.
 pub const E2M1: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+
+/// The NVFP4 group, as a length.
+const GROUP: usize = 16;
 
 /// The global scale of a tensor whose largest magnitude is `absmax`: `448 · 6 / absmax` in
 /// FP32, 1 when that is not finite (a tensor of zeros).
@@ -31,27 +36,40 @@ pub fn global_scale(absmax: f64) -> f32 {
 }
 
 /// `value` rounded to the nearest E2M1 value (clamped to ±6), ties to the even code.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
 pub fn encode(value: f32) -> u8 {
     let sign = if value.is_sign_negative() { 8 } else { 0 };
     let a = value.abs();
-    let code = if a.is_nan() || a <= 0.25 {
-        0
-    } else if a < 0.75 {
-        1
-    } else if a <= 1.25 {
-        2
-    } else if a < 1.75 {
-        3
-    } else if a <= 2.5 {
-        4
-    } else if a < 3.5 {
-        5
-    } else if a <= 5.0 {
-        6
-    } else {
-        7
-    };
+    // NaN passes no threshold: code 0.
+    let code = u8::from(a > 0.25)
+        + u8::from(a >= 0.75)
+        + u8::from(a > 1.25)
+        + u8::from(a >= 1.75)
+        + u8::from(a > 2.5)
+        + u8::from(a >= 3.5)
+        + u8::from(a > 5.0);
     sign | code
+}
+
+/// The magnitude [`encode`] rounds `a` (a magnitude) to, without a table.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn rounded_magnitude(a: f32) -> f32 {
+    let mut m = 0.0;
+    m = if a > 0.25 { 0.5 } else { m };
+    m = if a >= 0.75 { 1.0 } else { m };
+    m = if a > 1.25 { 1.5 } else { m };
+    m = if a >= 1.75 { 2.0 } else { m };
+    m = if a > 2.5 { 3.0 } else { m };
+    m = if a >= 3.5 { 4.0 } else { m };
+    if a > 5.0 { 6.0 } else { m }
 }
 
 pub fn decode(code: u8) -> f32 {
@@ -72,113 +90,152 @@ fn columns(plan: &Plan) -> usize {
     usize::try_from(plan.columns).unwrap_or(usize::MAX).max(1)
 }
 
-/// A group's scale as stored (an E4M3 byte), and the scale its values are divided by: of the
-/// two E4M3 values either side of `absmax / 6 · global`, the one that leaves the group the least
-/// error while keeping its largest value within half a step of 6.
-fn group_scale(plan: &Plan, group: &[f32]) -> (u8, f32) {
-    let absmax = group.iter().fold(0.0f32, |m, &x| m.max(x.abs()));
-    let global = plan.global_scale;
-    let ideal = (absmax / 6.0 * global).min(fp8::MAX);
-    let nearest = fp8::encode(ideal);
-    let other = if fp8::decode(nearest) > ideal {
-        nearest.saturating_sub(1)
-    } else {
-        (nearest + 1).min(0x7E)
-    };
-    let within = |byte: u8| absmax == 0.0 || absmax / (fp8::decode(byte) / global) <= 7.0;
-    let error = |byte: u8| {
-        let scale = fp8::decode(byte) / global;
-        if scale == 0.0 {
-            return f64::INFINITY;
-        }
-        group
-            .iter()
-            .map(|&x| {
-                let e = f64::from(x) - f64::from(decode(encode(x / scale))) * f64::from(scale);
-                e * e
-            })
-            .sum::<f64>()
-    };
-    let mut best = None::<(f64, u8)>;
-    for byte in [nearest, other] {
-        if within(byte) {
-            let e = error(byte);
-            if best.is_none_or(|(least, _)| e < least) {
-                best = Some((e, byte));
-            }
-        }
-    }
-    let byte = best.map_or_else(
-        || {
-            // Up one code at a time while the largest value would land past 6 and half a step.
-            let mut byte = nearest;
-            while byte < 0x7E && !within(byte) {
-                byte += 1;
-            }
-            byte
-        },
-        |(_, byte)| byte,
-    );
-    (byte, fp8::decode(byte) / global)
-}
-
-pub fn quantize(plan: &Plan, values: &[f32], out: &mut Streams) -> ErrorSums {
-    let columns = columns(plan);
-    let group = usize::try_from(NVFP4_GROUP).unwrap_or(16);
-    let mut sums = ErrorSums::default();
-    for row in values.chunks(columns) {
-        for values in row.chunks(group) {
-            let (byte, scale) = group_scale(plan, values);
-            out.scales.push(byte);
-            let code = |x: f32| {
-                if scale == 0.0 || !scale.is_finite() {
-                    0
-                } else {
-                    encode(x / scale)
-                }
-            };
-            for pair in values.chunks(2) {
-                let low = code(pair[0]);
-                let high = pair.get(1).map_or(0, |&x| code(x));
-                for (&x, c) in pair.iter().zip([low, high]) {
-                    sums.add(
-                        x,
-                        f64::from(decode(c)) * f64::from(scale),
-                        f64::from(step(c)) * f64::from(scale),
-                    );
-                }
-                out.codes.push(low | (high << 4));
-            }
+/// The squared error each of up to [`LANES`] groups (`groups[lane]`, zeros past the last) is
+/// left with under `scales[lane]`, each summed in the order of its values: the sums choose the
+/// scale written, so their rounding must be that of one group at a time.
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+fn group_errors(groups: &[[f32; LANES]; GROUP], scales: [f32; LANES]) -> [f64; LANES] {
+    let mut sums = [0f64; LANES];
+    for values in groups {
+        for lane in 0..LANES {
+            let x = values[lane];
+            let back = rounded_magnitude((x / scales[lane]).abs());
+            let back = f64::from(if x.is_sign_negative() { -back } else { back });
+            let error = f64::from(x) - back * f64::from(scales[lane]);
+            sums[lane] += error * error;
         }
     }
     sums
 }
 
-pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool) {
-    let columns = columns(plan);
-    let group = usize::try_from(NVFP4_GROUP).unwrap_or(16);
-    let groups = columns.div_ceil(group);
-    let bytes = columns.div_ceil(2);
-    let mut sums = ErrorSums::default();
-    let mut within = true;
-    for (row, values) in source.chunks(columns).enumerate() {
-        for (column, &x) in values.iter().enumerate() {
-            let byte = written.codes[row * bytes + column / 2];
-            let code = if column % 2 == 0 {
-                byte & 15
-            } else {
-                byte >> 4
-            };
-            let scale = f64::from(
-                fp8::decode(written.scales[row * groups + column / group]) / plan.global_scale,
-            );
-            let back = f64::from(decode(code)) * scale;
-            let step = f64::from(step(code)) * scale;
-            sums.add(x, back, step);
-            within &= within_half(x, back, step);
+/// The scales of up to [`LANES`] groups, each as stored (an E4M3 byte) and as its values are
+/// divided by: of the two E4M3 values either side of `absmax / 6 · global`, the one that leaves
+/// the group the least error while keeping its largest value within half a step of 6.
+fn group_scales(plan: &Plan, groups: &[[f32; GROUP]]) -> [(u8, f32); LANES] {
+    let global = plan.global_scale;
+    let mut transposed = [[0f32; LANES]; GROUP];
+    for (lane, group) in groups.iter().enumerate() {
+        for (row, &x) in transposed.iter_mut().zip(group) {
+            row[lane] = x;
         }
     }
-    (sums, within)
+    let absmax: [f32; LANES] = std::array::from_fn(|lane| {
+        groups
+            .get(lane)
+            .map_or(0.0, |g| g.iter().fold(0.0f32, |m, &x| m.max(x.abs())))
+    });
+    let nearest: [u8; LANES] =
+        std::array::from_fn(|lane| fp8::encode((absmax[lane] / 6.0 * global).min(fp8::MAX)));
+    let other: [u8; LANES] = std::array::from_fn(|lane| {
+        let ideal = (absmax[lane] / 6.0 * global).min(fp8::MAX);
+        if fp8::decode(nearest[lane]) > ideal {
+            nearest[lane].saturating_sub(1)
+        } else {
+            (nearest[lane] + 1).min(0x7E)
+        }
+    });
+    let errors = |bytes: &[u8; LANES]| {
+        let scales = std::array::from_fn(|lane| fp8::decode(bytes[lane]) / global);
+        let sums = group_errors(&transposed, scales);
+        std::array::from_fn::<f64, LANES, _>(|lane| {
+            if scales[lane] == 0.0 {
+                f64::INFINITY
+            } else {
+                sums[lane]
+            }
+        })
+    };
+    let (nearest_errors, other_errors) = (errors(&nearest), errors(&other));
+    std::array::from_fn(|lane| {
+        let within =
+            |byte: u8| absmax[lane] == 0.0 || absmax[lane] / (fp8::decode(byte) / global) <= 7.0;
+        let mut best = None::<(f64, u8)>;
+        for (byte, e) in [
+            (nearest[lane], nearest_errors[lane]),
+            (other[lane], other_errors[lane]),
+        ] {
+            if within(byte) && best.is_none_or(|(least, _)| e < least) {
+                best = Some((e, byte));
+            }
+        }
+        let byte = best.map_or_else(
+            || {
+                // Up one code at a time while the largest value would land past 6 and half a
+                // step.
+                let mut byte = nearest[lane];
+                while byte < 0x7E && !within(byte) {
+                    byte += 1;
+                }
+                byte
+            },
+            |(_, byte)| byte,
+        );
+        (byte, fp8::decode(byte) / global)
+    })
+}
+
+/// A group's codes under `scale`, two to a byte, onto the end of `out`.
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+fn encode_group(values: &[f32; GROUP], scale: f32, out: &mut Vec<u8>) {
+    if scale == 0.0 || !scale.is_finite() {
+        out.extend_from_slice(&[0; GROUP / 2]);
+        return;
+    }
+    let codes: [u8; GROUP] = std::array::from_fn(|i| encode(values[i] / scale));
+    let bytes: [u8; GROUP / 2] = std::array::from_fn(|i| codes[2 * i] | (codes[2 * i + 1] << 4));
+    out.extend_from_slice(&bytes);
+}
+
+pub fn quantize(plan: &Plan, values: &[f32], out: &mut Streams) {
+    let columns = columns(plan);
+    for row in values.chunks(columns) {
+        // The model's weights are cut into whole groups (see `fits`).
+        let (groups, _) = row.as_chunks::<GROUP>();
+        for batch in groups.chunks(LANES) {
+            let scales = group_scales(plan, batch);
+            for (group, &(byte, scale)) in batch.iter().zip(&scales) {
+                out.scales.push(byte);
+                encode_group(group, scale, &mut out.codes);
+            }
+        }
+    }
+}
+
+/// Adds a group's values, which came back from `codes` (two to a byte) under `scale`.
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+fn measure_group(values: &[f32; GROUP], codes: &[u8], scale: f64, measure: &mut Measure) {
+    let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+    for (lane, (&x, code)) in values
+        .iter()
+        .zip(codes.iter().flat_map(|&byte| [byte & 15, byte >> 4]))
+        .enumerate()
+    {
+        let step = f64::from(step(code));
+        measure.add(
+            lane % LANES,
+            x,
+            f64::from(decode(code)) * scale,
+            step * scale,
+            inverse / step,
+        );
+    }
+}
+
+pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool) {
+    let columns = columns(plan);
+    let groups = columns / GROUP;
+    let bytes = columns / 2;
+    let mut measure = Measure::default();
+    for (row, values) in source.chunks(columns).enumerate() {
+        let (values, _) = values.as_chunks::<GROUP>();
+        let codes = &written.codes[row * bytes..][..bytes];
+        let scales = &written.scales[row * groups..][..groups];
+        for ((values, codes), &byte) in values.iter().zip(codes.chunks(GROUP / 2)).zip(scales) {
+            let scale = f64::from(fp8::decode(byte) / plan.global_scale);
+            measure_group(values, codes, scale, &mut measure);
+        }
+    }
+    measure.finish()
 }
 
 #[cfg(test)]
@@ -216,11 +273,11 @@ mod tests {
             f64::from(absmax),
         );
         let mut out = Streams::default();
-        let sums = quantize(&plan, &source, &mut out);
+        quantize(&plan, &source, &mut out);
         assert_eq!((out.codes.len(), out.scales.len()), (8 * 32, 8 * 4));
         let (checked, within) = check(&plan, &source, &out);
         assert!(within);
-        assert_eq!(checked.noise.to_bits(), sums.noise.to_bits());
+        assert!(checked.max_in_steps <= 0.5 + 1e-4);
         let scale = fp8::decode(out.scales[0]) / plan.global_scale;
         assert_eq!(out.codes[0] & 15, encode(source[0] / scale));
         assert_eq!(out.codes[0] >> 4, encode(source[1] / scale));

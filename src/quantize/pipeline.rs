@@ -280,6 +280,7 @@ impl Context<'_> {
             }
         }
         let role = wanted.role;
+        let scales_alone = keep.is_empty() && matches!(role, Role::Scales { .. });
         map_rows_aligned(
             self.model,
             self.files,
@@ -288,7 +289,11 @@ impl Context<'_> {
             self.control,
             |_, values: &[f32]| {
                 let mut streams = Streams::default();
-                plan.quantize(values, &mut streams);
+                if scales_alone {
+                    plan.quantize_scales(values, &mut streams);
+                } else {
+                    plan.quantize(values, &mut streams);
+                }
                 Ok(streams)
             },
             |streams| {
