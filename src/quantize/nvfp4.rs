@@ -10,12 +10,9 @@
 //! group's largest value would land more than half a step beyond 6 is rounded up instead.
 
 use super::fp8;
-use super::lanes::{LANES, Measure};
+use super::lanes::{LANES, Measure, byte_of};
 use super::scheme::{ErrorSums, Plan, Streams};
 use multiversion::multiversion;
-
-/// The magnitudes of the FP4 E2M1 codes 0 to 7.
-pub const E2M1: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
 
 /// The NVFP4 group, as a length.
 const GROUP: usize = 16;
@@ -45,14 +42,15 @@ pub fn encode(value: f32) -> u8 {
     let sign = if value.is_sign_negative() { 8 } else { 0 };
     let a = value.abs();
     // NaN passes no threshold: code 0.
-    let code = u8::from(a > 0.25)
-        + u8::from(a >= 0.75)
-        + u8::from(a > 1.25)
-        + u8::from(a >= 1.75)
-        + u8::from(a > 2.5)
-        + u8::from(a >= 3.5)
-        + u8::from(a > 5.0);
-    sign | code
+    let passed = |pass: bool| if pass { 1.0 } else { 0.0 };
+    let code = passed(a > 0.25)
+        + passed(a >= 0.75)
+        + passed(a > 1.25)
+        + passed(a >= 1.75)
+        + passed(a > 2.5)
+        + passed(a >= 3.5)
+        + passed(a > 5.0);
+    sign | byte_of(code)
 }
 
 /// The magnitude [`encode`] rounds `a` (a magnitude) to, without a table.
@@ -72,18 +70,32 @@ fn rounded_magnitude(a: f32) -> f32 {
     if a > 5.0 { 6.0 } else { m }
 }
 
-pub fn decode(code: u8) -> f32 {
-    let magnitude = E2M1[usize::from(code & 7)];
-    if code & 8 == 0 { magnitude } else { -magnitude }
-}
-
-/// The grid's step around a code's value: 0.5 below 2, 1 below 4, 2 above.
-pub fn step(code: u8) -> f32 {
-    match code & 7 {
-        0..=3 => 0.5,
-        4 | 5 => 1.0,
-        _ => 2.0,
-    }
+/// The value of a code (sign in bit 3, magnitude `[0, .5, 1, 1.5, 2, 3, 4, 6][n & 7]`) and its
+/// grid's step (0.5 below 2, 1 below 4, 2 above), without a table.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn value_and_step(code: u8) -> (f32, f32) {
+    let n = f32::from(code & 7);
+    let magnitude = if n < 4.0 {
+        n * 0.5
+    } else if n < 6.0 {
+        n - 2.0
+    } else if n < 7.0 {
+        4.0
+    } else {
+        6.0
+    };
+    let step = if n < 4.0 {
+        0.5
+    } else if n < 6.0 {
+        1.0
+    } else {
+        2.0
+    };
+    (if code & 8 == 0 { magnitude } else { -magnitude }, step)
 }
 
 fn columns(plan: &Plan) -> usize {
@@ -96,14 +108,15 @@ fn columns(plan: &Plan) -> usize {
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
 fn group_errors(groups: &[[f32; LANES]; GROUP], scales: [f32; LANES]) -> [f64; LANES] {
     let mut sums = [0f64; LANES];
-    for values in groups {
-        for lane in 0..LANES {
-            let x = values[lane];
-            let back = rounded_magnitude((x / scales[lane]).abs());
-            let back = f64::from(if x.is_sign_negative() { -back } else { back });
-            let error = f64::from(x) - back * f64::from(scales[lane]);
-            sums[lane] += error * error;
-        }
+    for xs in groups {
+        let quotients: [f32; LANES] = std::array::from_fn(|l| xs[l] / scales[l]);
+        let magnitudes: [f32; LANES] =
+            std::array::from_fn(|l| rounded_magnitude(quotients[l].abs()));
+        // The quotient's sign is the value's: the scales are positive.
+        let backs: [f32; LANES] = std::array::from_fn(|l| magnitudes[l].copysign(xs[l]));
+        let errors: [f64; LANES] =
+            std::array::from_fn(|l| f64::from(xs[l]) - f64::from(backs[l]) * f64::from(scales[l]));
+        sums = std::array::from_fn(|l| sums[l] + errors[l] * errors[l]);
     }
     sums
 }
@@ -205,19 +218,22 @@ pub fn quantize(plan: &Plan, values: &[f32], out: &mut Streams) {
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
 fn measure_group(values: &[f32; GROUP], codes: &[u8], scale: f64, measure: &mut Measure) {
     let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-    for (lane, (&x, code)) in values
-        .iter()
-        .zip(codes.iter().flat_map(|&byte| [byte & 15, byte >> 4]))
-        .enumerate()
-    {
-        let step = f64::from(step(code));
-        measure.add(
-            lane % LANES,
-            x,
-            f64::from(decode(code)) * scale,
-            step * scale,
-            inverse / step,
-        );
+    let codes: [u8; GROUP] = std::array::from_fn(|i| (codes[i / 2] >> (4 * (i % 2))) & 15);
+    let (halves, _) = values.as_chunks::<LANES>();
+    let (code_halves, _) = codes.as_chunks::<LANES>();
+    for (xs, cs) in halves.iter().zip(code_halves) {
+        let decoded: [(f32, f32); LANES] = std::array::from_fn(|l| value_and_step(cs[l]));
+        for lane in 0..LANES {
+            let (value, step) = decoded[lane];
+            let step = f64::from(step);
+            measure.add(
+                lane,
+                xs[lane],
+                f64::from(value) * scale,
+                step * scale,
+                inverse / step,
+            );
+        }
     }
 }
 
@@ -243,6 +259,22 @@ mod tests {
     use super::*;
     use crate::format::Dtype;
     use crate::quantize::scheme::Scheme;
+
+    fn decode(code: u8) -> f32 {
+        value_and_step(code).0
+    }
+
+    #[test]
+    fn codes_decode_to_the_e2m1_grid() {
+        let magnitudes = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+        let steps = [0.5, 0.5, 0.5, 0.5, 1.0, 1.0, 2.0, 2.0];
+        for code in 0..16u8 {
+            let sign = if code < 8 { 1.0 } else { -1.0 };
+            let n = usize::from(code & 7);
+            assert_eq!(value_and_step(code), (sign * magnitudes[n], steps[n]));
+            assert_eq!(rounded_magnitude(magnitudes[n]), magnitudes[n]);
+        }
+    }
 
     #[test]
     fn codes_round_to_nearest() {
