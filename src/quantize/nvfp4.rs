@@ -10,7 +10,7 @@
 //! group's largest value would land more than half a step beyond 6 is rounded up instead.
 
 use super::fp8;
-use super::lanes::{LANES, Measure, byte_of};
+use super::lanes::{LANES, Measure};
 use super::scheme::{ErrorSums, Plan, Streams};
 use multiversion::multiversion;
 
@@ -32,25 +32,24 @@ pub fn global_scale(absmax: f64) -> f32 {
     }
 }
 
-/// `value` rounded to the nearest E2M1 value (clamped to ±6), ties to the even code.
+/// The code of `value` rounded to the nearest E2M1 value (clamped to ±6), ties to the even
+/// code.
 #[expect(
     clippy::inline_always,
     reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
 )]
 #[inline(always)]
-pub fn encode(value: f32) -> u8 {
-    let sign = if value.is_sign_negative() { 8 } else { 0 };
+fn encode(value: f32) -> u32 {
     let a = value.abs();
     // NaN passes no threshold: code 0.
-    let passed = |pass: bool| if pass { 1.0 } else { 0.0 };
-    let code = passed(a > 0.25)
-        + passed(a >= 0.75)
-        + passed(a > 1.25)
-        + passed(a >= 1.75)
-        + passed(a > 2.5)
-        + passed(a >= 3.5)
-        + passed(a > 5.0);
-    sign | byte_of(code)
+    u32::from(a > 0.25)
+        + u32::from(a >= 0.75)
+        + u32::from(a > 1.25)
+        + u32::from(a >= 1.75)
+        + u32::from(a > 2.5)
+        + u32::from(a >= 3.5)
+        + u32::from(a > 5.0)
+        + ((value.to_bits() >> 28) & 8)
 }
 
 /// The magnitude [`encode`] rounds `a` (a magnitude) to, without a table.
@@ -60,14 +59,16 @@ pub fn encode(value: f32) -> u8 {
 )]
 #[inline(always)]
 fn rounded_magnitude(a: f32) -> f32 {
-    let mut m = 0.0;
-    m = if a > 0.25 { 0.5 } else { m };
-    m = if a >= 0.75 { 1.0 } else { m };
-    m = if a > 1.25 { 1.5 } else { m };
-    m = if a >= 1.75 { 2.0 } else { m };
-    m = if a > 2.5 { 3.0 } else { m };
-    m = if a >= 3.5 { 4.0 } else { m };
-    if a > 5.0 { 6.0 } else { m }
+    // The grid's steps from one code to the next, each taken when its threshold is passed: a
+    // sum of masked constants, which vectorizes where a chain of choices does not.
+    let step = |pass: bool, step: f32| if pass { step } else { 0.0 };
+    step(a > 0.25, 0.5)
+        + step(a >= 0.75, 0.5)
+        + step(a > 1.25, 0.5)
+        + step(a >= 1.75, 0.5)
+        + step(a > 2.5, 1.0)
+        + step(a >= 3.5, 1.0)
+        + step(a > 5.0, 2.0)
 }
 
 /// The value of a code (sign in bit 3, magnitude `[0, .5, 1, 1.5, 2, 3, 4, 6][n & 7]`) and its
@@ -107,16 +108,27 @@ fn columns(plan: &Plan) -> usize {
 /// scale written, so their rounding must be that of one group at a time.
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
 fn group_errors(groups: &[[f32; LANES]; GROUP], scales: [f32; LANES]) -> [f64; LANES] {
+    // One short loop a step, each of which vectorizes across the lanes.
     let mut sums = [0f64; LANES];
     for xs in groups {
-        let quotients: [f32; LANES] = std::array::from_fn(|l| xs[l] / scales[l]);
-        let magnitudes: [f32; LANES] =
-            std::array::from_fn(|l| rounded_magnitude(quotients[l].abs()));
+        let mut backs = [0f32; LANES];
+        for lane in 0..LANES {
+            backs[lane] = (xs[lane] / scales[lane]).abs();
+        }
+        for back in &mut backs {
+            *back = rounded_magnitude(*back);
+        }
         // The quotient's sign is the value's: the scales are positive.
-        let backs: [f32; LANES] = std::array::from_fn(|l| magnitudes[l].copysign(xs[l]));
-        let errors: [f64; LANES] =
-            std::array::from_fn(|l| f64::from(xs[l]) - f64::from(backs[l]) * f64::from(scales[l]));
-        sums = std::array::from_fn(|l| sums[l] + errors[l] * errors[l]);
+        for (back, &x) in backs.iter_mut().zip(xs) {
+            *back = back.copysign(x);
+        }
+        let mut errors = [0f64; LANES];
+        for lane in 0..LANES {
+            errors[lane] = f64::from(xs[lane]) - f64::from(backs[lane]) * f64::from(scales[lane]);
+        }
+        for (sum, error) in sums.iter_mut().zip(errors) {
+            *sum += error * error;
+        }
     }
     sums
 }
@@ -132,11 +144,12 @@ fn group_scales(plan: &Plan, groups: &[[f32; GROUP]]) -> [(u8, f32); LANES] {
             row[lane] = x;
         }
     }
-    let absmax: [f32; LANES] = std::array::from_fn(|lane| {
-        groups
-            .get(lane)
-            .map_or(0.0, |g| g.iter().fold(0.0f32, |m, &x| m.max(x.abs())))
-    });
+    let mut absmax = [0f32; LANES];
+    for row in &transposed {
+        for (max, &x) in absmax.iter_mut().zip(row) {
+            *max = if x.abs() > *max { x.abs() } else { *max };
+        }
+    }
     let nearest: [u8; LANES] =
         std::array::from_fn(|lane| fp8::encode((absmax[lane] / 6.0 * global).min(fp8::MAX)));
     let other: [u8; LANES] = std::array::from_fn(|lane| {
@@ -194,8 +207,14 @@ fn encode_group(values: &[f32; GROUP], scale: f32, out: &mut Vec<u8>) {
         out.extend_from_slice(&[0; GROUP / 2]);
         return;
     }
-    let codes: [u8; GROUP] = std::array::from_fn(|i| encode(values[i] / scale));
-    let bytes: [u8; GROUP / 2] = std::array::from_fn(|i| codes[2 * i] | (codes[2 * i + 1] << 4));
+    let mut codes = [0u32; GROUP];
+    for (code, &x) in codes.iter_mut().zip(values) {
+        *code = encode(x / scale);
+    }
+    let mut bytes = [0u8; GROUP / 2];
+    for (byte, pair) in bytes.iter_mut().zip(codes.as_chunks::<2>().0) {
+        *byte = (pair[0] | (pair[1] << 4)).to_le_bytes()[0];
+    }
     out.extend_from_slice(&bytes);
 }
 
@@ -218,13 +237,15 @@ pub fn quantize(plan: &Plan, values: &[f32], out: &mut Streams) {
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
 fn measure_group(values: &[f32; GROUP], codes: &[u8], scale: f64, measure: &mut Measure) {
     let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-    let codes: [u8; GROUP] = std::array::from_fn(|i| (codes[i / 2] >> (4 * (i % 2))) & 15);
+    let mut unpacked = [0u8; GROUP];
+    for (pair, &byte) in unpacked.as_chunks_mut::<2>().0.iter_mut().zip(codes) {
+        *pair = [byte & 15, byte >> 4];
+    }
     let (halves, _) = values.as_chunks::<LANES>();
-    let (code_halves, _) = codes.as_chunks::<LANES>();
+    let (code_halves, _) = unpacked.as_chunks::<LANES>();
     for (xs, cs) in halves.iter().zip(code_halves) {
-        let decoded: [(f32, f32); LANES] = std::array::from_fn(|l| value_and_step(cs[l]));
         for lane in 0..LANES {
-            let (value, step) = decoded[lane];
+            let (value, step) = value_and_step(cs[lane]);
             let step = f64::from(step);
             measure.add(
                 lane,
@@ -282,7 +303,7 @@ mod tests {
             if code == 8 {
                 continue;
             }
-            assert_eq!(encode(decode(code)), code);
+            assert_eq!(encode(decode(code)), u32::from(code));
         }
         assert_eq!(encode(0.25), 0);
         assert_eq!(encode(0.75), 2);
@@ -311,7 +332,7 @@ mod tests {
         assert!(within);
         assert!(checked.max_in_steps <= 0.5 + 1e-4);
         let scale = fp8::decode(out.scales[0]) / plan.global_scale;
-        assert_eq!(out.codes[0] & 15, encode(source[0] / scale));
-        assert_eq!(out.codes[0] >> 4, encode(source[1] / scale));
+        assert_eq!(u32::from(out.codes[0] & 15), encode(source[0] / scale));
+        assert_eq!(u32::from(out.codes[0] >> 4), encode(source[1] / scale));
     }
 }
