@@ -452,7 +452,7 @@ fn the_dequantization_kernels_read_every_scheme_back() {
 fn f64_sources_are_quantized_through_f32() {
     let bytes = std::fs::read(source()).unwrap();
     let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let names: Vec<String> = file.names().into_iter().cloned().collect();
+    let names: Vec<String> = file.names().into_iter().map(str::to_owned).collect();
     // Each value nudged off the f32 grid, so that the F64 file holds more than its F32 twin.
     let values: Vec<(String, Vec<usize>, Vec<f64>)> = names
         .iter()
