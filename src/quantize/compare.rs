@@ -149,13 +149,8 @@ pub(super) fn evaluate(
                 })
                 .collect()
         };
-        let mut sums = vec![ErrorSums::default(); schemes.len()];
-        let mut add = |chunk: &[ErrorSums]| {
-            for (total, chunk) in sums.iter_mut().zip(chunk) {
-                total.merge(chunk);
-            }
-        };
-        if values.is_empty() {
+        let sums = if values.is_empty() {
+            let mut sums = vec![ErrorSums::default(); schemes.len()];
             map_rows_aligned(
                 model,
                 files,
@@ -164,27 +159,16 @@ pub(super) fn evaluate(
                 control,
                 |_, values: &[f32]| Ok(errors(values)),
                 |chunk| {
-                    add(&chunk);
+                    merge(&mut sums, &chunk);
                     Ok(())
                 },
             )
             .map_err(|e| Error::io(path, e))?;
+            sums
         } else {
-            use rayon::prelude::*;
-            let rows = usize::try_from(align).unwrap_or(1);
-            let run = ((RUN_VALUES / columns).max(1)).div_ceil(rows) * rows * columns;
-            let chunks: Vec<Vec<ErrorSums>> = values
-                .par_chunks(run)
-                .map(|values| {
-                    control.check()?;
-                    Ok(errors(values))
-                })
-                .collect::<std::io::Result<_>>()
-                .map_err(|e| Error::io(path, e))?;
-            for chunk in &chunks {
-                add(chunk);
-            }
-        }
+            evaluate_held(&values, columns, align, control, errors, schemes.len())
+                .map_err(|e| Error::io(path, e))?
+        };
         results.push(
             plans
                 .iter()
@@ -194,6 +178,39 @@ pub(super) fn evaluate(
         );
     }
     Ok((results, non_finite))
+}
+
+/// Adds each scheme's sums of a run of rows to its total.
+fn merge(totals: &mut [ErrorSums], chunk: &[ErrorSums]) {
+    for (total, chunk) in totals.iter_mut().zip(chunk) {
+        total.merge(chunk);
+    }
+}
+
+/// `errors` of every run of rows of a weight held in memory, on the rayon pool, summed.
+fn evaluate_held(
+    values: &[f32],
+    columns: usize,
+    align: u64,
+    control: &Control,
+    errors: impl Fn(&[f32]) -> Vec<ErrorSums> + Sync,
+    schemes: usize,
+) -> std::io::Result<Vec<ErrorSums>> {
+    use rayon::prelude::*;
+    let rows = usize::try_from(align).unwrap_or(1);
+    let run = (RUN_VALUES / columns).max(1).div_ceil(rows) * rows * columns;
+    let chunks: Vec<Vec<ErrorSums>> = values
+        .par_chunks(run)
+        .map(|values| {
+            control.check()?;
+            Ok(errors(values))
+        })
+        .collect::<std::io::Result<_>>()?;
+    let mut sums = vec![ErrorSums::default(); schemes];
+    for chunk in &chunks {
+        merge(&mut sums, chunk);
+    }
+    Ok(sums)
 }
 
 /// Values evaluated at a time from a weight held in memory: about a million.

@@ -266,6 +266,7 @@ mod tests {
         // The exact rounding, from the value's binade and the E4M3 grid's spacing there.
         let exact = |value: f32| {
             let magnitude = f64::from(value.abs());
+            #[expect(clippy::cast_possible_truncation, reason = "a binade's exponent")]
             let step = if magnitude < 1.0 / 64.0 {
                 2f64.powi(-9)
             } else {

@@ -69,7 +69,7 @@ impl Measure {
         // kernels round: off by at most `|x| · 2^-24` in value, which can send a value that
         // close to the middle between two steps to the farther one. NaN counts as beyond.
         let limit = 0.5 * step + x.abs() * 2f64.powi(-22) + f64::from(f32::MIN_POSITIVE);
-        self.beyond[lane] += u32::from(!(error <= limit));
+        self.beyond[lane] += u32::from(error.is_nan() || error > limit);
     }
 
     /// The sums, and whether every value was within half a step.
@@ -96,7 +96,7 @@ mod tests {
             2.5,
             -0.5,
             -1.5,
-            0.49999997,
+            0.499_999_97,
             7.5,
             -8.5,
             1e6 + 0.5,
