@@ -196,26 +196,29 @@ pub fn quantize_scales(plan: &Plan, values: &[f32], out: &mut Streams) {
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
 fn measure_block(values: &[f32], codes: &[u8], scale: f64, measure: &mut Measure) {
     let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-    let mut add = |lane: usize, x: f32, code: u8| {
+    let mut local = *measure;
+    let (chunks, rest) = values.as_chunks::<LANES>();
+    let (code_chunks, code_rest) = codes.as_chunks::<LANES>();
+    for (xs, cs) in chunks.iter().zip(code_chunks) {
+        let (mut backs, mut steps, mut inverses) = ([0f64; LANES], [0f64; LANES], [0f64; LANES]);
+        for lane in 0..LANES {
+            let step = f64::from(step(cs[lane]));
+            backs[lane] = f64::from(decode(cs[lane])) * scale;
+            steps[lane] = step * scale;
+            inverses[lane] = inverse / step;
+        }
+        local.add_lanes(xs, &backs, &steps, &inverses);
+    }
+    for (&x, &code) in rest.iter().zip(code_rest) {
         let step = f64::from(step(code));
-        measure.add(
-            lane,
+        local.add(
             x,
             f64::from(decode(code)) * scale,
             step * scale,
             inverse / step,
         );
-    };
-    let (chunks, rest) = values.as_chunks::<LANES>();
-    let (code_chunks, code_rest) = codes.as_chunks::<LANES>();
-    for (xs, cs) in chunks.iter().zip(code_chunks) {
-        for lane in 0..LANES {
-            add(lane, xs[lane], cs[lane]);
-        }
     }
-    for (&x, &code) in rest.iter().zip(code_rest) {
-        add(0, x, code);
-    }
+    *measure = local;
 }
 
 pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool) {

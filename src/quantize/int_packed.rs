@@ -248,16 +248,20 @@ pub fn quantize(plan: &Plan, values: &[f32], out: &mut Streams) {
 fn measure_group(values: &[f32], codes: &[u8], offset: i32, scale: f64, measure: &mut Measure) {
     let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
     let back = |code: u8| f64::from(i32::from(code) - offset) * scale;
+    let mut local = *measure;
     let (chunks, rest) = values.as_chunks::<LANES>();
     let (code_chunks, code_rest) = codes.as_chunks::<LANES>();
     for (xs, cs) in chunks.iter().zip(code_chunks) {
-        for lane in 0..LANES {
-            measure.add(lane, xs[lane], back(cs[lane]), scale, inverse);
+        let mut backs = [0f64; LANES];
+        for (back_value, &code) in backs.iter_mut().zip(cs) {
+            *back_value = back(code);
         }
+        local.add_lanes(xs, &backs, &[scale; LANES], &[inverse; LANES]);
     }
     for (&x, &code) in rest.iter().zip(code_rest) {
-        measure.add(0, x, back(code), scale, inverse);
+        local.add(x, back(code), scale, inverse);
     }
+    *measure = local;
 }
 
 pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool) {

@@ -47,29 +47,61 @@ pub struct Measure {
 
 impl Measure {
     /// Adds value `x`, which came back as `back` on a grid of local step `step` (whose inverse
-    /// is `inverse_step`, 0 when the step is), in `lane`.
+    /// is `inverse_step`, 0 when the step is), in lane 0.
     #[inline(always)]
-    pub fn add(&mut self, lane: usize, x: f32, back: f64, step: f64, inverse_step: f64) {
-        let x = f64::from(x);
-        let error = (x - back).abs();
-        self.signal[lane] += x * x;
-        self.noise[lane] += error * error;
-        self.max_abs[lane] = if error > self.max_abs[lane] {
-            error
-        } else {
-            self.max_abs[lane]
-        };
-        let in_steps = error * inverse_step;
-        self.max_in_steps[lane] = if in_steps > self.max_in_steps[lane] {
-            in_steps
-        } else {
-            self.max_in_steps[lane]
-        };
-        // Within half a step, allowing for the rounding of the `f32` quotient `x / scale` the
-        // kernels round: off by at most `|x| · 2^-24` in value, which can send a value that
-        // close to the middle between two steps to the farther one. NaN counts as beyond.
-        let limit = 0.5 * step + x.abs() * 2f64.powi(-22) + f64::from(f32::MIN_POSITIVE);
-        self.beyond[lane] += u32::from(error.is_nan() || error > limit);
+    pub fn add(&mut self, x: f32, back: f64, step: f64, inverse_step: f64) {
+        let mut xs = [0.0; LANES];
+        let mut backs = [0.0; LANES];
+        let (mut steps, mut inverses) = ([0.0; LANES], [0.0; LANES]);
+        (xs[0], backs[0], steps[0], inverses[0]) = (x, back, step, inverse_step);
+        self.add_lanes(&xs, &backs, &steps, &inverses);
+    }
+
+    /// [`Measure::add`] of a value in each lane, in one short loop a step, so that each
+    /// vectorizes.
+    #[inline(always)]
+    pub fn add_lanes(
+        &mut self,
+        xs: &[f32; LANES],
+        backs: &[f64; LANES],
+        steps: &[f64; LANES],
+        inverse_steps: &[f64; LANES],
+    ) {
+        let mut wide = [0f64; LANES];
+        let mut errors = [0f64; LANES];
+        for lane in 0..LANES {
+            wide[lane] = f64::from(xs[lane]);
+            errors[lane] = (wide[lane] - backs[lane]).abs();
+        }
+        for lane in 0..LANES {
+            self.signal[lane] += wide[lane] * wide[lane];
+            self.noise[lane] += errors[lane] * errors[lane];
+        }
+        for lane in 0..LANES {
+            let error = errors[lane];
+            self.max_abs[lane] = if error > self.max_abs[lane] {
+                error
+            } else {
+                self.max_abs[lane]
+            };
+            let in_steps = error * inverse_steps[lane];
+            self.max_in_steps[lane] = if in_steps > self.max_in_steps[lane] {
+                in_steps
+            } else {
+                self.max_in_steps[lane]
+            };
+        }
+        for lane in 0..LANES {
+            // Within half a step, allowing for the rounding of the `f32` quotient `x / scale`
+            // the kernels round: off by at most `|x| · 2^-24` in value, which can send a value
+            // that close to the middle between two steps to the farther one. NaN counts as
+            // beyond.
+            let limit = 0.5 * steps[lane]
+                + wide[lane].abs() * 2f64.powi(-22)
+                + f64::from(f32::MIN_POSITIVE);
+            let error = errors[lane];
+            self.beyond[lane] += u32::from(error.is_nan()) + u32::from(error > limit);
+        }
     }
 
     /// The sums, and whether every value was within half a step.

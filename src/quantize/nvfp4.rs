@@ -243,19 +243,19 @@ fn measure_group(values: &[f32; GROUP], codes: &[u8], scale: f64, measure: &mut 
     }
     let (halves, _) = values.as_chunks::<LANES>();
     let (code_halves, _) = unpacked.as_chunks::<LANES>();
+    let mut local = *measure;
     for (xs, cs) in halves.iter().zip(code_halves) {
+        let (mut backs, mut steps, mut inverses) = ([0f64; LANES], [0f64; LANES], [0f64; LANES]);
         for lane in 0..LANES {
             let (value, step) = value_and_step(cs[lane]);
             let step = f64::from(step);
-            measure.add(
-                lane,
-                xs[lane],
-                f64::from(value) * scale,
-                step * scale,
-                inverse / step,
-            );
+            backs[lane] = f64::from(value) * scale;
+            steps[lane] = step * scale;
+            inverses[lane] = inverse / step;
         }
+        local.add_lanes(xs, &backs, &steps, &inverses);
     }
+    *measure = local;
 }
 
 pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool) {
