@@ -16,6 +16,7 @@
 mod compare;
 mod fp8;
 mod int_packed;
+mod lanes;
 mod nvfp4;
 mod pipeline;
 pub mod scheme;
@@ -460,18 +461,9 @@ fn quantize_keeping(
     kept_scales: u64,
 ) -> Result<Summary> {
     let (sharded, targets, files) = prepare(model, output)?;
-    let mut choices: Vec<Choice> = model.tensors.iter().map(|t| choose(t, options)).collect();
-    if let Some(threshold) = options.keep_below_snr {
-        let below = compare::below_snr(model, &files, &choices, options, threshold, control)?;
-        compare::keep_below(&mut choices, &below);
-    }
+    let mut choices = choose_all(model, &files, options, control, |_| true)?;
     let absmax = first_pass(model, &files, &mut choices, options, control, kept_scales)?;
-    let folder = targets[0]
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(folder).map_err(|e| Error::io(folder, e))?;
-    remove_stale_temporaries(folder);
+    ready_folder(&targets)?;
     let ignore = ignored_modules(model, &choices);
     let config = quantization_config(options, &ignore).to_string();
     let context = ShardContext {
@@ -483,37 +475,95 @@ fn quantize_keeping(
         config: &config,
         control,
     };
-    let mut quantized = Vec::new();
-    let mut bytes_after = 0;
-    let mut verified = true;
+    let written = write_outputs(
+        model,
+        output,
+        (sharded, &targets),
+        &ignore,
+        options,
+        &context,
+    )?;
+    Ok(written.summary(model, targets, options, choices))
+}
+
+/// How a scheme writes the files of a quantized model.
+trait Writer {
+    /// Writes output file `shard` to `target`.
+    fn write_shard(&self, shard: usize, target: &Path) -> Result<Written>;
+    /// Writes the index of a sharded output into the folder `output`; gives its number of
+    /// entries.
+    fn write_index(&self, output: &Path) -> Result<usize>;
+}
+
+/// The decision for each of the model's tensors: those `options` choose and the scheme `fits`,
+/// less those whose SNR would fall below the threshold.
+fn choose_all(
+    model: &Model,
+    files: &[File],
+    options: &Options,
+    control: &Control,
+    fits: impl Fn(&Tensor) -> bool,
+) -> Result<Vec<Choice>> {
+    let mut choices: Vec<Choice> = model
+        .tensors
+        .iter()
+        .map(|t| match choose(t, options) {
+            Choice::Quantize if !fits(t) => Choice::Keep(Kept::Ungrouped),
+            choice => choice,
+        })
+        .collect();
+    if let Some(threshold) = options.keep_below_snr {
+        let below = compare::below_snr(model, files, &choices, options, threshold, control)?;
+        compare::keep_below(&mut choices, &below);
+    }
+    Ok(choices)
+}
+
+/// Creates the folder of the files to write, and removes the temporaries an interrupted save
+/// left there.
+fn ready_folder(targets: &[PathBuf]) -> Result<()> {
+    let folder = targets[0]
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(folder).map_err(|e| Error::io(folder, e))?;
+    remove_stale_temporaries(folder);
+    Ok(())
+}
+
+/// Writes every file of `targets` through `writer`, then the index of a sharded output and the
+/// companion files (config.json with `ignore`, and the rest copied).
+fn write_outputs(
+    model: &Model,
+    output: &Path,
+    (sharded, targets): (bool, &[PathBuf]),
+    ignore: &[&str],
+    options: &Options,
+    writer: &impl Writer,
+) -> Result<Written> {
+    let mut all = Written {
+        quantized: Vec::new(),
+        bytes: 0,
+        verified: true,
+    };
     for (shard, target) in targets.iter().enumerate() {
-        let written = context.write_shard(shard, target)?;
-        bytes_after += written.bytes;
-        verified &= written.verified;
-        if quantized.is_empty() {
-            quantized = written.quantized;
+        let written = writer.write_shard(shard, target)?;
+        all.bytes += written.bytes;
+        all.verified &= written.verified;
+        if all.quantized.is_empty() {
+            all.quantized = written.quantized;
         } else {
-            quantized.extend(written.quantized);
+            all.quantized.extend(written.quantized);
         }
     }
     if sharded {
-        let entries = write_index(model, output, &choices, options.granularity)?;
-        verified &= index_reads_back(model, output, entries)?;
+        let entries = writer.write_index(output)?;
+        all.verified &= index_reads_back(model, output, entries)?;
     }
     if let Some(folder) = targets[0].parent() {
-        copy_companions(model, folder, &ignore, options)?;
+        copy_companions(model, folder, ignore, options)?;
     }
-    Ok(Summary {
-        output: targets,
-        scheme: Scheme::W8A8,
-        group_size: options.group_size,
-        granularity: options.granularity,
-        quantized,
-        choices,
-        bytes_before: model.file_bytes(),
-        bytes_after,
-        verified,
-    })
+    Ok(all)
 }
 
 /// Open `model`'s files for quantizing it into `output`: whether the output is a folder, the
@@ -657,7 +707,7 @@ fn first_pass(
             reads * tensor.info.byte_len()
         })
         .sum();
-    control.bytes_total.store(total, Ordering::Relaxed);
+    control.bytes_total.fetch_add(total, Ordering::Relaxed);
     // Sized exactly: doubling lists of millions would hold both copies at once.
     let mut kept = Vec::with_capacity(usize::try_from(kept_rows).unwrap_or(0));
     let mut kept_ends = Vec::with_capacity(kept_before);
@@ -1192,14 +1242,41 @@ struct ShardContext<'a> {
     control: &'a Control,
 }
 
-/// One output file written.
+/// One output file written, or all of them.
 struct Written {
     quantized: Vec<Quantized>,
     bytes: u64,
     verified: bool,
 }
 
-impl ShardContext<'_> {
+impl Written {
+    /// The summary of a quantization that wrote these files.
+    fn summary(
+        self,
+        model: &Model,
+        output: Vec<PathBuf>,
+        options: &Options,
+        choices: Vec<Choice>,
+    ) -> Summary {
+        Summary {
+            output,
+            scheme: options.scheme,
+            group_size: options.group_size,
+            granularity: options.granularity,
+            quantized: self.quantized,
+            choices,
+            bytes_before: model.file_bytes(),
+            bytes_after: self.bytes,
+            verified: self.verified,
+        }
+    }
+}
+
+impl Writer for ShardContext<'_> {
+    fn write_index(&self, output: &Path) -> Result<usize> {
+        write_index(self.model, output, self.choices, self.granularity)
+    }
+
     fn write_shard(&self, shard: usize, target: &Path) -> Result<Written> {
         let ShardContext {
             model,
@@ -1283,7 +1360,9 @@ impl ShardContext<'_> {
             verified,
         })
     }
+}
 
+impl ShardContext<'_> {
     /// Whether every quantized tensor of a written file, its scales and int8 values read back
     /// from it and dequantized, is within half a scale of its source everywhere.
     fn weights_read_back<'a>(

@@ -1,11 +1,12 @@
-//! Every scheme evaluated on the same weights without writing anything: for each weight, a pass
-//! for its largest magnitude (NVFP4's global scale and W8A8's per-tensor scale need it), then one
-//! read of its rows, each run of rows decoded once and quantized under every scheme in turn.
+//! Every scheme evaluated on the same weights without writing anything: each weight read once
+//! into memory (up to a bound, beyond which it is read twice), for its largest magnitude (NVFP4's
+//! global scale and W8A8's per-tensor scale need it) and then quantized under every scheme in
+//! turn, a run of rows at a time.
 
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{
-    Choice, Control, Error8, Granularity, Kept, Options, choose, finish, map_rows_aligned,
-    scale_for, scales_dtype_of, tensor_absmax,
+    Choice, Control, Error8, Granularity, Kept, Options, absmax_of, choose, finish,
+    map_rows_aligned, scale_for, scales_dtype_of, tensor_absmax,
 };
 use crate::error::{Error, Result};
 use crate::format::{Dtype, Model, Tensor};
@@ -73,9 +74,14 @@ pub(super) fn plan_for(scheme: Scheme, group: u64, tensor: &Tensor, absmax: f64)
 /// A weight's error under each scheme evaluated, `None` where the scheme keeps it.
 type PerScheme = Vec<Option<ErrorSums>>;
 
+/// Weights of at most this many values (64 MiB as `f32`) are read once, into memory, for both
+/// their largest magnitude and every scheme; larger ones are read twice.
+const HELD_VALUES: u64 = 16 << 20;
+
 /// Each of `tensors`' error under each of `schemes` (`None` where a scheme keeps it), and the
-/// tensors holding NaN or Inf. Reads each tensor twice: for its largest magnitude, then its rows
-/// once for every scheme.
+/// tensors holding NaN or Inf. Reads each tensor once (twice when it is larger than
+/// [`HELD_VALUES`]): for its largest magnitude, which NVFP4's global scale and W8A8's per-tensor
+/// scale need before any value is quantized, and for its rows under every scheme.
 pub(super) fn evaluate(
     model: &Model,
     files: &[File],
@@ -84,9 +90,13 @@ pub(super) fn evaluate(
     options: &Options,
     control: &Control,
 ) -> Result<(Vec<PerScheme>, Vec<usize>)> {
+    let held = |tensor: &Tensor| tensor.info.element_count().unwrap_or(u64::MAX) <= HELD_VALUES;
     let total: u64 = tensors
         .iter()
-        .map(|&t| 2 * model.tensors[t].info.byte_len())
+        .map(|&t| {
+            let tensor = &model.tensors[t];
+            tensor.info.byte_len() * if held(tensor) { 1 } else { 2 }
+        })
         .sum();
     control.bytes_total.fetch_add(total, Ordering::Relaxed);
     let mut results = Vec::with_capacity(tensors.len());
@@ -94,9 +104,14 @@ pub(super) fn evaluate(
     for &index in tensors {
         let tensor = &model.tensors[index];
         let path = &model.shard_of(tensor).path;
-        let Some((absmax, _)) =
-            tensor_absmax(model, files, tensor, false, control).map_err(|e| Error::io(path, e))?
-        else {
+        let (absmax, values) = if held(tensor) {
+            read_whole(model, files, tensor, control).map_err(|e| Error::io(path, e))?
+        } else {
+            let absmax = tensor_absmax(model, files, tensor, false, control)
+                .map_err(|e| Error::io(path, e))?;
+            (absmax.map(|(largest, _)| largest), Vec::new())
+        };
+        let Some(absmax) = absmax else {
             non_finite.push(index);
             results.push(vec![None; schemes.len()]);
             continue;
@@ -115,44 +130,45 @@ pub(super) fn evaluate(
         let columns = usize::try_from(tensor.info.shape.get(1).unwrap_or(1))
             .unwrap_or(1)
             .max(1);
-        let mut sums = vec![ErrorSums::default(); schemes.len()];
         let align = plans
             .iter()
             .flatten()
             .map(Plan::row_multiple)
             .max()
             .unwrap_or(1);
-        map_rows_aligned(
-            model,
-            files,
-            tensor,
-            align,
-            control,
-            |_, values: &[f32]| {
-                let mut streams = Streams::default();
-                let chunk: Vec<ErrorSums> = plans
-                    .iter()
-                    .map(|plan| match plan {
-                        Some(plan) if plan.scheme == Scheme::W8A8 => {
-                            int8_sums(tensor, values, columns, int8_scales)
-                        }
-                        Some(plan) => {
-                            streams.clear();
-                            plan.quantize(values, &mut streams)
-                        }
-                        None => ErrorSums::default(),
-                    })
-                    .collect();
-                Ok(chunk)
-            },
-            |chunk| {
-                for (total, chunk) in sums.iter_mut().zip(&chunk) {
-                    total.merge(chunk);
-                }
-                Ok(())
-            },
-        )
-        .map_err(|e| Error::io(path, e))?;
+        let errors = |values: &[f32]| -> Vec<ErrorSums> {
+            let mut streams = Streams::default();
+            plans
+                .iter()
+                .map(|plan| match plan {
+                    Some(plan) if plan.scheme == Scheme::W8A8 => {
+                        int8_sums(tensor, values, columns, int8_scales)
+                    }
+                    Some(plan) => plan.error(values, &mut streams),
+                    None => ErrorSums::default(),
+                })
+                .collect()
+        };
+        let sums = if values.is_empty() {
+            let mut sums = vec![ErrorSums::default(); schemes.len()];
+            map_rows_aligned(
+                model,
+                files,
+                tensor,
+                align,
+                control,
+                |_, values: &[f32]| Ok(errors(values)),
+                |chunk| {
+                    merge(&mut sums, &chunk);
+                    Ok(())
+                },
+            )
+            .map_err(|e| Error::io(path, e))?;
+            sums
+        } else {
+            evaluate_held(&values, columns, align, control, errors, schemes.len())
+                .map_err(|e| Error::io(path, e))?
+        };
         results.push(
             plans
                 .iter()
@@ -162,6 +178,69 @@ pub(super) fn evaluate(
         );
     }
     Ok((results, non_finite))
+}
+
+/// Adds each scheme's sums of a run of rows to its total.
+fn merge(totals: &mut [ErrorSums], chunk: &[ErrorSums]) {
+    for (total, chunk) in totals.iter_mut().zip(chunk) {
+        total.merge(chunk);
+    }
+}
+
+/// `errors` of every run of rows of a weight held in memory, on the rayon pool, summed.
+fn evaluate_held(
+    values: &[f32],
+    columns: usize,
+    align: u64,
+    control: &Control,
+    errors: impl Fn(&[f32]) -> Vec<ErrorSums> + Sync,
+    schemes: usize,
+) -> std::io::Result<Vec<ErrorSums>> {
+    use rayon::prelude::*;
+    let rows = usize::try_from(align).unwrap_or(1);
+    let run = (RUN_VALUES / columns).max(1).div_ceil(rows) * rows * columns;
+    let chunks: Vec<Vec<ErrorSums>> = values
+        .par_chunks(run)
+        .map(|values| {
+            control.check()?;
+            Ok(errors(values))
+        })
+        .collect::<std::io::Result<_>>()?;
+    let mut sums = vec![ErrorSums::default(); schemes];
+    for chunk in &chunks {
+        merge(&mut sums, chunk);
+    }
+    Ok(sums)
+}
+
+/// Values evaluated at a time from a weight held in memory: about a million.
+const RUN_VALUES: usize = 1 << 20;
+
+/// A weight's values, read once, and its largest magnitude (`None` when it holds NaN or Inf).
+fn read_whole(
+    model: &Model,
+    files: &[File],
+    tensor: &Tensor,
+    control: &Control,
+) -> std::io::Result<(Option<f64>, Vec<f32>)> {
+    let count = usize::try_from(tensor.info.element_count().unwrap_or(0)).unwrap_or(0);
+    let mut values = Vec::with_capacity(count);
+    let (mut largest, mut finite) = (0.0f64, true);
+    map_rows_aligned(
+        model,
+        files,
+        tensor,
+        1,
+        control,
+        |_, values: &[f32]| Ok((absmax_of(values), values.to_vec())),
+        |((max, all_finite), run)| {
+            largest = largest.max(max);
+            finite &= all_finite;
+            values.extend_from_slice(&run);
+            Ok(())
+        },
+    )?;
+    Ok((finite.then_some(largest), values))
 }
 
 /// W8A8's error on whole rows, with each row's own scale or `shared`.

@@ -10,10 +10,12 @@
 //! group's largest value would land more than half a step beyond 6 is rounded up instead.
 
 use super::fp8;
-use super::scheme::{ErrorSums, NVFP4_GROUP, Plan, Streams, within_half};
+use super::lanes::{LANES, Measure};
+use super::scheme::{ErrorSums, Plan, Streams};
+use multiversion::multiversion;
 
-/// The magnitudes of the FP4 E2M1 codes 0 to 7.
-pub const E2M1: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+/// The NVFP4 group, as a length.
+const GROUP: usize = 16;
 
 /// The global scale of a tensor whose largest magnitude is `absmax`: `448 · 6 / absmax` in
 /// FP32, 1 when that is not finite (a tensor of zeros).
@@ -30,155 +32,247 @@ pub fn global_scale(absmax: f64) -> f32 {
     }
 }
 
-/// `value` rounded to the nearest E2M1 value (clamped to ±6), ties to the even code.
-pub fn encode(value: f32) -> u8 {
-    let sign = if value.is_sign_negative() { 8 } else { 0 };
+/// The code of `value` rounded to the nearest E2M1 value (clamped to ±6), ties to the even
+/// code.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn encode(value: f32) -> u32 {
     let a = value.abs();
-    let code = if a.is_nan() || a <= 0.25 {
-        0
-    } else if a < 0.75 {
-        1
-    } else if a <= 1.25 {
-        2
-    } else if a < 1.75 {
-        3
-    } else if a <= 2.5 {
-        4
-    } else if a < 3.5 {
-        5
-    } else if a <= 5.0 {
-        6
+    // NaN passes no threshold: code 0.
+    u32::from(a > 0.25)
+        + u32::from(a >= 0.75)
+        + u32::from(a > 1.25)
+        + u32::from(a >= 1.75)
+        + u32::from(a > 2.5)
+        + u32::from(a >= 3.5)
+        + u32::from(a > 5.0)
+        + ((value.to_bits() >> 28) & 8)
+}
+
+/// The magnitude [`encode`] rounds `a` (a magnitude) to, without a table.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn rounded_magnitude(a: f32) -> f32 {
+    // The grid's steps from one code to the next, each taken when its threshold is passed: a
+    // sum of masked constants, which vectorizes where a chain of choices does not.
+    let step = |pass: bool, step: f32| if pass { step } else { 0.0 };
+    step(a > 0.25, 0.5)
+        + step(a >= 0.75, 0.5)
+        + step(a > 1.25, 0.5)
+        + step(a >= 1.75, 0.5)
+        + step(a > 2.5, 1.0)
+        + step(a >= 3.5, 1.0)
+        + step(a > 5.0, 2.0)
+}
+
+/// The value of a code (sign in bit 3, magnitude `[0, .5, 1, 1.5, 2, 3, 4, 6][n & 7]`) and its
+/// grid's step (0.5 below 2, 1 below 4, 2 above), without a table.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn value_and_step(code: u8) -> (f32, f32) {
+    let n = f32::from(code & 7);
+    let magnitude = if n < 4.0 {
+        n * 0.5
+    } else if n < 6.0 {
+        n - 2.0
+    } else if n < 7.0 {
+        4.0
     } else {
-        7
+        6.0
     };
-    sign | code
-}
-
-pub fn decode(code: u8) -> f32 {
-    let magnitude = E2M1[usize::from(code & 7)];
-    if code & 8 == 0 { magnitude } else { -magnitude }
-}
-
-/// The grid's step around a code's value: 0.5 below 2, 1 below 4, 2 above.
-pub fn step(code: u8) -> f32 {
-    match code & 7 {
-        0..=3 => 0.5,
-        4 | 5 => 1.0,
-        _ => 2.0,
-    }
+    let step = if n < 4.0 {
+        0.5
+    } else if n < 6.0 {
+        1.0
+    } else {
+        2.0
+    };
+    (if code & 8 == 0 { magnitude } else { -magnitude }, step)
 }
 
 fn columns(plan: &Plan) -> usize {
     usize::try_from(plan.columns).unwrap_or(usize::MAX).max(1)
 }
 
-/// A group's scale as stored (an E4M3 byte), and the scale its values are divided by: of the
-/// two E4M3 values either side of `absmax / 6 · global`, the one that leaves the group the least
-/// error while keeping its largest value within half a step of 6.
-fn group_scale(plan: &Plan, group: &[f32]) -> (u8, f32) {
-    let absmax = group.iter().fold(0.0f32, |m, &x| m.max(x.abs()));
-    let global = plan.global_scale;
-    let ideal = (absmax / 6.0 * global).min(fp8::MAX);
-    let nearest = fp8::encode(ideal);
-    let other = if fp8::decode(nearest) > ideal {
-        nearest.saturating_sub(1)
-    } else {
-        (nearest + 1).min(0x7E)
-    };
-    let within = |byte: u8| absmax == 0.0 || absmax / (fp8::decode(byte) / global) <= 7.0;
-    let error = |byte: u8| {
-        let scale = fp8::decode(byte) / global;
-        if scale == 0.0 {
-            return f64::INFINITY;
+/// The squared error each of up to [`LANES`] groups (`groups[lane]`, zeros past the last) is
+/// left with under `scales[lane]`, each summed in the order of its values: the sums choose the
+/// scale written, so their rounding must be that of one group at a time.
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+fn group_errors(groups: &[[f32; LANES]; GROUP], scales: [f32; LANES]) -> [f64; LANES] {
+    // One short loop a step, each of which vectorizes across the lanes.
+    let mut sums = [0f64; LANES];
+    for xs in groups {
+        let mut backs = [0f32; LANES];
+        for lane in 0..LANES {
+            backs[lane] = (xs[lane] / scales[lane]).abs();
         }
-        group
-            .iter()
-            .map(|&x| {
-                let e = f64::from(x) - f64::from(decode(encode(x / scale))) * f64::from(scale);
-                e * e
-            })
-            .sum::<f64>()
-    };
-    let mut best = None::<(f64, u8)>;
-    for byte in [nearest, other] {
-        if within(byte) {
-            let e = error(byte);
-            if best.is_none_or(|(least, _)| e < least) {
-                best = Some((e, byte));
-            }
+        for back in &mut backs {
+            *back = rounded_magnitude(*back);
         }
-    }
-    let byte = best.map_or_else(
-        || {
-            // Up one code at a time while the largest value would land past 6 and half a step.
-            let mut byte = nearest;
-            while byte < 0x7E && !within(byte) {
-                byte += 1;
-            }
-            byte
-        },
-        |(_, byte)| byte,
-    );
-    (byte, fp8::decode(byte) / global)
-}
-
-pub fn quantize(plan: &Plan, values: &[f32], out: &mut Streams) -> ErrorSums {
-    let columns = columns(plan);
-    let group = usize::try_from(NVFP4_GROUP).unwrap_or(16);
-    let mut sums = ErrorSums::default();
-    for row in values.chunks(columns) {
-        for values in row.chunks(group) {
-            let (byte, scale) = group_scale(plan, values);
-            out.scales.push(byte);
-            let code = |x: f32| {
-                if scale == 0.0 || !scale.is_finite() {
-                    0
-                } else {
-                    encode(x / scale)
-                }
-            };
-            for pair in values.chunks(2) {
-                let low = code(pair[0]);
-                let high = pair.get(1).map_or(0, |&x| code(x));
-                for (&x, c) in pair.iter().zip([low, high]) {
-                    sums.add(
-                        x,
-                        f64::from(decode(c)) * f64::from(scale),
-                        f64::from(step(c)) * f64::from(scale),
-                    );
-                }
-                out.codes.push(low | (high << 4));
-            }
+        // The quotient's sign is the value's: the scales are positive.
+        for (back, &x) in backs.iter_mut().zip(xs) {
+            *back = back.copysign(x);
+        }
+        let mut errors = [0f64; LANES];
+        for lane in 0..LANES {
+            errors[lane] = f64::from(xs[lane]) - f64::from(backs[lane]) * f64::from(scales[lane]);
+        }
+        for (sum, error) in sums.iter_mut().zip(errors) {
+            *sum += error * error;
         }
     }
     sums
 }
 
-pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool) {
-    let columns = columns(plan);
-    let group = usize::try_from(NVFP4_GROUP).unwrap_or(16);
-    let groups = columns.div_ceil(group);
-    let bytes = columns.div_ceil(2);
-    let mut sums = ErrorSums::default();
-    let mut within = true;
-    for (row, values) in source.chunks(columns).enumerate() {
-        for (column, &x) in values.iter().enumerate() {
-            let byte = written.codes[row * bytes + column / 2];
-            let code = if column % 2 == 0 {
-                byte & 15
-            } else {
-                byte >> 4
-            };
-            let scale = f64::from(
-                fp8::decode(written.scales[row * groups + column / group]) / plan.global_scale,
-            );
-            let back = f64::from(decode(code)) * scale;
-            let step = f64::from(step(code)) * scale;
-            sums.add(x, back, step);
-            within &= within_half(x, back, step);
+/// The scales of up to [`LANES`] groups, each as stored (an E4M3 byte) and as its values are
+/// divided by: of the two E4M3 values either side of `absmax / 6 · global`, the one that leaves
+/// the group the least error while keeping its largest value within half a step of 6.
+fn group_scales(plan: &Plan, groups: &[[f32; GROUP]]) -> [(u8, f32); LANES] {
+    let global = plan.global_scale;
+    let mut transposed = [[0f32; LANES]; GROUP];
+    for (lane, group) in groups.iter().enumerate() {
+        for (row, &x) in transposed.iter_mut().zip(group) {
+            row[lane] = x;
         }
     }
-    (sums, within)
+    let mut absmax = [0f32; LANES];
+    for row in &transposed {
+        for (max, &x) in absmax.iter_mut().zip(row) {
+            *max = if x.abs() > *max { x.abs() } else { *max };
+        }
+    }
+    let nearest: [u8; LANES] =
+        std::array::from_fn(|lane| fp8::encode((absmax[lane] / 6.0 * global).min(fp8::MAX)));
+    let other: [u8; LANES] = std::array::from_fn(|lane| {
+        let ideal = (absmax[lane] / 6.0 * global).min(fp8::MAX);
+        if fp8::decode(nearest[lane]) > ideal {
+            nearest[lane].saturating_sub(1)
+        } else {
+            (nearest[lane] + 1).min(0x7E)
+        }
+    });
+    let errors = |bytes: &[u8; LANES]| {
+        let scales = std::array::from_fn(|lane| fp8::decode(bytes[lane]) / global);
+        let sums = group_errors(&transposed, scales);
+        std::array::from_fn::<f64, LANES, _>(|lane| {
+            if scales[lane] == 0.0 {
+                f64::INFINITY
+            } else {
+                sums[lane]
+            }
+        })
+    };
+    let (nearest_errors, other_errors) = (errors(&nearest), errors(&other));
+    std::array::from_fn(|lane| {
+        let within =
+            |byte: u8| absmax[lane] == 0.0 || absmax[lane] / (fp8::decode(byte) / global) <= 7.0;
+        let mut best = None::<(f64, u8)>;
+        for (byte, e) in [
+            (nearest[lane], nearest_errors[lane]),
+            (other[lane], other_errors[lane]),
+        ] {
+            if within(byte) && best.is_none_or(|(least, _)| e < least) {
+                best = Some((e, byte));
+            }
+        }
+        let byte = best.map_or_else(
+            || {
+                // Up one code at a time while the largest value would land past 6 and half a
+                // step.
+                let mut byte = nearest[lane];
+                while byte < 0x7E && !within(byte) {
+                    byte += 1;
+                }
+                byte
+            },
+            |(_, byte)| byte,
+        );
+        (byte, fp8::decode(byte) / global)
+    })
+}
+
+/// A group's codes under `scale`, two to a byte, onto the end of `out`.
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+fn encode_group(values: &[f32; GROUP], scale: f32, out: &mut Vec<u8>) {
+    if scale == 0.0 || !scale.is_finite() {
+        out.extend_from_slice(&[0; GROUP / 2]);
+        return;
+    }
+    let mut codes = [0u32; GROUP];
+    for (code, &x) in codes.iter_mut().zip(values) {
+        *code = encode(x / scale);
+    }
+    let mut bytes = [0u8; GROUP / 2];
+    for (byte, pair) in bytes.iter_mut().zip(codes.as_chunks::<2>().0) {
+        *byte = (pair[0] | (pair[1] << 4)).to_le_bytes()[0];
+    }
+    out.extend_from_slice(&bytes);
+}
+
+pub fn quantize(plan: &Plan, values: &[f32], out: &mut Streams) {
+    let columns = columns(plan);
+    for row in values.chunks(columns) {
+        // The model's weights are cut into whole groups (see `fits`).
+        let (groups, _) = row.as_chunks::<GROUP>();
+        for batch in groups.chunks(LANES) {
+            let scales = group_scales(plan, batch);
+            for (group, &(byte, scale)) in batch.iter().zip(&scales) {
+                out.scales.push(byte);
+                encode_group(group, scale, &mut out.codes);
+            }
+        }
+    }
+}
+
+/// Adds a group's values, which came back from `codes` (two to a byte) under `scale`.
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+fn measure_group(values: &[f32; GROUP], codes: &[u8], scale: f64, measure: &mut Measure) {
+    let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+    let mut unpacked = [0u8; GROUP];
+    for (pair, &byte) in unpacked.as_chunks_mut::<2>().0.iter_mut().zip(codes) {
+        *pair = [byte & 15, byte >> 4];
+    }
+    let (halves, _) = values.as_chunks::<LANES>();
+    let (code_halves, _) = unpacked.as_chunks::<LANES>();
+    let mut local = *measure;
+    for (xs, cs) in halves.iter().zip(code_halves) {
+        let (mut backs, mut steps, mut inverses) = ([0f64; LANES], [0f64; LANES], [0f64; LANES]);
+        for lane in 0..LANES {
+            let (value, step) = value_and_step(cs[lane]);
+            let step = f64::from(step);
+            backs[lane] = f64::from(value) * scale;
+            steps[lane] = step * scale;
+            inverses[lane] = inverse / step;
+        }
+        local.add_lanes(xs, &backs, &steps, &inverses);
+    }
+    *measure = local;
+}
+
+pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool) {
+    let columns = columns(plan);
+    let groups = columns / GROUP;
+    let bytes = columns / 2;
+    let mut measure = Measure::default();
+    for (row, values) in source.chunks(columns).enumerate() {
+        let (values, _) = values.as_chunks::<GROUP>();
+        let codes = &written.codes[row * bytes..][..bytes];
+        let scales = &written.scales[row * groups..][..groups];
+        for ((values, codes), &byte) in values.iter().zip(codes.chunks(GROUP / 2)).zip(scales) {
+            let scale = f64::from(fp8::decode(byte) / plan.global_scale);
+            measure_group(values, codes, scale, &mut measure);
+        }
+    }
+    measure.finish()
 }
 
 #[cfg(test)]
@@ -187,13 +281,29 @@ mod tests {
     use crate::format::Dtype;
     use crate::quantize::scheme::Scheme;
 
+    fn decode(code: u8) -> f32 {
+        value_and_step(code).0
+    }
+
+    #[test]
+    fn codes_decode_to_the_e2m1_grid() {
+        let magnitudes = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+        let steps = [0.5, 0.5, 0.5, 0.5, 1.0, 1.0, 2.0, 2.0];
+        for code in 0..16u8 {
+            let sign = if code < 8 { 1.0 } else { -1.0 };
+            let n = usize::from(code & 7);
+            assert_eq!(value_and_step(code), (sign * magnitudes[n], steps[n]));
+            assert_eq!(rounded_magnitude(magnitudes[n]), magnitudes[n]);
+        }
+    }
+
     #[test]
     fn codes_round_to_nearest() {
         for code in 0..16u8 {
             if code == 8 {
                 continue;
             }
-            assert_eq!(encode(decode(code)), code);
+            assert_eq!(encode(decode(code)), u32::from(code));
         }
         assert_eq!(encode(0.25), 0);
         assert_eq!(encode(0.75), 2);
@@ -216,13 +326,13 @@ mod tests {
             f64::from(absmax),
         );
         let mut out = Streams::default();
-        let sums = quantize(&plan, &source, &mut out);
+        quantize(&plan, &source, &mut out);
         assert_eq!((out.codes.len(), out.scales.len()), (8 * 32, 8 * 4));
         let (checked, within) = check(&plan, &source, &out);
         assert!(within);
-        assert_eq!(checked.noise.to_bits(), sums.noise.to_bits());
+        assert!(checked.max_in_steps <= 0.5 + 1e-4);
         let scale = fp8::decode(out.scales[0]) / plan.global_scale;
-        assert_eq!(out.codes[0] & 15, encode(source[0] / scale));
-        assert_eq!(out.codes[0] >> 4, encode(source[1] / scale));
+        assert_eq!(u32::from(out.codes[0] & 15), encode(source[0] / scale));
+        assert_eq!(u32::from(out.codes[0] >> 4), encode(source[1] / scale));
     }
 }

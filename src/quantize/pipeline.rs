@@ -10,8 +10,8 @@
 
 use super::scheme::{ErrorSums, Member, Plan, Role, Streams};
 use super::{
-    Choice, Control, Kept, NonFinite, Options, Quantized, Summary, copy_tensor, map_rows_aligned,
-    output_metadata, prepare, tensor_absmax,
+    Choice, Control, Kept, NonFinite, Options, Quantized, Summary, Writer, Written, copy_tensor,
+    map_rows_aligned, output_metadata, prepare, tensor_absmax,
 };
 use crate::error::{Error, Result};
 use crate::format::writer::{FileLayout, Metadata, Name, Specs, write_atomically};
@@ -41,14 +41,7 @@ pub fn quantize(
     control: &Control,
 ) -> Result<Summary> {
     let (sharded, targets, files) = prepare(model, output)?;
-    let mut choices: Vec<Choice> = model
-        .tensors
-        .iter()
-        .map(|t| match super::choose(t, options) {
-            Choice::Quantize if !fits(t, options) => Choice::Keep(Kept::Ungrouped),
-            choice => choice,
-        })
-        .collect();
+    let mut choices = super::choose_all(model, &files, options, control, |t| fits(t, options))?;
     let total: u64 = model
         .tensors
         .iter()
@@ -58,12 +51,7 @@ pub fn quantize(
             Choice::Keep(_) => t.info.byte_len(),
         })
         .sum();
-    control.bytes_total.store(total, Ordering::Relaxed);
-    if let Some(threshold) = options.keep_below_snr {
-        let below =
-            super::compare::below_snr(model, &files, &choices, options, threshold, control)?;
-        super::compare::keep_below(&mut choices, &below);
-    }
+    control.bytes_total.fetch_add(total, Ordering::Relaxed);
     let mut absmax = vec![0.0; model.tensors.len()];
     for (index, tensor) in model.tensors.iter().enumerate() {
         if choices[index] != Choice::Quantize {
@@ -84,12 +72,7 @@ pub fn quantize(
             }
         }
     }
-    let folder = targets[0]
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(folder).map_err(|e| Error::io(folder, e))?;
-    super::remove_stale_temporaries(folder);
+    super::ready_folder(&targets)?;
     let ignore = super::ignored_modules(model, &choices);
     let config = super::quantization_config(options, &ignore).to_string();
     let context = Context {
@@ -101,33 +84,15 @@ pub fn quantize(
         config: &config,
         control,
     };
-    let mut quantized = Vec::new();
-    let mut bytes_after = 0;
-    let mut verified = true;
-    for (shard, target) in targets.iter().enumerate() {
-        let written = context.write_shard(shard, target)?;
-        bytes_after += written.bytes;
-        verified &= written.verified;
-        quantized.extend(written.quantized);
-    }
-    if sharded {
-        let entries = write_index(&context, output)?;
-        verified &= super::index_reads_back(model, output, entries)?;
-    }
-    if let Some(folder) = targets[0].parent() {
-        super::copy_companions(model, folder, &ignore, options)?;
-    }
-    Ok(Summary {
-        output: targets,
-        scheme: options.scheme,
-        group_size: options.group_size,
-        granularity: options.granularity,
-        quantized,
-        choices,
-        bytes_before: model.file_bytes(),
-        bytes_after,
-        verified,
-    })
+    let written = super::write_outputs(
+        model,
+        output,
+        (sharded, &targets),
+        &ignore,
+        options,
+        &context,
+    )?;
+    Ok(written.summary(model, targets, options, choices))
 }
 
 /// A tensor of an output file: a source tensor copied, or a member of a quantized weight (its
@@ -153,12 +118,6 @@ struct Context<'a> {
     options: &'a Options,
     config: &'a str,
     control: &'a Control,
-}
-
-struct Written {
-    quantized: Vec<Quantized>,
-    bytes: u64,
-    verified: bool,
 }
 
 impl Context<'_> {
@@ -202,6 +161,12 @@ impl Context<'_> {
             },
         }
     }
+}
+
+impl Writer for Context<'_> {
+    fn write_index(&self, output: &Path) -> Result<usize> {
+        write_index(self, output)
+    }
 
     fn write_shard(&self, shard: usize, target: &Path) -> Result<Written> {
         let model = self.model;
@@ -242,7 +207,9 @@ impl Context<'_> {
             verified: !differs && read_back,
         })
     }
+}
 
+impl Context<'_> {
     /// Writes member `member` of quantized weight `index`, streaming the weight; the other
     /// streamed members it yields are kept for later while they fit.
     fn write_member(
@@ -280,6 +247,7 @@ impl Context<'_> {
             }
         }
         let role = wanted.role;
+        let scales_alone = keep.is_empty() && matches!(role, Role::Scales { .. });
         map_rows_aligned(
             self.model,
             self.files,
@@ -288,7 +256,11 @@ impl Context<'_> {
             self.control,
             |_, values: &[f32]| {
                 let mut streams = Streams::default();
-                plan.quantize(values, &mut streams);
+                if scales_alone {
+                    plan.quantize_scales(values, &mut streams);
+                } else {
+                    plan.quantize(values, &mut streams);
+                }
                 Ok(streams)
             },
             |streams| {

@@ -287,15 +287,30 @@ impl Plan {
 
     /// Quantizes `values`, whole rows of the weight from a multiple of [`Plan::row_multiple`],
     /// appending each streamed member's bytes for them to `out` (codes, scales, zero points).
-    pub fn quantize(&self, values: &[f32], out: &mut Streams) -> ErrorSums {
+    pub fn quantize(&self, values: &[f32], out: &mut Streams) {
         match self.scheme {
             Scheme::W8A16 | Scheme::W4A16 | Scheme::W4A16Asym => {
-                int_packed::quantize(self, values, out)
+                int_packed::quantize(self, values, out);
             }
             Scheme::Fp8Dynamic | Scheme::Fp8Block => fp8::quantize(self, values, out),
             Scheme::Nvfp4A16 => nvfp4::quantize(self, values, out),
-            Scheme::W8A8 => ErrorSums::default(),
+            Scheme::W8A8 => {}
         }
+    }
+
+    /// [`Plan::quantize`], with at least the scales: FP8's alone, which need no codes.
+    pub fn quantize_scales(&self, values: &[f32], out: &mut Streams) {
+        match self.scheme {
+            Scheme::Fp8Dynamic | Scheme::Fp8Block => fp8::quantize_scales(self, values, out),
+            _ => self.quantize(values, out),
+        }
+    }
+
+    /// The error quantizing `values` leaves: [`Plan::quantize`] and [`Plan::check`].
+    pub fn error(&self, values: &[f32], streams: &mut Streams) -> ErrorSums {
+        streams.clear();
+        self.quantize(values, streams);
+        self.check(values, streams).0
     }
 
     /// Dequantizes the members read back for whole rows and compares them with `source`, the
@@ -376,28 +391,6 @@ impl ErrorSums {
         self.max_abs = self.max_abs.max(other.max_abs);
         self.max_in_steps = self.max_in_steps.max(other.max_in_steps);
     }
-
-    /// Adds one value `x` that came back as `back` on a grid of local step `step`.
-    #[inline]
-    pub fn add(&mut self, x: f32, back: f64, step: f64) {
-        let x = f64::from(x);
-        let error = (x - back).abs();
-        self.signal += x * x;
-        self.noise += error * error;
-        self.max_abs = self.max_abs.max(error);
-        if step > 0.0 {
-            self.max_in_steps = self.max_in_steps.max(error / step);
-        }
-    }
-}
-
-/// Whether an error is within half a step, allowing for the rounding of the `f32` quotient
-/// `x / scale` the kernels round: off by at most `|x| · 2^-24` in value, which can send a value
-/// that close to the middle between two steps to the farther one.
-#[inline]
-pub fn within_half(x: f32, back: f64, step: f64) -> bool {
-    let x = f64::from(x);
-    (x - back).abs() <= 0.5 * step + x.abs() * 2f64.powi(-22) + f64::from(f32::MIN_POSITIVE)
 }
 
 /// Scales decoded from their stored bytes.

@@ -445,3 +445,89 @@ fn the_dequantization_kernels_read_every_scheme_back() {
         }
     }
 }
+
+/// An F64 source is quantized through `f32`: every scheme writes it, reads it back within half a
+/// step (scales stored as F64), and leaves the error the same values rounded to F32 leave.
+#[test]
+fn f64_sources_are_quantized_through_f32() {
+    let bytes = std::fs::read(source()).unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let names: Vec<String> = file.names().into_iter().map(str::to_owned).collect();
+    // Each value nudged off the f32 grid, so that the F64 file holds more than its F32 twin.
+    let values: Vec<(String, Vec<usize>, Vec<f64>)> = names
+        .iter()
+        .map(|name| {
+            let view = file.tensor(name).unwrap();
+            let values = source_values(&bytes, name)
+                .into_iter()
+                .map(|x| f64::from(x) * (1.0 + 2f64.powi(-40)))
+                .collect();
+            (name.clone(), view.shape().to_vec(), values)
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |path: &Path, dtype: safetensors::Dtype, encode: &dyn Fn(f64) -> Vec<u8>| {
+        let data: Vec<Vec<u8>> = values
+            .iter()
+            .map(|(_, _, v)| v.iter().flat_map(|&x| encode(x)).collect())
+            .collect();
+        let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = values
+            .iter()
+            .zip(&data)
+            .map(|((name, shape, _), data)| {
+                let view = safetensors::tensor::TensorView::new(dtype, shape.clone(), data);
+                (name.clone(), view.unwrap())
+            })
+            .collect();
+        safetensors::serialize_to_file(views, None, path).unwrap();
+    };
+    let wide = dir.path().join("f64.safetensors");
+    let narrow = dir.path().join("f32.safetensors");
+    write(&wide, safetensors::Dtype::F64, &|x| {
+        x.to_le_bytes().to_vec()
+    });
+    #[expect(clippy::cast_possible_truncation, reason = "the F32 twin")]
+    write(&narrow, safetensors::Dtype::F32, &|x| {
+        (x as f32).to_le_bytes().to_vec()
+    });
+    for scheme in Scheme::ALL {
+        let run = |source: &Path, name: &str| {
+            let model = Model::open(source).unwrap();
+            let options = Options {
+                scheme,
+                ..Options::default()
+            };
+            let output = dir.path().join(format!("{scheme}-{name}.safetensors"));
+            let summary =
+                quantize::quantize(&model, &output, &options, &Control::default()).unwrap();
+            assert!(summary.verified, "{scheme} {name}");
+            (model, summary, output)
+        };
+        let (model, wide_summary, output) = run(&wide, "f64");
+        let (_, narrow_summary, _) = run(&narrow, "f32");
+        assert!(!wide_summary.quantized.is_empty(), "{scheme}");
+        let written = std::fs::read(&output).unwrap();
+        let written = safetensors::SafeTensors::deserialize(&written).unwrap();
+        for (wide, narrow) in wide_summary.quantized.iter().zip(&narrow_summary.quantized) {
+            let name = model.tensors[wide.tensor].name();
+            assert!(
+                wide.error.max_error_in_scales <= 0.5 + 1e-6,
+                "{scheme} {name}: {:?}",
+                wide.error
+            );
+            assert!(
+                (wide.error.snr_db - narrow.error.snr_db).abs() < 0.01,
+                "{scheme} {name}: {} dB against {} dB",
+                wide.error.snr_db,
+                narrow.error.snr_db
+            );
+            let scale = written.tensor(&format!("{name}_scale")).unwrap();
+            let expected = if scheme == Scheme::Nvfp4A16 {
+                safetensors::Dtype::F8_E4M3
+            } else {
+                safetensors::Dtype::F64
+            };
+            assert_eq!(scale.dtype(), expected, "{scheme} {name}");
+        }
+    }
+}
