@@ -1653,21 +1653,27 @@ pub fn preview(model: &Model, tensor: usize, granularity: Granularity) -> Result
     Ok(Some(error))
 }
 
-/// The default output next to the source: `<stem>.int8.safetensors` for a file, `<folder>-int8`
-/// beside a sharded model's folder.
-pub fn default_output(model: &Model) -> PathBuf {
+/// The default output next to the source, named after the scheme: `<stem>.int8.safetensors`
+/// for W8A8 (`<stem>.w4a16.safetensors` for W4A16...) for a file, `<folder>-int8` beside a
+/// sharded model's folder.
+pub fn default_output(model: &Model, scheme: Scheme) -> PathBuf {
+    let suffix = if scheme == Scheme::W8A8 {
+        "int8".to_owned()
+    } else {
+        scheme.name().to_ascii_lowercase()
+    };
     let first = &model.shards[0].path;
     if model.shards.len() > 1 || model.source != crate::format::model::Source::File {
         let folder = first.parent().unwrap_or(Path::new("."));
         let name = folder
             .file_name()
             .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
-        folder.with_file_name(format!("{name}-int8"))
+        folder.with_file_name(format!("{name}-{suffix}"))
     } else {
         let stem = first
             .file_stem()
             .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
-        first.with_file_name(format!("{stem}.int8.safetensors"))
+        first.with_file_name(format!("{stem}.{suffix}.safetensors"))
     }
 }
 

@@ -711,7 +711,14 @@ impl App {
                         Some(dialog.preview(false))
                     }
                     (Action::QuantizeScheme, Stage::Choosing | Stage::ConfirmReplace) => {
-                        dialog.next_scheme()
+                        // An output still named after the scheme follows it.
+                        let named = quantize::default_output(&model, dialog.scheme);
+                        let effect = dialog.next_scheme();
+                        if dialog.output == named {
+                            dialog.output = quantize::default_output(&model, dialog.scheme);
+                            dialog.stage = Stage::Choosing;
+                        }
+                        effect
                     }
                     (Action::QuantizeKeepBelow, Stage::Choosing | Stage::ConfirmReplace) => {
                         dialog.next_threshold();
@@ -818,7 +825,7 @@ impl App {
             keep_below_snr: None,
             comparison: None,
             skip_non_finite: false,
-            output: quantize::default_output(&self.model),
+            output: quantize::default_output(&self.model, quantize::Scheme::W8A8),
             chosen: Vec::new(),
             previews: HashMap::default(),
             stage: Stage::Choosing,

@@ -323,6 +323,11 @@ fn the_quantize_dialog_previews_saves_and_reports() {
     );
     assert!(shown.contains("▸ W8A16"), "{shown}");
     assert!(!shown.contains("comparing"), "{shown}");
+    // The output, still named after the scheme, follows it.
+    assert!(
+        shown.contains("output  assets/demo.w8a16.safetensors"),
+        "{shown}"
+    );
     for _ in 0..Scheme::ALL.len() - 1 {
         app.update(Action::QuantizeScheme);
     }
@@ -331,6 +336,13 @@ fn the_quantize_dialog_previews_saves_and_reports() {
     }
     assert_eq!(app.quantize.as_ref().unwrap().scheme, Scheme::W8A8);
     assert_eq!(app.quantize.as_ref().unwrap().keep_below_snr, None);
+    assert!(
+        app.quantize
+            .as_ref()
+            .unwrap()
+            .output
+            .ends_with("demo.int8.safetensors")
+    );
     app.update(Action::QuantizeSkipNonFinite);
     let (_, effect) = app.update(Action::QuantizeConfirm);
     let dir = tempfile::tempdir().unwrap();
