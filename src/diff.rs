@@ -283,8 +283,10 @@ pub fn diff(a: &Side<'_>, b: &Side<'_>, progress: &AtomicU64) -> ModelDiff {
     }
 }
 
-/// Dtype and shape only.
-fn compare_layout(ta: &Tensor, tb: &Tensor) -> Status {
+/// The dtypes and the shapes of two tensors, where they differ.
+type LayoutChanges = (Option<(String, String)>, Option<(Shape, Shape)>);
+
+fn layout_changes(ta: &Tensor, tb: &Tensor) -> LayoutChanges {
     let dtype = (ta.info.dtype != tb.info.dtype).then(|| {
         (
             ta.info.dtype.name().to_owned(),
@@ -293,6 +295,12 @@ fn compare_layout(ta: &Tensor, tb: &Tensor) -> Status {
     });
     let shape =
         (ta.info.shape != tb.info.shape).then(|| (ta.info.shape.clone(), tb.info.shape.clone()));
+    (dtype, shape)
+}
+
+/// Dtype and shape only.
+fn compare_layout(ta: &Tensor, tb: &Tensor) -> Status {
+    let (dtype, shape) = layout_changes(ta, tb);
     if dtype.is_none() && shape.is_none() {
         Status::Same
     } else {
@@ -344,14 +352,7 @@ fn metadata_diff(a: &StringMap, b: &StringMap) -> Vec<MetadataDiff> {
 }
 
 fn compare(a: &Model, ta: &Tensor, b: &Model, tb: &Tensor, progress: &AtomicU64) -> Status {
-    let dtype = (ta.info.dtype != tb.info.dtype).then(|| {
-        (
-            ta.info.dtype.name().to_owned(),
-            tb.info.dtype.name().to_owned(),
-        )
-    });
-    let shape =
-        (ta.info.shape != tb.info.shape).then(|| (ta.info.shape.clone(), tb.info.shape.clone()));
+    let (dtype, shape) = layout_changes(ta, tb);
     let numbers = ta.info.dtype.known().zip(tb.info.dtype.known());
     let count = ta.info.element_count();
     let change = match numbers {

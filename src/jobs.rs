@@ -490,20 +490,18 @@ impl Coordinator<'_> {
                 queue.pop_front();
                 continue;
             }
-            // A logical weight is dequantized alone, over all workers.
-            let len = if logical_weight(self.options, tensor).is_some() {
-                u64::MAX / 2
-            } else {
-                self.scanner.model.tensors[tensor].info.byte_len()
-            };
+            // A logical weight is dequantized alone, over all workers, as a large tensor is read.
+            let alone = logical_weight(self.options, tensor).is_some();
+            let len = self.scanner.model.tensors[tensor].info.byte_len();
+            let large = alone || len > SMALL;
             let full = bytes + len > 8 * SMALL || batch.len() == MAX_BATCH;
-            if !batch.is_empty() && (len > SMALL || full) {
+            if !batch.is_empty() && (large || full) {
                 break;
             }
             queue.pop_front();
             batch.push((tensor, self.options.histograms));
             bytes += len;
-            if len > SMALL {
+            if large {
                 break;
             }
         }

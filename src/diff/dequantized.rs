@@ -19,14 +19,7 @@ pub(super) fn compare(
     progress: &AtomicU64,
 ) -> Status {
     let (ta, tb) = (&a.tensors()[i], &b.tensors()[j]);
-    let dtype = (ta.info.dtype != tb.info.dtype).then(|| {
-        (
-            ta.info.dtype.name().to_owned(),
-            tb.info.dtype.name().to_owned(),
-        )
-    });
-    let shape =
-        (ta.info.shape != tb.info.shape).then(|| (ta.info.shape.clone(), tb.info.shape.clone()));
+    let (dtype, shape) = super::layout_changes(ta, tb);
     let changed = |change: Option<Change>, unaligned: Option<Box<str>>| {
         Status::Changed(Box::new(Changed {
             dtype: dtype.clone(),
