@@ -240,6 +240,37 @@ mod tests {
     }
 
     #[test]
+    fn axis_zero_groups_are_columns_of_the_group_matrix() {
+        // [2, 8] = 16 values in groups of 4: a [4, 4] group matrix whose columns are groups.
+        let (rows, cols, size) = (2, 8, 4);
+        let groups = rows * cols / size;
+        let mut rng = Rng::new(9);
+        let codes = rng.codes(2, rows * cols);
+        // 2-bit codes: rows of the group matrix in four chunks of one, the first the highest.
+        let mut packed = vec![0u8; groups];
+        for (k, &code) in codes.iter().enumerate() {
+            let (m, j) = (k / groups, k % groups);
+            packed[j] |= code << (2 * (3 - m));
+        }
+        let scales: Vec<f32> = (0..groups).map(|g| 0.5 + g as f32).collect();
+        let zeros: Vec<f32> = (0..groups).map(|g| 0.25 * g as f32).collect();
+        let (scale, zero) = (
+            Owned::f32(&[1, groups], &scales),
+            Owned::f32(&[1, groups], &zeros),
+        );
+        let w_q = Owned::new(Dtype::U8, &[1, groups], packed);
+        let kernel = Hqq::new(w_q.stored(), scale.stored(), zero.stored(), [rows, cols]).unwrap();
+        let expected: Vec<f32> = (0..rows * cols)
+            .map(|k| {
+                let g = k % groups;
+                (f32::from(codes[k]) - zeros[g]) * scales[g]
+            })
+            .collect();
+        assert_same(&dequantize_all(&kernel), &expected, cols);
+        assert_eq!(kernel.codes().unwrap().levels, 4);
+    }
+
+    #[test]
     fn a_zero_scale_and_a_nan_zero_point_name_their_group() {
         let w_q = Owned::new(Dtype::U8, &[1, 8], vec![0; 8]);
         let scale = Owned::f32(&[2, 1], &[0.0, 1.0]);
