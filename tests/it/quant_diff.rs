@@ -32,30 +32,6 @@ fn entry<'j>(json: &'j Value, name: &str) -> &'j Value {
         .unwrap_or_else(|| panic!("{name} is not in the diff: {json}"))
 }
 
-/// Every tensor of a file as `f32` values (BF16 widened, F32 as is), by name.
-fn float_tensors(path: &Path) -> Vec<(String, Vec<f32>)> {
-    let bytes = std::fs::read(path).unwrap();
-    let file = SafeTensors::deserialize(&bytes).unwrap();
-    file.tensors()
-        .into_iter()
-        .filter_map(|(name, view)| {
-            let data = view.data();
-            let values: Vec<f32> = match view.dtype() {
-                safetensors::Dtype::BF16 => data
-                    .chunks_exact(2)
-                    .map(|b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16))
-                    .collect(),
-                safetensors::Dtype::F32 => data
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect(),
-                _ => return None,
-            };
-            Some((name, values))
-        })
-        .collect()
-}
-
 /// `(max |a - b|, ‖a - b‖ / ‖a‖)` over positions where both are finite.
 fn error_of(a: &[f32], b: &[f32]) -> (f64, f64) {
     let (mut max, mut diff_sq, mut a_sq) = (0f64, 0f64, 0f64);
@@ -76,7 +52,7 @@ fn error_of(a: &[f32], b: &[f32]) -> (f64, f64) {
 #[test]
 fn a_quantized_checkpoint_against_its_source_gives_the_producers_error() {
     let source = fixtures().join("source/model.safetensors");
-    let source_values = float_tensors(&source);
+    let source_values = support::float_tensors(&source);
     let folders = [
         "ct-w4a16",
         "ct-w4a16-asym",
@@ -108,7 +84,8 @@ fn a_quantized_checkpoint_against_its_source_gives_the_producers_error() {
             &[source.to_str().unwrap(), quantized.to_str().unwrap()],
         );
         assert_eq!(code, 1, "{folder}");
-        let references = float_tensors(&fixtures().join(folder).join("reference.safetensors"));
+        let references =
+            support::float_tensors(&fixtures().join(folder).join("reference.safetensors"));
         assert!(!references.is_empty(), "{folder}");
         for (name, dequantized) in &references {
             let (_, original) = source_values.iter().find(|(n, _)| n == name).unwrap();
@@ -149,8 +126,9 @@ fn two_quantized_checkpoints_compare_their_dequantized_weights() {
         &fixtures(),
         &[model(a).to_str().unwrap(), model(b).to_str().unwrap()],
     );
-    let reference =
-        |folder: &str| float_tensors(&fixtures().join(folder).join("reference.safetensors"));
+    let reference = |folder: &str| {
+        support::float_tensors(&fixtures().join(folder).join("reference.safetensors"))
+    };
     let (ra, rb) = (reference(a), reference(b));
     let mut compared = 0;
     for (name, x) in &ra {
@@ -266,10 +244,10 @@ fn stuis_own_int8_output_is_within_half_a_scale_of_its_source() {
         assert_eq!(run.code, Some(0), "{}", run.stderr);
         let (code, json) = diff_json(dir.path(), &["demo.safetensors", output]);
         assert_eq!(code, 1);
-        let stored = float_tensors(&dir.path().join(output));
+        let stored = support::float_tensors(&dir.path().join(output));
         let bytes = std::fs::read(dir.path().join(output)).unwrap();
         let file = SafeTensors::deserialize(&bytes).unwrap();
-        let source = float_tensors(&dir.path().join("demo.safetensors"));
+        let source = support::float_tensors(&dir.path().join("demo.safetensors"));
         let mut weights = 0;
         for (name, scales) in stored.iter().filter(|(n, _)| n.ends_with(".weight_scale")) {
             let weight = name.strip_suffix("_scale").unwrap();

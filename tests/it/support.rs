@@ -362,3 +362,27 @@ pub fn rebuild_fixture(
     }
     dir
 }
+
+/// Every tensor of a file as `f32` values (BF16 widened, F32 as is), by name.
+pub fn float_tensors(path: &Path) -> Vec<(String, Vec<f32>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    file.tensors()
+        .into_iter()
+        .filter_map(|(name, view)| {
+            let data = view.data();
+            let values: Vec<f32> = match view.dtype() {
+                safetensors::Dtype::BF16 => data
+                    .chunks_exact(2)
+                    .map(|b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16))
+                    .collect(),
+                safetensors::Dtype::F32 => data
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+                _ => return None,
+            };
+            Some((name, values))
+        })
+        .collect()
+}

@@ -64,14 +64,11 @@ fn screen(app: &mut App, width: u16, height: u16) -> String {
 
 /// The producer's dequantized values of `name`.
 fn reference(name: &str) -> Vec<f32> {
-    let bytes = std::fs::read(Path::new(FOLDER).join("reference.safetensors")).unwrap();
-    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    file.tensor(name)
-        .unwrap()
-        .data()
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
+    crate::support::float_tensors(&Path::new(FOLDER).join("reference.safetensors"))
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("{name} has no reference"))
+        .1
 }
 
 #[test]
