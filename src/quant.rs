@@ -47,6 +47,11 @@ impl LogicalWeight {
         self.shape.iter().product()
     }
 
+    /// How many stored tensors it has.
+    pub fn member_count(&self) -> u16 {
+        self.member_count
+    }
+
     /// Stored bits per logical element, scales and zero points included.
     pub fn bits_per_weight(&self) -> f64 {
         let elements = self.element_count();

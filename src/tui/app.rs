@@ -451,12 +451,36 @@ impl App {
     ) {
         self.quantization = quantization;
         self.logical = logical;
+        if let Some(logical) = &self.logical {
+            let mut members = vec![0; self.tree.len()];
+            for tensor in 0..self.model.tensors.len() {
+                if let (Some(weight), Some(node)) =
+                    (logical.weight(tensor), self.tree.node_of_tensor(tensor))
+                {
+                    members[node as usize] = logical.quantization.weights[weight].member_count();
+                }
+            }
+            self.outline = Outline::with_members(&self.tree, members);
+        }
     }
 
     /// The logical weight listed tensor `tensor` is, with the model's quantization.
     pub fn logical_weight(&self, tensor: usize) -> Option<(&LogicalModel, usize)> {
         let logical = self.logical.as_deref()?;
         logical.weight(tensor).map(|weight| (logical, weight))
+    }
+
+    /// Member `member` of logical weight `tensor` as stored, with its name below the weight
+    /// (`weight_scale`).
+    pub fn member(&self, tensor: usize, member: usize) -> Option<(&str, &crate::format::Tensor)> {
+        let (logical, weight) = self.logical_weight(tensor)?;
+        let stored = &logical.stored.tensors
+            [logical.quantization.members(weight).get(member)?.tensor as usize];
+        let name = &logical.quantization.weights[weight].name;
+        Some((
+            crate::quant::listed::member_label(name, stored.name()),
+            stored,
+        ))
     }
 
     /// The tensor called `name` (the last of that name, should a sharded model repeat it),
@@ -1256,7 +1280,7 @@ mod tests {
             app.outline
                 .rows()
                 .iter()
-                .filter(|&&n| app.tree.node(n).tensor().is_some())
+                .filter(|row| app.tree.node(row.node).tensor().is_some())
                 .count()
         };
         assert_eq!(shown(&app), 4);

@@ -1,5 +1,7 @@
 //! What the tree pane shows of the layer tree: which groups are open, which nodes pass the
-//! search filter, the rows that result, the selection and the scroll position.
+//! search filter, the rows that result, the selection and the scroll position. A quantized
+//! model's logical weight opens like a group onto its stored members, which are rows of the
+//! outline but not nodes of the tree (the tree is built from the listed tensors).
 //!
 //! Rows are recomputed only when a group opens or closes or the filter changes, and a frame
 //! draws only the rows on screen, so the tree stays fast with every node of a 100,000-tensor
@@ -8,13 +10,30 @@
 use crate::tree::{LayerTree, NodeId, ROOT};
 use fixedbitset::FixedBitSet;
 
+/// A row of the outline: a node of the tree, or a member of the logical weight `node`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub node: NodeId,
+    /// Which of the weight's members, in the order of its quantization.
+    pub member: Option<u16>,
+}
+
+impl Row {
+    fn node(node: NodeId) -> Row {
+        Row { node, member: None }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Outline {
     open: FixedBitSet,
+    /// How many stored members each node (a logical weight) opens onto; empty when the model
+    /// lists no logical weights.
+    members: Vec<u16>,
     /// Nodes that pass the filter: a tensor below matches. All of them without a filter.
     shown: FixedBitSet,
-    /// The visible rows' nodes, top to bottom (their depth is worked out for the rows drawn).
-    rows: Vec<NodeId>,
+    /// The visible rows, top to bottom (their depth is worked out for the rows drawn).
+    rows: Vec<Row>,
     selected: usize,
     offset: usize,
     /// Which groups were open before a filter opened the ones it shows.
@@ -25,23 +44,32 @@ impl Outline {
     /// The outline of `tree` with its first level open, unless that level is too long to open
     /// usefully (a model's top level holds a handful of groups).
     pub fn new(tree: &LayerTree) -> Outline {
+        Outline::with_members(tree, Vec::new())
+    }
+
+    /// The outline of `tree` where node `n` is a logical weight of `members[n]` stored members
+    /// (`members` indexed by node, or empty).
+    pub fn with_members(tree: &LayerTree, members: Vec<u16>) -> Outline {
         const OPEN_UP_TO: usize = 1000;
         let mut outline = Outline {
             open: FixedBitSet::with_capacity(tree.len()),
             shown: all_set(tree.len()),
+            members,
             ..Outline::default()
         };
         outline.open.insert(ROOT as usize);
         if tree.children(ROOT).len() <= OPEN_UP_TO {
             for &child in tree.children(ROOT) {
-                outline.open.insert(child as usize);
+                if !tree.children(child).is_empty() {
+                    outline.open.insert(child as usize);
+                }
             }
         }
         outline.rebuild(tree);
         outline
     }
 
-    pub fn rows(&self) -> &[NodeId] {
+    pub fn rows(&self) -> &[Row] {
         &self.rows
     }
 
@@ -53,30 +81,56 @@ impl Outline {
         self.selected
     }
 
+    /// The selected node; for a member row, the logical weight it belongs to.
     pub fn selected_node(&self) -> Option<NodeId> {
-        self.rows.get(self.selected).copied()
+        self.rows.get(self.selected).map(|row| row.node)
+    }
+
+    /// The selected member row's weight node and member.
+    pub fn selected_member(&self) -> Option<(NodeId, u16)> {
+        let row = self.rows.get(self.selected)?;
+        Some((row.node, row.member?))
     }
 
     pub fn is_open(&self, node: NodeId) -> bool {
         self.open.contains(node as usize)
     }
 
+    /// How many stored members node `node` opens onto (0 for anything but a logical weight).
+    pub fn member_count(&self, node: NodeId) -> u16 {
+        self.members.get(node as usize).copied().unwrap_or(0)
+    }
+
+    /// Whether `node` has rows below it to open.
+    pub fn opens(&self, tree: &LayerTree, node: NodeId) -> bool {
+        !tree.children(node).is_empty() || self.member_count(node) > 0
+    }
+
     /// Recomputes the rows, keeping the selected node selected when it is still visible.
     fn rebuild(&mut self, tree: &LayerTree) {
-        let keep = self.selected_node();
+        let keep = self.rows.get(self.selected).copied();
         self.rows.clear();
         let mut stack: Vec<NodeId> = tree.children(ROOT).iter().rev().copied().collect();
         while let Some(node) = stack.pop() {
             if !self.shown.contains(node as usize) {
                 continue;
             }
-            self.rows.push(node);
+            self.rows.push(Row::node(node));
             if self.open.contains(node as usize) {
                 stack.extend(tree.children(node).iter().rev());
+                self.rows
+                    .extend((0..self.member_count(node)).map(|member| Row {
+                        node,
+                        member: Some(member),
+                    }));
             }
         }
+        // A member row closed away leaves its weight selected.
         self.selected = keep
-            .and_then(|node| self.rows.iter().position(|&n| n == node))
+            .and_then(|kept| {
+                let at = |row: Row| self.rows.iter().position(|&r| r == row);
+                at(kept).or_else(|| at(Row::node(kept.node)))
+            })
             .unwrap_or(0);
     }
 
@@ -95,12 +149,15 @@ impl Outline {
                     self.open_before_filter = Some(self.open.clone());
                 }
                 self.shown.clear();
+                // The groups above a match open; the match itself (a logical weight with its
+                // members) stays as it was.
                 for node in tensors.iter().filter_map(|&t| tree.node_of_tensor(t)) {
-                    for up in std::iter::once(node).chain(tree.ancestors(node)) {
-                        if self.shown.put(up as usize) {
+                    self.shown.insert(node as usize);
+                    for up in tree.ancestors(node) {
+                        let was_shown = self.shown.put(up as usize);
+                        if self.open.put(up as usize) && was_shown {
                             break;
                         }
-                        self.open.insert(up as usize);
                     }
                 }
             }
@@ -120,7 +177,7 @@ impl Outline {
         if changed {
             self.rebuild(tree);
         }
-        match self.rows.iter().position(|&n| n == node) {
+        match self.rows.iter().position(|&row| row == Row::node(node)) {
             Some(row) => {
                 self.selected = row;
                 true
@@ -141,12 +198,13 @@ impl Outline {
         std::mem::replace(&mut self.selected, target) != target
     }
 
-    /// Opens the selected group, or if it is open, moves to its first child.
+    /// Opens the selected group (or logical weight), or if it is open, moves to its first row.
     pub fn expand(&mut self, tree: &LayerTree) -> bool {
-        let Some(node) = self.selected_node() else {
+        let Some(&row) = self.rows.get(self.selected) else {
             return false;
         };
-        if tree.children(node).is_empty() {
+        let node = row.node;
+        if row.member.is_some() || !self.opens(tree, node) {
             return false;
         }
         if self.open.put(node as usize) {
@@ -156,12 +214,17 @@ impl Outline {
         true
     }
 
-    /// Closes the selected group, or if it is closed (or a tensor), moves to its parent.
+    /// Closes the selected group, or if it is closed (or a tensor), moves to its parent; from a
+    /// member, moves to its weight.
     pub fn collapse(&mut self, tree: &LayerTree) -> bool {
-        let Some(node) = self.selected_node() else {
+        let Some(&row) = self.rows.get(self.selected) else {
             return false;
         };
-        if self.open.contains(node as usize) && !tree.children(node).is_empty() {
+        let node = row.node;
+        if row.member.is_some() {
+            return self.select(tree, node);
+        }
+        if self.open.contains(node as usize) && self.opens(tree, node) {
             self.open.set(node as usize, false);
             self.rebuild(tree);
             return true;
@@ -173,10 +236,11 @@ impl Outline {
     }
 
     pub fn toggle(&mut self, tree: &LayerTree) -> bool {
-        let Some(node) = self.selected_node() else {
+        let Some(&row) = self.rows.get(self.selected) else {
             return false;
         };
-        if tree.children(node).is_empty() {
+        let node = row.node;
+        if row.member.is_some() || !self.opens(tree, node) {
             return false;
         }
         self.open.toggle(node as usize);
@@ -184,8 +248,18 @@ impl Outline {
         true
     }
 
+    /// Opens or closes every group; a logical weight's members stay as they were when opening
+    /// (the whole model's members at once would bury its weights).
     pub fn set_all(&mut self, tree: &LayerTree, open: bool) -> bool {
-        self.open.set_range(.., open);
+        if open {
+            for node in (0..NodeId::MAX).take(tree.len()) {
+                if !tree.children(node).is_empty() {
+                    self.open.insert(node as usize);
+                }
+            }
+        } else {
+            self.open.clear();
+        }
         self.open.insert(ROOT as usize);
         self.rebuild(tree);
         true
@@ -237,7 +311,14 @@ mod tests {
         outline
             .rows()
             .iter()
-            .map(|&n| format!("{}{}", "  ".repeat(tree.depth(n)), tree.segment(n)))
+            .map(|row| match row.member {
+                None => format!(
+                    "{}{}",
+                    "  ".repeat(tree.depth(row.node)),
+                    tree.segment(row.node)
+                ),
+                Some(member) => format!("{}#{member}", "  ".repeat(tree.depth(row.node) + 1)),
+            })
             .collect()
     }
 
@@ -272,6 +353,75 @@ mod tests {
         assert_eq!(Outline::new(&wide).rows().len(), 1001);
         let (narrower, _) = tree(&names[..2000]);
         assert_eq!(Outline::new(&narrower).rows().len(), 3000);
+    }
+
+    #[test]
+    fn a_logical_weight_opens_onto_its_members() {
+        let (tree, tensors) = tree(&["a.w", "a.x", "b.w"]);
+        let node = |t: usize| tree.node_of_tensor(t).unwrap();
+        let mut members = vec![0; tree.len()];
+        members[node(0) as usize] = 2;
+        members[node(2) as usize] = 3;
+        let mut outline = Outline::with_members(&tree, members);
+        assert_eq!(labels(&outline, &tree), ["a", "  w", "  x", "b.w"]);
+        assert!(outline.select(&tree, node(0)));
+        assert!(outline.expand(&tree), "a weight opens like a group");
+        assert_eq!(
+            labels(&outline, &tree),
+            ["a", "  w", "    #0", "    #1", "  x", "b.w"]
+        );
+        assert!(outline.expand(&tree), "and a second press enters it");
+        assert_eq!(outline.selected_member(), Some((node(0), 0)));
+        assert_eq!(
+            outline.selected_node(),
+            Some(node(0)),
+            "a member stands for its weight"
+        );
+        assert!(!outline.expand(&tree), "a member opens onto nothing");
+        assert!(outline.move_by(1));
+        assert!(
+            outline.collapse(&tree),
+            "Left from a member goes to its weight"
+        );
+        assert_eq!(outline.selected_member(), None);
+        assert_eq!(outline.selected_node(), Some(node(0)));
+        assert!(outline.toggle(&tree));
+        assert_eq!(labels(&outline, &tree), ["a", "  w", "  x", "b.w"]);
+        assert!(outline.select(&tree, node(1)));
+        assert!(
+            !outline.expand(&tree),
+            "a tensor with no members opens onto nothing"
+        );
+
+        outline.set_all(&tree, true);
+        assert_eq!(
+            outline.rows().len(),
+            4,
+            "opening everything opens groups only"
+        );
+        let matching: Vec<usize> = (0..tensors.len())
+            .filter(|&t| tensors[t].name().ends_with('w'))
+            .collect();
+        outline.filter(&tree, Some(&matching));
+        assert_eq!(labels(&outline, &tree), ["a", "  w", "b.w"]);
+        assert!(outline.select(&tree, node(2)));
+        assert!(outline.expand(&tree));
+        assert_eq!(
+            labels(&outline, &tree),
+            ["a", "  w", "b.w", "  #0", "  #1", "  #2"]
+        );
+        assert!(outline.move_by(2));
+        outline.filter(&tree, None);
+        assert_eq!(
+            outline.selected_member(),
+            None,
+            "closed again as before the filter"
+        );
+        assert_eq!(
+            outline.selected_node(),
+            Some(node(2)),
+            "its weight selected"
+        );
     }
 
     #[test]

@@ -130,6 +130,48 @@ fn a_quantized_model_is_listed_by_its_weights_with_their_dequantized_statistics(
 }
 
 #[test]
+fn a_weight_opens_onto_its_stored_members() {
+    let mut app = scanned(Path::new(FOLDER));
+    let tensor = select(&mut app, WEIGHT);
+    let closed = screen(&mut app, 120, 40);
+    assert!(closed.contains("▸ q_proj.weight"), "{closed}");
+    assert!(!closed.contains("weight_packed"), "{closed}");
+    app.update(Action::Expand);
+    let open = screen(&mut app, 120, 40);
+    assert!(open.contains("▾ q_proj.weight"), "{open}");
+    let rows: Vec<&str> = open
+        .lines()
+        .filter(|line| {
+            line.contains("weight_packed")
+                || line.contains("weight_scale")
+                || line.contains("weight_shape")
+        })
+        .collect();
+    assert_eq!(rows.len(), 3, "one row a member: {open}");
+    app.update(Action::Expand);
+    assert_eq!(
+        app.selected_tensor(),
+        Some(tensor),
+        "a member stands for its weight"
+    );
+    let member = screen(&mut app, 120, 40);
+    let packed = format!("{WEIGHT}_packed");
+    assert!(
+        member.contains(&packed),
+        "the member's stored name: {member}"
+    );
+    assert!(member.contains("I32 [128, 16]"), "{member}");
+    assert!(
+        member.contains("member of model.layers.0.self_attn.q_proj.weight"),
+        "{member}"
+    );
+    insta::assert_snapshot!("quantized_member_120x40", member);
+    app.update(Action::Collapse);
+    assert_eq!(app.outline.selected_member(), None);
+    assert_eq!(app.selected_tensor(), Some(tensor));
+}
+
+#[test]
 fn a_zero_scale_in_the_file_is_an_error_on_the_weight_that_climbs_the_tree() {
     let dir = tempfile::tempdir().unwrap();
     for file in [

@@ -13,12 +13,17 @@ use std::fmt::Write as _;
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(block("tensor", false, app), area);
-    let lines = match app.selected_node() {
-        Some(node) => match app.tree.node(node).tensor() {
+    let member = app.outline.selected_member().and_then(|(node, member)| {
+        let tensor = app.tree.node(node).tensor()?;
+        Some((tensor, usize::from(member)))
+    });
+    let lines = match (member, app.selected_node()) {
+        (Some((tensor, member)), _) => member_lines(app, tensor, member),
+        (None, Some(node)) => match app.tree.node(node).tensor() {
             Some(tensor) if app.tree.children(node).is_empty() => tensor_lines(app, tensor),
             _ => group_lines(app, node),
         },
-        None => vec![Line::from("nothing selected")],
+        (None, None) => vec![Line::from("nothing selected")],
     };
     frame.render_widget(
         Paragraph::new(lines).wrap(Wrap { trim: false }),
@@ -69,6 +74,44 @@ fn tensor_lines(app: &App, tensor: usize) -> Vec<Line<'static>> {
     lines.extend(codes_line(app, tensor));
     lines.extend(members_line(app, tensor));
     lines
+}
+
+/// A stored member of a logical weight: where it is, and the weight it is part of.
+fn member_lines(app: &App, tensor: usize, member: usize) -> Vec<Line<'static>> {
+    let theme = &app.theme;
+    let Some(((_, stored), (logical, weight))) =
+        app.member(tensor, member).zip(app.logical_weight(tensor))
+    else {
+        return Vec::new();
+    };
+    let info = &stored.info;
+    let [begin, end] = info.data_offsets;
+    let w = &logical.quantization.weights[weight];
+    vec![
+        Line::styled(escape(stored.name()).into_owned(), theme.title),
+        Line::from(format!(
+            "{} {}  {}",
+            escape(info.dtype.name()),
+            Shape(&info.shape),
+            Bytes(info.byte_len())
+        )),
+        Line::styled(
+            format!(
+                "bytes {begin}..{end} of {}",
+                escape(&logical.stored.shard_of(stored).label)
+            ),
+            theme.dim,
+        ),
+        Line::from(format!(
+            "member of {} ({})",
+            escape(&w.name),
+            escape(&w.scheme.to_string())
+        )),
+        Line::styled(
+            "statistics are the weight's; R scans the stored tensors",
+            theme.dim,
+        ),
+    ]
 }
 
 /// How a logical weight uses its codes: `codes: 14 of 16 levels used · 0.41% at the extremes`.

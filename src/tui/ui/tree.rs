@@ -28,8 +28,11 @@ pub fn render(frame: &mut Frame, area: Rect, app: &mut App) {
         .iter()
         .take(height)
         .enumerate()
-        .map(|(i, &node)| {
-            let mut line = row_line(app, node, app.tree.depth(node), width);
+        .map(|(i, row)| {
+            let mut line = match row.member {
+                None => row_line(app, row.node, app.tree.depth(row.node), width),
+                Some(member) => member_line(app, row.node, member, width),
+            };
             if first + i == selected {
                 line = line.style(app.theme.selected);
             }
@@ -47,7 +50,7 @@ fn row_line(app: &App, id: NodeId, depth: usize, width: usize) -> Line<'static> 
     let node = tree.node(id);
     let leaf = tree.children(id).is_empty();
     let totals = tree.totals(id, &app.model.tensors);
-    let symbol = match (leaf, app.outline.is_open(id)) {
+    let symbol = match (!app.outline.opens(tree, id), app.outline.is_open(id)) {
         (true, _) => "  ",
         (false, true) => "▾ ",
         (false, false) => "▸ ",
@@ -88,7 +91,41 @@ fn row_line(app: &App, id: NodeId, depth: usize, width: usize) -> Line<'static> 
         }
         _ => format!("  {}", totals.tensors),
     };
-    let size = crate::text::Bytes(totals.bytes).to_string();
+    finish(app, spans, detail, totals.bytes, width)
+}
+
+/// A stored member of a logical weight, below it: its name after the module's, dtype, shape
+/// and size.
+fn member_line(app: &App, weight: NodeId, member: u16, width: usize) -> Line<'static> {
+    let theme = &app.theme;
+    let indent = "  ".repeat(app.tree.depth(weight) + 1);
+    let Some((label, stored)) = app
+        .tree
+        .node(weight)
+        .tensor()
+        .and_then(|tensor| app.member(tensor, usize::from(member)))
+    else {
+        return Line::raw(indent);
+    };
+    let spans = vec![
+        Span::raw(format!("{indent}  ")),
+        Span::styled(escape(label).into_owned(), theme.dim),
+    ];
+    let info = &stored.info;
+    let detail = format!("  {} {}", escape(info.dtype.name()), Shape(&info.shape));
+    finish(app, spans, detail, info.byte_len(), width)
+}
+
+/// Adds the dtype and shape (or tensor count) and the size, right-aligned, as the width allows.
+fn finish(
+    app: &App,
+    mut spans: Vec<Span<'static>>,
+    detail: String,
+    bytes: u64,
+    width: usize,
+) -> Line<'static> {
+    let theme = &app.theme;
+    let size = crate::text::Bytes(bytes).to_string();
     let width_of = |spans: &[Span]| -> usize {
         spans
             .iter()
