@@ -13,7 +13,7 @@ mod sizes;
 
 pub use config::{Adapter, ConfigError, ModelConfig, config_path, find_config};
 pub use layers::{LayerReview, Stored, layer_findings, split_at_layer};
-pub use pattern::{LayerKind, LayerPattern, Mlp, Part, Run, tensor_kind};
+pub use pattern::{LayerKind, LayerPattern, Mlp, Part, Run, expert_part, tensor_kind};
 pub use recognise::Architecture;
 
 use crate::finding::{Code, Finding, Findings};

@@ -9,7 +9,7 @@
 pub mod analysis;
 
 use crate::analysis::Moments;
-use crate::text::{is_numeric_part, natural_cmp};
+use crate::text::natural_cmp;
 use foldhash::HashMap;
 
 pub use analysis::{Analysis, Outlier, Problem, Scale};
@@ -32,8 +32,8 @@ pub struct Place<'a> {
 /// Where a tensor sits in the map, from its name alone; `None` for tensors outside layers.
 ///
 /// The one place the map finds layers: the layer is the name's first numeric part (as the layer
-/// checks find it), and an expert a numeric part after `experts` (as the architectures' tensor
-/// kinds write it). Other numbers after the layer's are part of the kind: T5's `layer.1`, a
+/// checks find it), and an expert a numeric part after `experts`, or `expert_N` there (as the
+/// architectures' tensor kinds write it). Other numbers after the layer's are part of the kind: T5's `layer.1`, a
 /// sequential module's `mlp.0`.
 pub fn place(name: &str) -> Option<Place<'_>> {
     let (stack, layer, kind) = crate::arch::split_at_layer(name)?;
@@ -43,10 +43,10 @@ pub fn place(name: &str) -> Option<Place<'_>> {
     for part in kind.split('.') {
         let end = start + part.len();
         if previous == "experts"
-            && is_numeric_part(part)
-            && let Ok(number) = part.parse()
+            && let Some((number, digits)) = crate::arch::expert_part(part)
+            && let Ok(number) = u32::try_from(number)
         {
-            expert = Some((number, start..end));
+            expert = Some((number, start + digits..end));
             break;
         }
         previous = part;

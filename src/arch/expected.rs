@@ -332,12 +332,13 @@ fn expand(name: &str, experts: u64) -> Vec<String> {
     }
 }
 
-/// The expert number in a name below the layer number (`mlp.experts.12.w` -> 12).
+/// The expert number in a name below the layer number (`mlp.experts.12.w` -> 12,
+/// `mlp.experts.expert_12.w` -> 12).
 fn expert_number(suffix: &str) -> Option<u64> {
     let mut parts = suffix.split('.');
     while let Some(part) = parts.next() {
         if part == "experts" {
-            return parts.next()?.parse().ok();
+            return Some(super::pattern::expert_part(parts.next()?)?.0);
         }
     }
     None

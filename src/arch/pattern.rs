@@ -14,15 +14,32 @@ use std::ops::RangeInclusive;
 /// has the same tensor kinds.
 pub fn tensor_kind(suffix: &str) -> std::borrow::Cow<'_, str> {
     let parts: Vec<&str> = suffix.split('.').collect();
-    let expert =
-        |i: usize| i > 0 && parts[i - 1] == "experts" && crate::text::is_numeric_part(parts[i]);
-    if !(0..parts.len()).any(expert) {
+    let expert = |i: usize| {
+        (i > 0 && parts[i - 1] == "experts")
+            .then(|| expert_part(parts[i]))
+            .flatten()
+    };
+    if !(0..parts.len()).any(|i| expert(i).is_some()) {
         return std::borrow::Cow::Borrowed(suffix);
     }
-    let kind: Vec<&str> = (0..parts.len())
-        .map(|i| if expert(i) { "{E}" } else { parts[i] })
+    let kind: Vec<String> = (0..parts.len())
+        .map(|i| match expert(i) {
+            Some((_, digits)) => format!("{}{{E}}", &parts[i][..digits]),
+            None => parts[i].to_owned(),
+        })
         .collect();
     std::borrow::Cow::Owned(kind.join("."))
+}
+
+/// The expert number in the part of a name after `experts`: `17`, or Switch Transformers'
+/// `expert_17`; with where its digits start in the part.
+pub fn expert_part(part: &str) -> Option<(u64, usize)> {
+    let digits = if part.starts_with("expert_") { 7 } else { 0 };
+    let number = &part[digits..];
+    if !crate::text::is_numeric_part(number) {
+        return None;
+    }
+    Some((number.parse().ok()?, digits))
 }
 
 /// More layers than this in a config is not a model but a hostile or broken file: no pattern.
@@ -216,7 +233,7 @@ impl LayerPattern {
         if hidden_layers.checked_add(extra)? > MAX_LAYERS {
             return None;
         }
-        let declared = Declared::read(section, family);
+        let declared = Declared::read(section, family, part);
         let mut pattern = LayerPattern {
             kinds: Vec::new(),
             layers: Vec::new(),
@@ -393,10 +410,14 @@ struct Declared<'a> {
     text: &'a Value,
     experts: u64,
     shared: u64,
+    /// Switch Transformers' `encoder_sparse_step` or `decoder_sparse_step`, for the stack it
+    /// is read for: block `i` has experts when `i % step == 1`, or every block when the step
+    /// is 1 (`SwitchTransformersStack`).
+    switch_step: Option<u64>,
 }
 
 impl<'a> Declared<'a> {
-    fn read(text: &'a Value, family: &'static Family) -> Declared<'a> {
+    fn read(text: &'a Value, family: &'static Family, part: Part) -> Declared<'a> {
         let number = |key: &str| text.get(key).and_then(Value::as_u64);
         let experts = [
             "n_routed_experts",
@@ -416,11 +437,17 @@ impl<'a> Declared<'a> {
         .find_map(|key| number(key))
         .or_else(|| number("shared_expert_intermediate_size").map(|w| u64::from(w > 0)))
         .unwrap_or(0);
+        let switch_step = match part {
+            Part::Encoder => number("encoder_sparse_step"),
+            Part::Decoder => number("encoder_sparse_step").and(number("decoder_sparse_step")),
+            Part::Main | Part::Vision => None,
+        };
         Declared {
             family,
             text,
             experts,
             shared,
+            switch_step,
         }
     }
 
@@ -537,6 +564,9 @@ impl<'a> Declared<'a> {
             self.list(key)
                 .map(|list| list.iter().any(|v| v.as_u64() == Some(layer)))
         };
+        if let Some(step) = self.switch_step {
+            return step == 1 || (step > 0 && layer % step == 1);
+        }
         if let Some(listed) = listed("moe_layers") {
             return listed;
         }
@@ -599,6 +629,14 @@ mod tests {
             "mlp.experts.{E}.down_proj.weight"
         );
         assert_eq!(
+            tensor_kind("layer.1.mlp.experts.expert_3.wi.weight"),
+            "layer.1.mlp.experts.expert_{E}.wi.weight"
+        );
+        assert_eq!(
+            tensor_kind("mlp.experts.expert_x.w"),
+            "mlp.experts.expert_x.w"
+        );
+        assert_eq!(
             tensor_kind("mlp.shared_experts.up_proj.weight"),
             "mlp.shared_experts.up_proj.weight"
         );
@@ -610,6 +648,31 @@ mod tests {
             tensor_kind("self_attn.q_proj.weight"),
             "self_attn.q_proj.weight"
         );
+    }
+
+    #[test]
+    fn switch_transformers_has_experts_every_sparse_step_in_each_stack() {
+        let json = json!({"model_type": "switch_transformers", "num_layers": 6,
+            "num_decoder_layers": 4, "encoder_sparse_step": 3, "decoder_sparse_step": 2,
+            "num_experts": 4});
+        let patterns = LayerPattern::declared(&ModelConfig::from_json(Path::new("c"), json));
+        let moe = |pattern: &LayerPattern| -> Vec<u64> {
+            (0..pattern.len())
+                .filter(|&l| matches!(pattern.kind(l).unwrap().mlp, Mlp::Moe { .. }))
+                .collect()
+        };
+        assert_eq!(patterns[0].part, Part::Encoder);
+        assert_eq!(moe(&patterns[0]), [1, 4]);
+        assert_eq!(patterns[1].part, Part::Decoder);
+        assert_eq!(moe(&patterns[1]), [1, 3]);
+        // No sparse layer asked for: the step is the layer count, which still makes block 1
+        // sparse in the modelling code.
+        let json = json!({"model_type": "switch_transformers", "num_layers": 4,
+            "num_decoder_layers": 4, "encoder_sparse_step": 4, "decoder_sparse_step": 1,
+            "num_experts": 2});
+        let patterns = LayerPattern::declared(&ModelConfig::from_json(Path::new("c"), json));
+        assert_eq!(moe(&patterns[0]), [1]);
+        assert_eq!(moe(&patterns[1]), [0, 1, 2, 3]);
     }
 
     #[test]

@@ -111,7 +111,9 @@ fn saved_kinds(family: &str, stack: &str) -> Vec<(bool, &'static str)> {
                 entry.1 = "linear";
             } else if part.starts_with("mamba.") {
                 entry.1 = "mamba";
-            } else if part.starts_with("self_attn.") && entry.1.is_empty() {
+            } else if (part.starts_with("self_attn.") || part.starts_with("layer.0.SelfAttention."))
+                && entry.1.is_empty()
+            {
                 entry.1 = "attention";
             }
         }
@@ -127,56 +129,65 @@ fn the_layer_pattern_of_mixed_models_matches_what_they_saved() {
         "jamba",
         "llama4_text",
         "gpt_oss",
+        "switch_transformers",
     ] {
         let dir = rebuild_fixture(family, &mut |_, _| {});
         let inspect = stui_json(&["inspect"], dir.path());
-        let pattern = &inspect["architecture"]["layer_pattern"];
-        let stack = pattern["stack"].as_str().unwrap();
-        let saved = saved_kinds(family, stack);
-        let kinds = pattern["kinds"].as_array().unwrap();
-        let mut declared: Vec<(bool, &str)> = Vec::new();
-        for run in pattern["runs"].as_array().unwrap() {
-            let kind = &kinds[usize::try_from(run["kind"].as_u64().unwrap()).unwrap()];
-            if kind["next_token_prediction"] == true {
-                continue;
-            }
-            let mixer = match kind["mixer"].as_str().unwrap() {
-                "linear_attention" => "linear",
-                "mamba" => "mamba",
-                _ => "attention",
-            };
-            for _ in run["first"].as_u64().unwrap()..=run["last"].as_u64().unwrap() {
-                declared.push((kind["mlp"]["type"] == "moe", mixer));
-            }
+        let architecture = &inspect["architecture"];
+        let others = architecture["other_patterns"].as_array().cloned();
+        for pattern in
+            std::iter::once(&architecture["layer_pattern"]).chain(others.iter().flatten())
+        {
+            check_pattern(family, pattern, dir.path());
         }
-        assert_eq!(declared, saved, "{family}: {}", pattern["summary"]);
-        // transformers does not save the multi-token-prediction layer DeepSeek-V3 declares.
-        let unstored = pattern["kinds"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|kind| kind["next_token_prediction"] == true);
-        assert_eq!(
-            pattern["summary"]
-                .as_str()
-                .unwrap()
-                .contains("multi-token prediction (not stored)"),
-            unstored,
-            "{family}: {}",
-            pattern["summary"]
-        );
-        let text = Command::new(env!("CARGO_BIN_EXE_stui"))
-            .arg("inspect")
-            .arg(dir.path())
-            .output()
-            .unwrap();
-        let text = String::from_utf8(text.stdout).unwrap();
-        let summary = pattern["summary"].as_str().unwrap();
-        assert!(
-            text.contains(&format!("pattern     `{stack}` {summary}")),
-            "{text}"
-        );
     }
+}
+
+/// A pattern `inspect --json` gives is the one the producer saved: each layer's experts and
+/// mixer, multi-token-prediction layers said to be unstored, and the same words in `inspect`.
+fn check_pattern(family: &str, pattern: &Value, dir: &Path) {
+    let stack = pattern["stack"].as_str().unwrap();
+    let saved = saved_kinds(family, stack);
+    let kinds = pattern["kinds"].as_array().unwrap();
+    let mut declared: Vec<(bool, &str)> = Vec::new();
+    for run in pattern["runs"].as_array().unwrap() {
+        let kind = &kinds[usize::try_from(run["kind"].as_u64().unwrap()).unwrap()];
+        if kind["next_token_prediction"] == true {
+            continue;
+        }
+        let mixer = match kind["mixer"].as_str().unwrap() {
+            "linear_attention" => "linear",
+            "mamba" => "mamba",
+            _ => "attention",
+        };
+        for _ in run["first"].as_u64().unwrap()..=run["last"].as_u64().unwrap() {
+            declared.push((kind["mlp"]["type"] == "moe", mixer));
+        }
+    }
+    assert_eq!(declared, saved, "{family}: {}", pattern["summary"]);
+    // transformers does not save the multi-token-prediction layer DeepSeek-V3 declares.
+    let unstored = pattern["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|kind| kind["next_token_prediction"] == true);
+    assert_eq!(
+        pattern["summary"]
+            .as_str()
+            .unwrap()
+            .contains("multi-token prediction (not stored)"),
+        unstored,
+        "{family}: {}",
+        pattern["summary"]
+    );
+    let text = Command::new(env!("CARGO_BIN_EXE_stui"))
+        .arg("inspect")
+        .arg(dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    let summary = pattern["summary"].as_str().unwrap();
+    assert!(text.contains(&format!("`{stack}` {summary}")), "{text}");
 }
 
 /// The decoder-only language models among the fixtures, with the stack their pattern
