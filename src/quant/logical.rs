@@ -813,8 +813,12 @@ impl Builder<'_> {
             .collect();
         let scales = group.get(Role::Scale).map_or(0, |s| numel(&dims(s)));
         let size = numel(&shape) / scales.max(1);
-        // U8 packings hold 8 / bits rows of the group matrix in each row of `W_q`.
+        // U8 packings hold 8 / bits rows of the group matrix in each row of `W_q`; the one I32
+        // packing (`3bit_32`) ten rows of 3 bits.
         let bits = group.get(Role::HqqCodes).map_or(0, |codes| {
+            if codes.dtype.known() == Some(Dtype::I32) {
+                return 3;
+            }
             let codes = dims(codes);
             let (packed_rows, width) = (codes.first().copied(), codes.last().copied());
             match (packed_rows, width) {

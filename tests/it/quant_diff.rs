@@ -76,6 +76,7 @@ fn a_quantized_checkpoint_against_its_source_gives_the_producers_error() {
         "quanto-qint8",
         "quanto-qint4",
         "hqq-4bit-g64",
+        "hqq-3bit-g64",
     ];
     for folder in folders {
         let quantized = fixtures().join(folder).join("model.safetensors");

@@ -290,14 +290,16 @@ fn optimum_quanto() {
 
 #[test]
 fn hqq() {
-    check("hqq-4bit-g64", Match::Bits, &|get, shape| {
-        Ok(Box::new(Hqq::new(
-            get("W_q").unwrap(),
-            get("scale").unwrap(),
-            get("zero").unwrap(),
-            [shape[0], shape[1]],
-        )?))
-    });
+    for name in ["hqq-4bit-g64", "hqq-3bit-g64"] {
+        check(name, Match::Bits, &|get, shape| {
+            Ok(Box::new(Hqq::new(
+                get("W_q").unwrap(),
+                get("scale").unwrap(),
+                get("zero").unwrap(),
+                [shape[0], shape[1]],
+            )?))
+        });
+    }
 }
 
 fn gptq(name: &str, bits: u32, group: usize, version: Version) {

@@ -6,8 +6,9 @@
 //! (`scale`, `zero` `[1, numel/g]`). `W_q` packs that matrix along its rows in `8/b` chunks,
 //! the first chunk in the **high** bits (`4bit_u8`: rows `[0, R/2)` in the high nibble). Values
 //! are `((u − zero) · scale)` computed in the scales' type, the difference and the product each
-//! rounded to it (`Quantizer.dequantize`). Only the U8 packings (1, 2, 4 and 8 bits) are read;
-//! 3-bit `3bit_32` words are not.
+//! rounded to it (`Quantizer.dequantize`). The U8 packings hold 1, 2, 4 or 8 bits; `3bit_32`
+//! packs 3-bit codes in I32 words, ten chunks at shifts 27, 24, ..., 0, the group matrix's rows
+//! padded to a multiple of ten (`BitPack.pack_3bit_32`).
 
 use super::decode::Floats;
 use super::grouped::Half;
@@ -21,6 +22,10 @@ use std::ops::Range;
 #[derive(Clone, Debug)]
 pub struct Hqq<'a> {
     codes: &'a [u8],
+    /// Bytes of a stored word: 1 (U8 packings) or 4 (`3bit_32`, little-endian).
+    word_bytes: usize,
+    /// Chunks of the group matrix's rows a word holds, the first in its highest bits.
+    per_word: usize,
     scale: Floats<'a>,
     zero: Floats<'a>,
     rows: usize,
@@ -44,7 +49,7 @@ impl<'a> Hqq<'a> {
         zero: Stored<'a>,
         [rows, cols]: [usize; 2],
     ) -> Result<Self, KernelError> {
-        w_q.check("W_q", &[Dtype::U8])?;
+        w_q.check("W_q", &[Dtype::U8, Dtype::I32])?;
         if w_q.shape.len() != 2 || scale.shape.len() != 2 {
             return Err(KernelError::new(
                 "W_q",
@@ -79,26 +84,39 @@ impl<'a> Hqq<'a> {
             (groups, size)
         };
         let (chunk_rows, stored_width) = (w_q.dim(0), w_q.dim(1));
-        let per_byte = matrix_rows.checked_div(chunk_rows).unwrap_or(0);
-        let bits = match per_byte {
-            1 => 8,
-            2 => 4,
-            4 => 2,
-            8 => 1,
-            _ => 0,
+        let (word_bytes, per_word, bits, fits) = if w_q.dtype == Dtype::I32 {
+            (4, 10, 3, chunk_rows == matrix_rows.div_ceil(10))
+        } else {
+            let per_byte = matrix_rows.checked_div(chunk_rows).unwrap_or(0);
+            let bits = match per_byte {
+                1 => 8,
+                2 => 4,
+                4 => 2,
+                8 => 1,
+                _ => 0,
+            };
+            (
+                1,
+                per_byte,
+                bits,
+                bits > 0 && chunk_rows * per_byte == matrix_rows,
+            )
         };
-        if bits == 0 || stored_width != width || chunk_rows * per_byte != matrix_rows {
+        if !fits || stored_width != width {
             return Err(KernelError::new(
                 "W_q",
                 format!(
-                    "shape {:?} does not pack a [{matrix_rows}, {width}] matrix of codes in \
-                     1, 2, 4 or 8 bits",
-                    w_q.shape
+                    "shape {:?} ({}) does not pack a [{matrix_rows}, {width}] matrix of codes \
+                     in 1, 2, 4 or 8 bits (U8) or 3 bits (I32)",
+                    w_q.shape,
+                    w_q.dtype.name()
                 ),
             ));
         }
         Ok(Hqq {
             codes: w_q.bytes,
+            word_bytes,
+            per_word,
             scale: floats("scale", &scale)?,
             zero: floats("zero", &zero)?,
             rows,
@@ -116,11 +134,14 @@ impl<'a> Hqq<'a> {
     #[inline]
     fn code(&self, k: usize) -> (u8, usize) {
         let (m, j) = (k / self.width, k % self.width);
-        let per_byte = 8 / self.bits as usize;
         let chunk = m / self.chunk_rows;
-        let shift = self.bits * u32::try_from(per_byte - 1 - chunk).unwrap_or(0);
-        let byte = u32::from(self.codes[(m % self.chunk_rows) * self.width + j]);
-        let code = u8::try_from(byte >> shift & ((1 << self.bits) - 1)).unwrap_or(0);
+        let shift = self.bits * u32::try_from(self.per_word - 1 - chunk).unwrap_or(0);
+        let at = ((m % self.chunk_rows) * self.width + j) * self.word_bytes;
+        let word = self.codes[at..at + self.word_bytes]
+            .iter()
+            .rev()
+            .fold(0u32, |word, &byte| word << 8 | u32::from(byte));
+        let code = u8::try_from(word >> shift & ((1 << self.bits) - 1)).unwrap_or(0);
         (code, if self.by_column { j } else { m })
     }
 
@@ -237,6 +258,47 @@ mod tests {
         let mut counts = vec![0; 16];
         kernel.count_codes(0..rows, &mut counts);
         assert_eq!(counts.iter().sum::<u64>(), (rows * cols) as u64);
+    }
+
+    #[test]
+    fn three_bit_words_hold_ten_row_chunks_with_the_rows_padded() {
+        // [4, 16] in groups of 8: an [8, 8] group matrix, padded to 10 rows: one word row.
+        let (rows, cols, group) = (4, 16, 8);
+        let groups = rows * cols / group;
+        let mut rng = Rng::new(3);
+        let codes = rng.codes(3, rows * cols);
+        let mut words = vec![0u32; group];
+        for (k, &code) in codes.iter().enumerate() {
+            let (m, j) = (k / group, k % group);
+            words[j] |= u32::from(code) << (27 - 3 * m);
+        }
+        let packed: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let scales: Vec<f32> = (0..groups).map(|_| rng.signed().abs() * 0.01).collect();
+        let zeros: Vec<f32> = (0..groups).map(|_| rng.signed().abs() * 7.0).collect();
+        let (scale, zero) = (
+            Owned::bf16(&[groups, 1], &scales),
+            Owned::bf16(&[groups, 1], &zeros),
+        );
+        let w_q = Owned::new(Dtype::I32, &[1, group], packed);
+        let kernel = Hqq::new(w_q.stored(), scale.stored(), zero.stored(), [rows, cols]).unwrap();
+        let expected: Vec<f32> = (0..rows * cols)
+            .map(|k| {
+                let m = k / group;
+                round_bf16(round_bf16(f32::from(codes[k]) - zero.float(m)) * scale.float(m))
+            })
+            .collect();
+        assert_same(&dequantize_all(&kernel), &expected, cols);
+        assert_eq!(kernel.codes().unwrap().levels, 8);
+        let mut counts = vec![0; 8];
+        kernel.count_codes(0..rows, &mut counts);
+        let mut expected_counts = vec![0; 8];
+        for &code in &codes {
+            expected_counts[usize::from(code)] += 1;
+        }
+        assert_eq!(counts, expected_counts);
+        // Words for fewer rows than the padded matrix needs are refused.
+        let short = Owned::new(Dtype::I32, &[1, group / 2], vec![0; group / 2 * 4]);
+        assert!(Hqq::new(short.stored(), scale.stored(), zero.stored(), [rows, cols]).is_err());
     }
 
     #[test]
