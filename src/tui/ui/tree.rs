@@ -87,7 +87,12 @@ fn row_line(app: &App, id: NodeId, depth: usize, width: usize) -> Line<'static> 
     let detail = match node.tensor() {
         Some(tensor) if leaf => {
             let info = &app.model.tensors[tensor].info;
-            format!("  {} {}", escape(info.dtype.name()), Shape(&info.shape))
+            // A logical weight's encoding without its producer (`int4`), which the header names.
+            let dtype = match info.dtype.name().split_once(" (") {
+                Some((encoding, _)) if info.dtype.is_quantized() => encoding,
+                _ => info.dtype.name(),
+            };
+            format!("  {} {}", escape(dtype), Shape(&info.shape))
         }
         _ => format!("  {}", totals.tensors),
     };
