@@ -6,8 +6,8 @@
 use super::magnitude::Bits;
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{
-    Choice, Control, Error8, Granularity, Kept, Options, choose, finish,
-    map_rows_aligned, scale_for, scales_dtype_of, tensor_absmax,
+    Choice, Control, Error8, Granularity, Kept, Options, choose, finish, map_rows_aligned,
+    scale_for, scales_dtype_of, tensor_absmax,
 };
 use crate::error::{Error, Result};
 use crate::format::{Dtype, Model, Tensor};

@@ -158,7 +158,7 @@ impl Measure {
             // As in `add_lanes`, in `f32`.
             let limit = 0.5 * steps[lane] + xs[lane].abs() * EXACT_SLACK + f32::MIN_POSITIVE;
             let error = errors[lane];
-            self.beyond[lane] += u32::from(!(error <= limit));
+            self.beyond[lane] += u32::from(error.is_nan()) + u32::from(error > limit);
         }
     }
 
