@@ -17,6 +17,7 @@ mod compare;
 mod fp8;
 mod int_packed;
 mod lanes;
+mod magnitude;
 mod nvfp4;
 mod pipeline;
 pub mod scheme;
@@ -33,6 +34,7 @@ use crate::format::{Dtype, Model, Shape, StringMap, Tensor, read_exact_at};
 use crate::paths::open_file;
 use crate::recycle::Recycled;
 use crate::text::escape;
+use magnitude::Bits;
 use multiversion::multiversion;
 use serde::Serialize;
 use std::fs::File;
@@ -878,6 +880,13 @@ impl Element for f32 {
                 self.0.extend(values.iter().map(|&v| v as f32));
             }
         }
+        if dtype == Dtype::Bf16 {
+            // Resized, not cleared: a buffer handed on keeps its room, and only what it grows by
+            // is zeroed before being written over.
+            out.resize(bytes.len() / 2, 0.0);
+            magnitude::widen_bf16(bytes, out);
+            return;
+        }
         out.clear();
         values::feed(dtype, bytes, &mut Narrow(out));
     }
@@ -956,6 +965,44 @@ fn map_rows_aligned<E: Element, T: Send>(
     align: u64,
     control: &Control,
     compute: impl Fn(usize, &[E]) -> io::Result<T> + Sync,
+    consume: impl FnMut(T) -> io::Result<()> + Send,
+) -> io::Result<()> {
+    let dtype = tensor
+        .info
+        .dtype
+        .known()
+        .ok_or_else(|| io::Error::other("unknown dtype"))?;
+    map_byte_runs(
+        model,
+        files,
+        tensor,
+        align,
+        control,
+        |first, bytes| {
+            let in_place = (dtype == E::IN_PLACE && cfg!(target_endian = "little"))
+                .then(|| bytemuck::try_cast_slice::<u8, E>(bytes).ok())
+                .flatten();
+            if let Some(values) = in_place {
+                return compute(first, values);
+            }
+            let mut decoded = E::buffers().take();
+            E::decode(dtype, bytes, &mut decoded);
+            let value = compute(first, &decoded);
+            E::buffers().give(decoded);
+            value
+        },
+        consume,
+    )
+}
+
+/// [`map_rows_aligned`] on the runs' bytes as stored.
+fn map_byte_runs<T: Send>(
+    model: &Model,
+    files: &[File],
+    tensor: &Tensor,
+    align: u64,
+    control: &Control,
+    compute: impl Fn(usize, &[u8]) -> io::Result<T> + Sync,
     mut consume: impl FnMut(T) -> io::Result<()> + Send,
 ) -> io::Result<()> {
     use rayon::prelude::*;
@@ -981,17 +1028,7 @@ fn map_rows_aligned<E: Element, T: Send>(
         let len = usize::try_from(count * row_bytes).map_err(io::Error::other)?;
         let first = usize::try_from(row).map_err(io::Error::other)?;
         let value = with_mapped(file, start + row * row_bytes, len, |bytes| {
-            let in_place = (dtype == E::IN_PLACE && cfg!(target_endian = "little"))
-                .then(|| bytemuck::try_cast_slice::<u8, E>(bytes).ok())
-                .flatten();
-            if let Some(values) = in_place {
-                return compute(first, values);
-            }
-            let mut decoded = E::buffers().take();
-            E::decode(dtype, bytes, &mut decoded);
-            let value = compute(first, &decoded);
-            E::buffers().give(decoded);
-            value
+            compute(first, bytes)
         })??;
         Ok((value, len as u64))
     };
@@ -1046,10 +1083,52 @@ fn tensor_absmax(
     rows: bool,
     control: &Control,
 ) -> io::Result<Option<(f64, Vec<f64>)>> {
+    if let Some(bits) = tensor.info.dtype.known().and_then(Bits::of) {
+        return tensor_absmax_of_bits(model, files, tensor, bits, rows, control);
+    }
     by_element!(
         tensor,
         tensor_absmax_as(model, files, tensor, rows, control)
     )
+}
+
+/// [`tensor_absmax`] of F32, BF16 or F16, read from the values' bits.
+fn tensor_absmax_of_bits(
+    model: &Model,
+    files: &[File],
+    tensor: &Tensor,
+    bits: Bits,
+    rows: bool,
+    control: &Control,
+) -> io::Result<Option<(f64, Vec<f64>)>> {
+    let row_bytes = row_length(tensor)? * bits.size();
+    let (mut largest, mut row_maxima) = (0u32, Vec::new());
+    map_byte_runs(
+        model,
+        files,
+        tensor,
+        1,
+        control,
+        |_, bytes| {
+            if !rows {
+                return Ok((bits.largest_bits(bytes), Vec::new()));
+            }
+            let maxima: Vec<u32> = bytes
+                .chunks(row_bytes)
+                .map(|row| bits.largest_bits(row))
+                .collect();
+            Ok((maxima.iter().copied().max().unwrap_or(0), maxima))
+        },
+        |(max, maxima)| {
+            largest = largest.max(max);
+            // Rows are kept only while every value is finite: a non-finite tensor keeps none.
+            if bits.magnitude(largest).is_some() {
+                row_maxima.extend(maxima.into_iter().map(|m| bits.magnitude(m).unwrap_or(0.0)));
+            }
+            Ok(())
+        },
+    )?;
+    Ok(bits.magnitude(largest).map(|largest| (largest, row_maxima)))
 }
 
 fn tensor_absmax_as<E: Element>(

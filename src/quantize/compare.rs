@@ -3,10 +3,11 @@
 //! global scale and W8A8's per-tensor scale need it) and then quantized under every scheme in
 //! turn, a run of rows at a time.
 
+use super::magnitude::Bits;
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{
-    Choice, Control, Error8, Granularity, Kept, Options, absmax_of, choose, finish,
-    map_rows_aligned, scale_for, scales_dtype_of, tensor_absmax,
+    Choice, Control, Error8, Granularity, Kept, Options, choose, finish, map_rows_aligned,
+    scale_for, scales_dtype_of, tensor_absmax,
 };
 use crate::error::{Error, Result};
 use crate::format::{Dtype, Model, Tensor};
@@ -225,22 +226,24 @@ fn read_whole(
 ) -> std::io::Result<(Option<f64>, Vec<f32>)> {
     let count = usize::try_from(tensor.info.element_count().unwrap_or(0)).unwrap_or(0);
     let mut values = Vec::with_capacity(count);
-    let (mut largest, mut finite) = (0.0f64, true);
+    let mut largest = 0u32;
     map_rows_aligned(
         model,
         files,
         tensor,
         1,
         control,
-        |_, values: &[f32]| Ok((absmax_of(values), values.to_vec())),
-        |((max, all_finite), run)| {
-            largest = largest.max(max);
-            finite &= all_finite;
+        |_, values: &[f32]| {
+            let bits = Bits::F32.largest_bits(bytemuck::cast_slice(values));
+            Ok((bits, values.to_vec()))
+        },
+        |(bits, run)| {
+            largest = largest.max(bits);
             values.extend_from_slice(&run);
             Ok(())
         },
     )?;
-    Ok((finite.then_some(largest), values))
+    Ok((Bits::F32.magnitude(largest), values))
 }
 
 /// W8A8's error on whole rows, with each row's own scale or `shared`.

@@ -4,9 +4,10 @@
 //! `scale = absmax / 448`, `q = e4m3(clamp(x / scale, ±448))` rounded to nearest, ties to even;
 //! `x' = q · scale`.
 
-use super::lanes::{LANES, Measure, byte_of, clamp};
+use super::lanes::{LANES, Measure, Worst, byte_of, clamp};
 use super::scheme::{BLOCK, ErrorSums, Plan, Scheme, Streams, decode_scales};
 use super::{encode_scale, stored_at_least};
+use crate::format::Dtype;
 use multiversion::multiversion;
 
 /// The largest finite E4M3 value.
@@ -221,11 +222,56 @@ fn measure_block(values: &[f32], codes: &[u8], scale: f64, measure: &mut Measure
     *measure = local;
 }
 
+/// [`measure_block`] for BF16 values and a BF16 `scale`, in `f32`: an E4M3 value (4 significant
+/// bits) times the scale has at most 12, and the value's distance from it is exact in `f32`, so
+/// the sums are [`measure_block`]'s to the bit.
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+fn measure_block_exact(values: &[f32], codes: &[u8], scale: f32, measure: &mut Measure) {
+    let mut local = *measure;
+    let mut worst = Worst::default();
+    let (chunks, rest) = values.as_chunks::<LANES>();
+    let (code_chunks, code_rest) = codes.as_chunks::<LANES>();
+    for (xs, cs) in chunks.iter().zip(code_chunks) {
+        let (mut backs, mut steps, mut per_step) = ([0f32; LANES], [0f32; LANES], [0f32; LANES]);
+        for lane in 0..LANES {
+            let step = step(cs[lane]);
+            backs[lane] = decode(cs[lane]) * scale;
+            steps[lane] = step * scale;
+            per_step[lane] = PER_STEP[usize::from(cs[lane])];
+        }
+        local.add_exact_lanes(xs, &backs, &steps, &per_step, &mut worst);
+    }
+    for (&x, &code) in rest.iter().zip(code_rest) {
+        local.add_exact(
+            x,
+            decode(code) * scale,
+            step(code) * scale,
+            PER_STEP[usize::from(code)],
+            &mut worst,
+        );
+    }
+    local.end_group(&worst, 1.0 / f64::from(scale));
+    *measure = local;
+}
+
+/// The inverse of each E4M3 byte's [`step`], a power of two.
+static PER_STEP: [f32; 256] = {
+    let mut table = [0f32; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        table[byte] = 1.0 / STEP[byte];
+        byte += 1;
+    }
+    table
+};
+
 pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool) {
     let columns = columns(plan);
     let (block_rows, block_columns) = (block_rows(plan), block_columns(plan));
     let scales = decode_scales(plan.scale_dtype, &written.scales);
     let blocks = columns.div_ceil(block_columns);
+    // BF16 scales come from BF16 sources.
+    let exact = plan.scale_dtype == Dtype::Bf16;
     let mut measure = Measure::default();
     for (row, (values, codes)) in source
         .chunks(columns)
@@ -238,7 +284,16 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
             .zip(codes.chunks(block_columns))
             .zip(scales)
         {
-            measure_block(values, codes, scale, &mut measure);
+            #[expect(
+                clippy::cast_possible_truncation,
+                reason = "a BF16 scale, exact in f32"
+            )]
+            let scale32 = scale as f32;
+            if exact && scale32 > 0.0 && scale32.is_finite() {
+                measure_block_exact(values, codes, scale32, &mut measure);
+            } else {
+                measure_block(values, codes, scale, &mut measure);
+            }
         }
     }
     measure.finish()
@@ -247,7 +302,33 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::Dtype;
+
+    proptest::proptest! {
+        #[test]
+        fn the_exact_measure_is_the_plain_one_to_the_bit(
+            values in proptest::collection::vec(
+                proptest::prop_oneof![8 => -4.0f32..4.0, 2 => -1e-3f32..1e-3, 1 => proptest::strategy::Just(0.0f32)],
+                1..300,
+            ),
+        ) {
+            let values: Vec<f32> =
+                values.into_iter().map(|x| half::bf16::from_f32(x).to_f32()).collect();
+            let scale = stored_at_least(Dtype::Bf16, f64::from(absmax(&values)) / f64::from(MAX));
+            #[expect(clippy::cast_possible_truncation, reason = "a BF16 scale")]
+            let scale32 = scale as f32;
+            proptest::prop_assume!(scale32 > 0.0);
+            let mut codes = Vec::new();
+            encode_block(&values, scale, &mut codes);
+            let (mut plain, mut exact) = (Measure::default(), Measure::default());
+            measure_block(&values, &codes, scale, &mut plain);
+            measure_block_exact(&values, &codes, scale32, &mut exact);
+            let ((a, a_within), (b, b_within)) = (plain.finish(), exact.finish());
+            let bits = |s: ErrorSums| [s.signal, s.noise, s.max_abs, s.max_in_steps].map(f64::to_bits);
+            proptest::prop_assert_eq!(bits(a), bits(b));
+            proptest::prop_assert_eq!(a_within, b_within);
+            proptest::prop_assert!(b_within);
+        }
+    }
 
     #[test]
     fn every_byte_encodes_back_to_itself() {

@@ -14,9 +14,10 @@
 //! one difference: a scale that storing rounded below its exact value is rounded up instead, so
 //! that no value is clipped by more than half a step.
 
-use super::lanes::{LANES, Measure, byte_of, clamp, round_even};
+use super::lanes::{LANES, Measure, Worst, byte_of, clamp, round_even};
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{encode_scale, stored_at_least};
+use crate::format::Dtype;
 use multiversion::multiversion;
 use smallvec::SmallVec;
 
@@ -264,6 +265,38 @@ fn measure_group(values: &[f32], codes: &[u8], offset: i32, scale: f64, measure:
     *measure = local;
 }
 
+/// [`measure_group`] for BF16 values and a BF16 `scale`, in `f32`: `(code - offset) · scale` is a
+/// whole number below 2^8 times 8 significant bits, and the value's distance from it is exact in
+/// `f32`, so the sums are [`measure_group`]'s to the bit.
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+fn measure_group_exact(
+    values: &[f32],
+    codes: &[u8],
+    offset: i32,
+    scale: f32,
+    measure: &mut Measure,
+) {
+    #[expect(clippy::cast_precision_loss, reason = "a code offset, within 2^8")]
+    let offset = offset as f32;
+    let back = |code: u8| (f32::from(code) - offset) * scale;
+    let mut local = *measure;
+    let mut worst = Worst::default();
+    let (chunks, rest) = values.as_chunks::<LANES>();
+    let (code_chunks, code_rest) = codes.as_chunks::<LANES>();
+    for (xs, cs) in chunks.iter().zip(code_chunks) {
+        let mut backs = [0f32; LANES];
+        for (back_value, &code) in backs.iter_mut().zip(cs) {
+            *back_value = back(code);
+        }
+        local.add_exact_lanes(xs, &backs, &[scale; LANES], &[1.0; LANES], &mut worst);
+    }
+    for (&x, &code) in rest.iter().zip(code_rest) {
+        local.add_exact(x, back(code), scale, 1.0, &mut worst);
+    }
+    local.end_group(&worst, 1.0 / f64::from(scale));
+    *measure = local;
+}
+
 pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool) {
     let (columns, group, bits) = (columns(plan), group(plan), bits(plan));
     let half = 1i32 << (bits - 1);
@@ -271,6 +304,8 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
     let groups = columns.div_ceil(group);
     let scales = super::scheme::decode_scales(plan.scale_dtype, &written.scales);
     let per_word = 32 / bits as usize;
+    // BF16 scales come from BF16 sources.
+    let exact = plan.scale_dtype == Dtype::Bf16;
     let mut measure = Measure::default();
     let mut codes = vec![0u8; columns];
     for (row, values) in source.chunks(columns).enumerate() {
@@ -289,7 +324,16 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
             } else {
                 0
             };
-            measure_group(values, codes, half + zero, scale, &mut measure);
+            #[expect(
+                clippy::cast_possible_truncation,
+                reason = "a BF16 scale, exact in f32"
+            )]
+            let scale32 = scale as f32;
+            if exact && scale32 > 0.0 && scale32.is_finite() {
+                measure_group_exact(values, codes, half + zero, scale32, &mut measure);
+            } else {
+                measure_group(values, codes, half + zero, scale, &mut measure);
+            }
         }
     }
     measure.finish()
@@ -304,7 +348,6 @@ pub fn fits(columns: u64, group: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::Dtype;
 
     fn plan(scheme: Scheme, rows: u64, columns: u64, group: u64) -> Plan {
         Plan::new(scheme, group, [rows, columns], Dtype::F32, 1.0)
@@ -314,6 +357,46 @@ mod tests {
         (0..rows * columns)
             .map(|i| ((i * 7919 % 1000) as f32 - 480.0) / 1000.0)
             .collect()
+    }
+
+    fn bf16_values() -> impl proptest::strategy::Strategy<Value = Vec<f32>> {
+        use proptest::prelude::*;
+        let value = prop_oneof![
+            8 => -4.0f32..4.0,
+            2 => -1e-3f32..1e-3,
+            1 => Just(0.0f32),
+        ];
+        prop::collection::vec(value, 1..300).prop_map(|values| {
+            values
+                .into_iter()
+                .map(|x| half::bf16::from_f32(x).to_f32())
+                .collect()
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_exact_measure_is_the_plain_one_to_the_bit(
+            values in bf16_values(),
+            scheme in proptest::sample::select(vec![Scheme::W8A16, Scheme::W4A16, Scheme::W4A16Asym]),
+        ) {
+            let plan = Plan::new(scheme, 128, [1, values.len() as u64], Dtype::Bf16, 1.0);
+            let half = 1i32 << (bits(&plan) - 1);
+            let (scale, zero) = scale_and_zero(&plan, &values);
+            let mut codes = vec![0u8; values.len()];
+            encode_group(&values, scale, zero, half, &mut codes);
+            let (mut plain, mut exact) = (Measure::default(), Measure::default());
+            measure_group(&values, &codes, half + zero, scale, &mut plain);
+            #[expect(clippy::cast_possible_truncation, reason = "a BF16 scale")]
+            let scale32 = scale as f32;
+            proptest::prop_assume!(scale32 > 0.0);
+            measure_group_exact(&values, &codes, half + zero, scale32, &mut exact);
+            let ((a, a_within), (b, b_within)) = (plain.finish(), exact.finish());
+            let bits = |s: ErrorSums| [s.signal, s.noise, s.max_abs, s.max_in_steps].map(f64::to_bits);
+            proptest::prop_assert_eq!(bits(a), bits(b));
+            proptest::prop_assert_eq!(a_within, b_within);
+            proptest::prop_assert!(b_within);
+        }
     }
 
     #[test]

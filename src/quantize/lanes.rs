@@ -35,6 +35,16 @@ pub fn clamp(value: f32, low: f32, high: f32) -> f32 {
     if value > high { high } else { value }
 }
 
+/// The rounding of the `f32` quotient allowed for in the half-step check (see `add_lanes`).
+const EXACT_SLACK: f32 = 1.0 / 4_194_304.0;
+
+/// The largest errors of a group of values, lane by lane, in `f32`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Worst {
+    abs: [f32; LANES],
+    in_steps: [f32; LANES],
+}
+
 /// The error measures of [`ErrorSums`] and the half-step check, summed lane by lane.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Measure {
@@ -101,6 +111,84 @@ impl Measure {
                 + f64::from(f32::MIN_POSITIVE);
             let error = errors[lane];
             self.beyond[lane] += u32::from(error.is_nan()) + u32::from(error > limit);
+        }
+    }
+
+    /// [`Measure::add_lanes`] for values whose error `x - back` is exact in `f32` (BF16 values
+    /// on a grid of BF16 scales times small whole numbers or powers of two): the error is then
+    /// the one `f64` gives, and the sums, added in the same order, are the same to the bit.
+    /// `steps` are the local steps in `f32`; `per_step` a power of two, the step's ratio to the
+    /// group's `unit` (see [`Measure::end_group`]). The largest errors, and the largest over
+    /// `per_step`, are kept in `worst` until the group ends: by monotone rounding, the largest
+    /// of the errors times the group's inverse step is the largest of the products.
+    #[inline(always)]
+    pub fn add_exact_lanes(
+        &mut self,
+        xs: &[f32; LANES],
+        backs: &[f32; LANES],
+        steps: &[f32; LANES],
+        per_step: &[f32; LANES],
+        worst: &mut Worst,
+    ) {
+        let mut errors = [0f32; LANES];
+        for lane in 0..LANES {
+            errors[lane] = (xs[lane] - backs[lane]).abs();
+        }
+        for lane in 0..LANES {
+            let wide = f64::from(xs[lane]);
+            let error = f64::from(errors[lane]);
+            self.signal[lane] += wide * wide;
+            self.noise[lane] += error * error;
+        }
+        for lane in 0..LANES {
+            let error = errors[lane];
+            worst.abs[lane] = if error > worst.abs[lane] {
+                error
+            } else {
+                worst.abs[lane]
+            };
+            let in_steps = error * per_step[lane];
+            worst.in_steps[lane] = if in_steps > worst.in_steps[lane] {
+                in_steps
+            } else {
+                worst.in_steps[lane]
+            };
+        }
+        for lane in 0..LANES {
+            // As in `add_lanes`, in `f32`.
+            let limit = 0.5 * steps[lane] + xs[lane].abs() * EXACT_SLACK + f32::MIN_POSITIVE;
+            let error = errors[lane];
+            self.beyond[lane] += u32::from(error.is_nan()) + u32::from(error > limit);
+        }
+    }
+
+    /// [`Measure::add_exact_lanes`] of one value, in lane 0.
+    #[inline(always)]
+    pub fn add_exact(&mut self, x: f32, back: f32, step: f32, per_step: f32, worst: &mut Worst) {
+        let mut xs = [0.0; LANES];
+        let mut backs = [0.0; LANES];
+        let (mut steps, mut per_steps) = ([0.0; LANES], [0.0; LANES]);
+        (xs[0], backs[0], steps[0], per_steps[0]) = (x, back, step, per_step);
+        self.add_exact_lanes(&xs, &backs, &steps, &per_steps, worst);
+    }
+
+    /// Ends a group of [`Measure::add_exact_lanes`] whose unit step's inverse is
+    /// `inverse_unit` (0 when the step is).
+    #[inline(always)]
+    pub fn end_group(&mut self, worst: &Worst, inverse_unit: f64) {
+        for lane in 0..LANES {
+            let error = f64::from(worst.abs[lane]);
+            self.max_abs[lane] = if error > self.max_abs[lane] {
+                error
+            } else {
+                self.max_abs[lane]
+            };
+            let in_steps = f64::from(worst.in_steps[lane]) * inverse_unit;
+            self.max_in_steps[lane] = if in_steps > self.max_in_steps[lane] {
+                in_steps
+            } else {
+                self.max_in_steps[lane]
+            };
         }
     }
 

@@ -16,12 +16,16 @@ use super::{
 use crate::error::{Error, Result};
 use crate::format::writer::{FileLayout, Metadata, Name, Specs, write_atomically};
 use crate::format::{Dtype, Model, Shape, Tensor, read_exact_at};
+use crate::recycle::Recycled;
 use crate::text::escape;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
 use std::sync::atomic::Ordering;
+
+/// Buffers of the members read back, handed from one run of rows to the next.
+static READ_BACK: Recycled<Vec<u8>> = Recycled::new();
 
 /// Bytes of small members kept between the codes' pass and the place they are written.
 const KEPT_BYTES: u64 = 32 << 20;
@@ -347,17 +351,26 @@ impl Context<'_> {
                         let member_rows = member.shape.get(0).unwrap_or(1);
                         let first = first_row / per;
                         let count = (first_row + rows).div_ceil(per).min(member_rows) - first;
-                        let mut bytes = vec![
-                            0u8;
+                        let mut bytes = READ_BACK.take();
+                        // Read over in full: resized, not cleared, so that the room a buffer
+                        // handed on has is not zeroed again.
+                        bytes.resize(
                             usize::try_from(count * member.row_bytes())
-                                .map_err(io::Error::other)?
-                        ];
+                                .map_err(io::Error::other)?,
+                            0,
+                        );
                         read_exact_at(&written, &mut bytes, begin + first * member.row_bytes())?;
                         if let Some(stream) = streams.of_mut(member.role) {
                             *stream = bytes;
                         }
                     }
-                    Ok(plan.check(values, &streams))
+                    let checked = plan.check(values, &streams);
+                    for stream in [streams.codes, streams.scales, streams.zero_points] {
+                        if stream.capacity() > 0 {
+                            READ_BACK.give(stream);
+                        }
+                    }
+                    Ok(checked)
                 },
                 |(chunk, ok)| {
                     sums.merge(&chunk);
