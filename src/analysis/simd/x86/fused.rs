@@ -10,6 +10,9 @@ use crate::analysis::moments::FiniteBlock;
 use crate::analysis::simd::Rounding;
 use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
 
+/// What an E4M3 code's fields read as an `f32` are multiplied by to be its value: 2^120.
+const REBIAS: f32 = f32::from_bits((127 + 120) << 23);
+
 /// How far ahead of the pass to ask for codes, in bytes.
 const PREFETCH: usize = 2048;
 
@@ -73,6 +76,38 @@ impl Stream for Nibbles<'_> {
             [I::lookup16(table, low), I::lookup16(table, high)]
         }
     }
+    /// When every table has no subnormal value and its one zero at the same code (as a
+    /// symmetric integer scheme's tables have), the zeros are the codes equal to it.
+    #[inline(always)]
+    fn zeros(&self) -> Option<u64> {
+        let mut small = self.tables.iter().map(small_values);
+        let first = small.next()?;
+        let (zeros, below) = first;
+        if !(zeros == below && zeros.is_power_of_two() && small.all(|other| other == first)) {
+            return None;
+        }
+        let code = u8::try_from(zeros.trailing_zeros()).ok()?;
+        let count = self.codes.iter().fold(0u32, |n, &b| {
+            n + u32::from(b & 15 == code) + u32::from(b >> 4 == code)
+        });
+        Some(u64::from(count))
+    }
+}
+
+/// The codes of a table's zeros and of its magnitudes below `f32`'s normal range (zeros
+/// included), as bits.
+#[inline(always)]
+fn small_values(table: &[f32; 16]) -> (u32, u32) {
+    table
+        .iter()
+        .enumerate()
+        .fold((0, 0), |(zeros, below), (k, x)| {
+            let bits = x.to_bits() & 0x7fff_ffff;
+            (
+                zeros | u32::from(bits == 0) << k,
+                below | u32::from(bits < f32::MIN_POSITIVE.to_bits()) << k,
+            )
+        })
 }
 
 /// E4M3 codes and a scale per group; each value `round(e4m3(c) · scale)`.
@@ -102,17 +137,22 @@ impl<const ROUND: u8> Stream for E4m3<'_, ROUND> {
     fn step<I: Isa>() -> usize {
         2 * I::WIDTH
     }
+    /// The scale times the decoding's 2^120, so that one product decodes and scales: the same
+    /// product, rounded once, as long as it does not overflow (`usable` checks).
     #[inline(always)]
     unsafe fn group<I: Isa>(&self, group: usize) -> I::Ps {
         // SAFETY: passed on to the caller.
-        unsafe { I::splat_ps(self.scales[group]) }
+        unsafe { I::splat_ps(self.scales[group] * REBIAS) }
     }
     #[inline(always)]
     unsafe fn load<I: Isa>(&self, scale: &I::Ps, at: usize) -> [I::Ps; 2] {
         // SAFETY: passed on to the caller.
         unsafe {
             let [a, b] = I::load_i8(self.codes, at);
-            let (a, b) = (I::mul_ps(I::e4m3(a), *scale), I::mul_ps(I::e4m3(b), *scale));
+            let (a, b) = (
+                I::mul_ps(I::e4m3_fields(a), *scale),
+                I::mul_ps(I::e4m3_fields(b), *scale),
+            );
             match ROUND {
                 1 => [I::round_bf16(a), I::round_bf16(b)],
                 2 => [I::round_f16(a), I::round_f16(b)],
@@ -120,14 +160,15 @@ impl<const ROUND: u8> Stream for E4m3<'_, ROUND> {
             }
         }
     }
-    /// No NaN code (the lanes decode none) and every scale finite, so that no value is NaN.
+    /// No NaN code (the lanes decode none) and every scale finite, so that no value is NaN,
+    /// and below 2^7 in magnitude, so that it times 2^120 is finite.
     #[inline(always)]
     fn usable(&self) -> bool {
         let nan_code = self
             .codes
             .iter()
             .fold(false, |any, &c| any | (c & 0x7f == 0x7f));
-        !nan_code && self.scales.iter().all(|s| s.is_finite())
+        !nan_code && self.scales.iter().all(|s| s.abs() < 128.0)
     }
     /// When no product can fall below `f32`'s normal range (every scale zero or at least
     /// 2^-116, as the least nonzero E4M3 magnitude is 2^-9) or round to zero (not in F16,
@@ -147,9 +188,11 @@ impl<const ROUND: u8> Stream for E4m3<'_, ROUND> {
                 if scale == 0.0 {
                     group as u64
                 } else {
-                    codes
-                        .iter()
-                        .fold(0u64, |n, &c| n + u64::from(c & 0x7f == 0))
+                    u64::from(
+                        codes
+                            .iter()
+                            .fold(0u32, |n, &c| n + u32::from(c & 0x7f == 0)),
+                    )
                 }
             })
             .sum();
