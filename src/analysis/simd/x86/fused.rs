@@ -80,16 +80,21 @@ impl Stream for Nibbles<'_> {
     /// symmetric integer scheme's tables have), the zeros are the codes equal to it.
     #[inline(always)]
     fn zeros(&self) -> Option<u64> {
-        let mut small = self.tables.iter().map(small_values);
-        let first = small.next()?;
+        let first = small_values(self.tables.first()?);
         let (zeros, below) = first;
-        if !(zeros == below && zeros.is_power_of_two() && small.all(|other| other == first)) {
+        if !(zeros == below && zeros.is_power_of_two()) {
             return None;
         }
+        for table in &self.tables[1..] {
+            if small_values(table) != first {
+                return None;
+            }
+        }
         let code = u8::try_from(zeros.trailing_zeros()).ok()?;
-        let count = self.codes.iter().fold(0u32, |n, &b| {
-            n + u32::from(b & 15 == code) + u32::from(b >> 4 == code)
-        });
+        let mut count = 0u32;
+        for &b in self.codes {
+            count += u32::from(b & 15 == code) + u32::from(b >> 4 == code);
+        }
         Some(u64::from(count))
     }
 }
@@ -98,16 +103,13 @@ impl Stream for Nibbles<'_> {
 /// included), as bits.
 #[inline(always)]
 fn small_values(table: &[f32; 16]) -> (u32, u32) {
-    table
-        .iter()
-        .enumerate()
-        .fold((0, 0), |(zeros, below), (k, x)| {
-            let bits = x.to_bits() & 0x7fff_ffff;
-            (
-                zeros | u32::from(bits == 0) << k,
-                below | u32::from(bits < f32::MIN_POSITIVE.to_bits()) << k,
-            )
-        })
+    let (mut zeros, mut below) = (0, 0);
+    for (k, x) in table.iter().enumerate() {
+        let bits = x.to_bits() & 0x7fff_ffff;
+        zeros |= u32::from(bits == 0) << k;
+        below |= u32::from(bits < f32::MIN_POSITIVE.to_bits()) << k;
+    }
+    (zeros, below)
 }
 
 /// E4M3 codes and a scale per group; each value `round(e4m3(c) · scale)`.
@@ -164,11 +166,15 @@ impl<const ROUND: u8> Stream for E4m3<'_, ROUND> {
     /// and below 2^7 in magnitude, so that it times 2^120 is finite.
     #[inline(always)]
     fn usable(&self) -> bool {
-        let nan_code = self
-            .codes
-            .iter()
-            .fold(false, |any, &c| any | (c & 0x7f == 0x7f));
-        !nan_code && self.scales.iter().all(|s| s.abs() < 128.0)
+        let mut nan_code = false;
+        for &c in self.codes {
+            nan_code |= c & 0x7f == 0x7f;
+        }
+        let mut scales_fit = true;
+        for &scale in self.scales {
+            scales_fit &= scale.abs() < 128.0;
+        }
+        !nan_code && scales_fit
     }
     /// When no product can fall below `f32`'s normal range (every scale zero or at least
     /// 2^-116, as the least nonzero E4M3 magnitude is 2^-9) or round to zero (not in F16,
@@ -176,34 +182,39 @@ impl<const ROUND: u8> Stream for E4m3<'_, ROUND> {
     #[inline(always)]
     fn zeros(&self) -> Option<u64> {
         let floor = f32::from_bits((127 - 116) << 23);
-        if ROUND == 2 || !self.scales.iter().all(|s| *s == 0.0 || s.abs() >= floor) {
+        let mut fit = ROUND != 2;
+        for &scale in self.scales {
+            fit &= scale == 0.0 || scale.abs() >= floor;
+        }
+        if !fit {
             return None;
         }
+        let mut zeros = 0u32;
+        for &c in self.codes {
+            zeros += u32::from(c & 0x7f == 0);
+        }
+        // A zero scale's group is all zeros, its zero codes counted already.
         let group = self.codes.len() / self.scales.len();
-        let zeros = self
-            .codes
-            .chunks_exact(group)
-            .zip(self.scales)
-            .map(|(codes, &scale)| {
-                if scale == 0.0 {
-                    group as u64
-                } else {
-                    u64::from(
-                        codes
-                            .iter()
-                            .fold(0u32, |n, &c| n + u32::from(c & 0x7f == 0)),
-                    )
-                }
-            })
-            .sum();
+        let mut zeros = u64::from(zeros);
+        for (g, &scale) in self.scales.iter().enumerate() {
+            if scale == 0.0 {
+                let codes = &self.codes[g * group..(g + 1) * group];
+                let counted = codes.iter().filter(|&&c| c & 0x7f == 0).count();
+                zeros += (group - counted) as u64;
+            }
+        }
         Some(zeros)
     }
 }
 
-/// Whether the groups of `stream` split into whole loads (and there is something to read).
+/// Whether the groups of `stream` split into whole loads (and there is something to read), and
+/// its counts fit the lanes' `u32`s.
 pub fn fits<I: Isa, S: Stream>(stream: &S) -> bool {
     let (codes, groups) = (stream.codes().len(), stream.groups());
-    groups > 0 && codes.is_multiple_of(groups) && (codes / groups).is_multiple_of(S::step::<I>())
+    groups > 0
+        && codes.is_multiple_of(groups)
+        && (codes / groups).is_multiple_of(S::step::<I>())
+        && codes < (u32::MAX / 2) as usize
 }
 
 fn step_of<I: Isa, S: Stream>(_: &S) -> usize {
