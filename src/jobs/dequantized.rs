@@ -65,6 +65,33 @@ fn fused_moments(row: &FusedRow<'_>) -> Option<Moments> {
     }
 }
 
+/// The statistics of rows `range`: from their fused form row by row when the layout has one,
+/// a row the lanes cannot take (a value that is not finite) dequantized; else dequantized.
+fn block_moments(
+    kernel: &dyn Dequantize,
+    fused: bool,
+    (buffer, scratch): (&mut Vec<f32>, &mut FusedScratch),
+    range: Range<usize>,
+) -> Moments {
+    let dequantized = |buffer: &mut Vec<f32>, range: Range<usize>| {
+        buffer.resize(range.len() * kernel.cols(), 0.0);
+        kernel.dequantize_rows(range, buffer);
+        Moments::of_f32(buffer)
+    };
+    if !fused {
+        return dequantized(buffer, range);
+    }
+    let mut total = Moments::EMPTY;
+    for row in range {
+        let moments = kernel
+            .fused_row(row, scratch)
+            .and_then(|row| fused_moments(&row))
+            .unwrap_or_else(|| dequantized(buffer, row..row + 1));
+        total.merge(&moments);
+    }
+    total
+}
+
 fn statistics(kernel: &dyn Dequantize, name: &str, histogram: bool) -> WeightStats {
     let (rows, cols) = (kernel.rows(), kernel.cols());
     let block = (BLOCK / cols.max(1)).max(1);
@@ -77,26 +104,9 @@ fn statistics(kernel: &dyn Dequantize, name: &str, histogram: bool) -> WeightSta
         buffer.resize(range.len() * cols, 0.0);
         kernel.dequantize_rows(range, buffer);
     };
-    // A layout with a fused form is read row by row from its codes; a row the lanes cannot
-    // take (a value that is not finite) is dequantized.
     let fused = rows > 0 && kernel.fused_row(0, &mut FusedScratch::default()).is_some();
-    let block_moments = |(buffer, scratch): &mut (Vec<f32>, FusedScratch), range: Range<usize>| {
-        if !fused {
-            dequantized(buffer, range);
-            return Moments::of_f32(buffer);
-        }
-        let mut total = Moments::EMPTY;
-        for row in range {
-            let moments = kernel
-                .fused_row(row, scratch)
-                .and_then(|row| fused_moments(&row))
-                .unwrap_or_else(|| {
-                    dequantized(buffer, row..row + 1);
-                    Moments::of_f32(buffer)
-                });
-            total.merge(&moments);
-        }
-        total
+    let block_moments = |(buffer, scratch): &mut (Vec<f32>, FusedScratch), range| {
+        block_moments(kernel, fused, (buffer, scratch), range)
     };
     // The scales are checked while the rows are read.
     let (moments, problems) = rayon::join(
@@ -179,6 +189,7 @@ fn statistics(kernel: &dyn Dequantize, name: &str, histogram: bool) -> WeightSta
 mod tests {
     #![expect(
         clippy::cast_possible_truncation,
+        clippy::cast_possible_wrap,
         reason = "fixtures of small, known sizes and values"
     )]
     use super::*;

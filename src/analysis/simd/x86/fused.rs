@@ -189,9 +189,11 @@ impl<const ROUND: u8> Stream for E4m3<'_, ROUND> {
         if !fit {
             return None;
         }
+        // A zero code's seven magnitude bits are zero: nothing is left once its sign is
+        // shifted out.
         let mut zeros = 0u32;
         for &c in self.codes {
-            zeros += u32::from(c & 0x7f == 0);
+            zeros += u32::from(c << 1 == 0);
         }
         // A zero scale's group is all zeros, its zero codes counted already.
         let group = self.codes.len() / self.scales.len();
@@ -199,7 +201,7 @@ impl<const ROUND: u8> Stream for E4m3<'_, ROUND> {
         for (g, &scale) in self.scales.iter().enumerate() {
             if scale == 0.0 {
                 let codes = &self.codes[g * group..(g + 1) * group];
-                let counted = codes.iter().filter(|&&c| c & 0x7f == 0).count();
+                let counted = codes.iter().filter(|&&c| c << 1 == 0).count();
                 zeros += (group - counted) as u64;
             }
         }
