@@ -37,6 +37,9 @@ const CHUNK: usize = 12 << 20;
 /// Tensors up to this size are scanned whole by one worker, several at a time.
 const SMALL: u64 = 1 << 20;
 
+/// Most logical weights in one batch.
+const LOGICAL_BATCH: usize = 4;
+
 /// Most tensors in one batch, so that a header of a million tiny tensors is still scanned (and
 /// reported, and cancelled) a batch at a time.
 const MAX_BATCH: usize = 1024;
@@ -490,12 +493,26 @@ impl Coordinator<'_> {
                 queue.pop_front();
                 continue;
             }
-            // A logical weight is dequantized alone, over all workers, as a large tensor is read.
-            let alone = logical_weight(self.options, tensor).is_some();
+            // Logical weights go a few at a time, each over all workers, so that one's members
+            // are read and mapped while another's rows are read.
+            if logical_weight(self.options, tensor).is_some() {
+                let logical_batch = batch
+                    .first()
+                    .is_some_and(|&(t, _)| logical_weight(self.options, t).is_some());
+                if !batch.is_empty() && (!logical_batch || batch.len() == LOGICAL_BATCH) {
+                    break;
+                }
+                queue.pop_front();
+                batch.push((tensor, self.options.histograms));
+                continue;
+            }
             let len = self.scanner.model.tensors[tensor].info.byte_len();
-            let large = alone || len > SMALL;
+            let large = len > SMALL;
             let full = bytes + len > 8 * SMALL || batch.len() == MAX_BATCH;
-            if !batch.is_empty() && (large || full) {
+            let after_logical = batch
+                .first()
+                .is_some_and(|&(t, _)| logical_weight(self.options, t).is_some());
+            if !batch.is_empty() && (large || full || after_logical) {
                 break;
             }
             queue.pop_front();
@@ -508,9 +525,34 @@ impl Coordinator<'_> {
         (!batch.is_empty()).then_some(batch)
     }
 
-    /// Scans a batch: one tensor over all workers, or several small ones, one per worker.
+    /// Scans a batch: one tensor over all workers, several logical weights each over all
+    /// workers, or several small tensors, one per worker.
     fn scan(&self, batch: &[(usize, bool)]) -> Vec<(usize, bool, Outcome)> {
         use rayon::prelude::*;
+        let weights: Option<Vec<_>> = batch
+            .iter()
+            .map(|&(tensor, histogram)| {
+                logical_weight(self.options, tensor).map(|found| (tensor, histogram, found))
+            })
+            .collect();
+        if let Some(weights) = weights.filter(|w| w.len() > 1) {
+            for &(tensor, _, _) in &weights {
+                let _ = self.events.send(ScanEvent::Started { tensor });
+            }
+            return self.pool.install(|| {
+                weights
+                    .par_iter()
+                    .map(|&(tensor, histogram, (logical, weight))| {
+                        let counted = !self.done.contains(tensor);
+                        let outcome = guarded(|| {
+                            self.scanner
+                                .dequantized((tensor, logical, weight), histogram, counted)
+                        });
+                        (tensor, histogram, outcome)
+                    })
+                    .collect()
+            });
+        }
         if let [(tensor, histogram)] = *batch {
             let _ = self.events.send(ScanEvent::Started { tensor });
             // A tensor of one chunk is read once for its statistics and its histogram (a read

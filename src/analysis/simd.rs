@@ -70,6 +70,42 @@ pub fn finite_block(lanes: Lanes, bytes: &[u8], smallest_normal: f32) -> Option<
     }
 }
 
+/// How each value of a fused pass is rounded after its product, as its producer rounds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rounding {
+    None,
+    Bf16,
+    F16,
+}
+
+/// Statistics of the values of packed four-bit codes (`codes`, each byte's low half first),
+/// each run of `codes.len() / tables.len()` bytes standing for the values of its own table, as
+/// [`finite_block`] gives them for those values; `None` when a value is NaN or infinite, when the
+/// runs do not split into the kernel's loads (of 8 or 16 bytes), or when the CPU lacks the
+/// instructions.
+pub fn nibble_moments(codes: &[u8], tables: &[[f32; 16]]) -> Option<Moments> {
+    #[cfg(target_arch = "x86_64")]
+    return x86::nibble_moments_with(x86::kernel()?, codes, tables);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (codes, tables);
+        None
+    }
+}
+
+/// Statistics of `rounding(e4m3(c) · scale)` over E4M3 codes, each run of
+/// `codes.len() / scales.len()` codes with its own scale; `None` as for [`nibble_moments`]
+/// (loads of 16 or 32 bytes).
+pub fn e4m3_moments(codes: &[u8], scales: &[f32], rounding: Rounding) -> Option<Moments> {
+    #[cfg(target_arch = "x86_64")]
+    return x86::e4m3_moments_with(x86::kernel()?, codes, scales, rounding);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (codes, scales, rounding);
+        None
+    }
+}
+
 /// Sums over pairs of values `(x, y)` from two tensors, for the size of their difference.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PairSums {
@@ -213,12 +249,16 @@ pub fn kernel() -> Option<Kernel> {
     reason = "the unaligned loads take a pointer of the vector's type at any alignment"
 )]
 mod x86 {
-    use super::{BINS, BinBounds, Kernel, Lanes, Moments, PairSums, TALLY_SLOTS, Tally};
+    use super::{BINS, BinBounds, Kernel, Lanes, Moments, PairSums, Rounding, TALLY_SLOTS, Tally};
     use crate::analysis::moments::FiniteBlock;
     use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
 
     /// The high element of a 32-bit lane holding two 16-bit ones (the bits of `0xffff_0000`).
     const HIGH_HALF: i32 = -65_536;
+
+    /// An f32's sign and the seven bits below its exponent's top bit, where an E4M3 code's
+    /// fields go (the bits of `0x87f0_0000`).
+    const E4M3_FIELDS: i32 = -2_014_314_496;
 
     /// How far ahead of the pass to ask for data, in bytes.
     const PREFETCH: usize = 4096;
@@ -529,6 +569,63 @@ mod x86 {
         }
     }
 
+    mod fused;
+
+    pub fn nibble_moments_with(
+        kernel: Kernel,
+        codes: &[u8],
+        tables: &[[f32; 16]],
+    ) -> Option<Moments> {
+        fused_with(kernel, &fused::Nibbles { codes, tables })
+    }
+
+    pub fn e4m3_moments_with(
+        kernel: Kernel,
+        codes: &[u8],
+        scales: &[f32],
+        rounding: Rounding,
+    ) -> Option<Moments> {
+        const NONE: u8 = fused::round_code(Rounding::None);
+        const BF16: u8 = fused::round_code(Rounding::Bf16);
+        const HALF: u8 = fused::round_code(Rounding::F16);
+        match rounding {
+            Rounding::None => fused_with(kernel, &fused::E4m3::<NONE> { codes, scales }),
+            Rounding::Bf16 => fused_with(kernel, &fused::E4m3::<BF16> { codes, scales }),
+            Rounding::F16 => fused_with(kernel, &fused::E4m3::<HALF> { codes, scales }),
+        }
+    }
+
+    fn fused_with<S: fused::Stream>(kernel: Kernel, stream: &S) -> Option<Moments> {
+        if !runs(kernel) {
+            return None;
+        }
+        // SAFETY: `runs` checked that the CPU has the instruction sets each function enables.
+        unsafe {
+            match kernel {
+                Kernel::Avx512 => fused_avx512(stream),
+                Kernel::Avx2 => fused_avx2(stream),
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn fused_avx512<S: fused::Stream>(stream: &S) -> Option<Moments> {
+        if !fused::fits::<avx512::Isa512, S>(stream) {
+            return None;
+        }
+        // SAFETY: the instruction set is enabled here, and the groups fit the loads.
+        unsafe { fused::moments::<avx512::Isa512, S>(stream) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn fused_avx2<S: fused::Stream>(stream: &S) -> Option<Moments> {
+        if !fused::fits::<avx2::Isa256, S>(stream) {
+            return None;
+        }
+        // SAFETY: as for `fused_avx512`.
+        unsafe { fused::moments::<avx2::Isa256, S>(stream) }
+    }
+
     #[target_feature(enable = "avx512f,avx512bw")]
     unsafe fn block_avx512<L: Load>(bytes: &[u8], smallest_normal: f32) -> Option<Moments> {
         block::<avx512::Isa512, L>(bytes, smallest_normal)
@@ -612,6 +709,25 @@ mod x86 {
         fn most_ps(v: Self::Ps) -> f32;
         fn sum_pd(v: Self::Pd) -> f64;
         fn max_pd(v: Self::Pd) -> f64;
+        /// 16 `f32` values held for [`Isa::lookup16`].
+        type Table16: Copy;
+        unsafe fn table16(values: &[f32; 16]) -> Self::Table16;
+        /// `table[index]` in each lane, for indexes below 16.
+        unsafe fn lookup16(table: &Self::Table16, index: Self::Int) -> Self::Ps;
+        /// The `2 * WIDTH` four-bit codes of the `WIDTH` bytes at `at`, one a lane: the low
+        /// halves (even elements), then the high halves (odd elements).
+        unsafe fn load_nibbles(bytes: &[u8], at: usize) -> [Self::Int; 2];
+        /// The `2 * WIDTH` bytes at `at`, one a lane, sign-extended.
+        unsafe fn load_i8(bytes: &[u8], at: usize) -> [Self::Int; 2];
+        /// The fields of OCP E4M3 codes (sign-extended bytes, one a lane) placed in an `f32`'s:
+        /// the code's value times 2^-120 (exactly, as a subnormal `f32` for small codes), but
+        /// for the NaN codes, which the caller leaves out.
+        unsafe fn e4m3_fields(codes: Self::Int) -> Self::Ps;
+        /// Each lane rounded to BF16 (to nearest, ties to even); NaN lanes, which the caller
+        /// leaves out, may come out as anything.
+        unsafe fn round_bf16(x: Self::Ps) -> Self::Ps;
+        /// Each lane rounded to F16 (to nearest, ties to even).
+        unsafe fn round_f16(x: Self::Ps) -> Self::Ps;
     }
 
     /// How elements are stored.
@@ -821,19 +937,21 @@ mod x86 {
     }
 
     mod avx2 {
-        use super::{BINS, HIGH_HALF, Isa, lanes};
+        use super::{BINS, E4M3_FIELDS, HIGH_HALF, Isa, lanes};
         use std::arch::x86_64::{
             __m128i, __m256, __m256d, __m256i, _CMP_LE_OQ, _CMP_LT_OQ, _CMP_NEQ_OQ,
-            _mm_loadu_si128, _mm256_add_epi32, _mm256_add_pd, _mm256_and_pd, _mm256_and_si256,
-            _mm256_andnot_pd, _mm256_andnot_si256, _mm256_blendv_epi8, _mm256_castps_si256,
+            _MM_FROUND_TO_NEAREST_INT, _mm_loadl_epi64, _mm_loadu_si128, _mm_srli_si128,
+            _mm256_add_epi32, _mm256_add_pd, _mm256_and_pd, _mm256_and_si256, _mm256_andnot_pd,
+            _mm256_andnot_si256, _mm256_blendv_epi8, _mm256_blendv_ps, _mm256_castps_si256,
             _mm256_castps256_ps128, _mm256_castsi256_ps, _mm256_cmp_pd, _mm256_cmp_ps,
-            _mm256_cmpeq_epi32, _mm256_cmpgt_epi32, _mm256_cvtph_ps, _mm256_cvtps_pd,
-            _mm256_cvttps_epi32, _mm256_extractf128_ps, _mm256_fmadd_pd, _mm256_i32gather_ps,
-            _mm256_loadu_ps, _mm256_loadu_si256, _mm256_max_pd, _mm256_max_ps, _mm256_min_epu32,
-            _mm256_min_ps, _mm256_movemask_ps, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32,
-            _mm256_set1_pd, _mm256_set1_ps, _mm256_setzero_pd, _mm256_setzero_si256,
-            _mm256_slli_epi32, _mm256_srli_epi32, _mm256_storeu_si256, _mm256_sub_epi32,
-            _mm256_sub_pd, _mm256_sub_ps,
+            _mm256_cmpeq_epi32, _mm256_cmpgt_epi32, _mm256_cvtepi8_epi32, _mm256_cvtepu8_epi32,
+            _mm256_cvtph_ps, _mm256_cvtps_pd, _mm256_cvtps_ph, _mm256_cvttps_epi32,
+            _mm256_extractf128_ps, _mm256_fmadd_pd, _mm256_i32gather_ps, _mm256_loadu_ps,
+            _mm256_loadu_si256, _mm256_max_pd, _mm256_max_ps, _mm256_min_epu32, _mm256_min_ps,
+            _mm256_movemask_ps, _mm256_mul_ps, _mm256_or_si256, _mm256_permutevar8x32_ps,
+            _mm256_set1_epi32, _mm256_set1_pd, _mm256_set1_ps, _mm256_setzero_pd,
+            _mm256_setzero_si256, _mm256_slli_epi32, _mm256_srli_epi32, _mm256_storeu_si256,
+            _mm256_sub_epi32, _mm256_sub_pd, _mm256_sub_ps,
         };
 
         pub struct Isa256;
@@ -1061,24 +1179,89 @@ mod x86 {
                 let nonzero = _mm256_cmp_pd::<_CMP_NEQ_OQ>(d, _mm256_setzero_pd());
                 _mm256_add_pd(count, _mm256_and_pd(nonzero, _mm256_set1_pd(1.0)))
             }
+            type Table16 = [__m256; 2];
+            #[inline(always)]
+            unsafe fn table16(values: &[f32; 16]) -> [__m256; 2] {
+                // SAFETY: two loads of 8 lanes cover the 16 values.
+                [
+                    _mm256_loadu_ps(values.as_ptr()),
+                    _mm256_loadu_ps(values.as_ptr().add(8)),
+                ]
+            }
+            #[inline(always)]
+            unsafe fn lookup16(table: &[__m256; 2], index: __m256i) -> __m256 {
+                // Each permute picks by the index's low 3 bits; bit 3, moved to the sign, picks
+                // the permute.
+                let low = _mm256_permutevar8x32_ps(table[0], index);
+                let high = _mm256_permutevar8x32_ps(table[1], index);
+                _mm256_blendv_ps(
+                    low,
+                    high,
+                    _mm256_castsi256_ps(_mm256_slli_epi32::<28>(index)),
+                )
+            }
+            #[inline(always)]
+            unsafe fn load_nibbles(bytes: &[u8], at: usize) -> [__m256i; 2] {
+                debug_assert!(at + 8 <= bytes.len());
+                // SAFETY: the caller keeps the 8 bytes inside the slice and enables AVX2.
+                let wide = _mm256_cvtepu8_epi32(_mm_loadl_epi64(bytes.as_ptr().add(at).cast()));
+                [
+                    _mm256_and_si256(wide, _mm256_set1_epi32(15)),
+                    _mm256_srli_epi32::<4>(wide),
+                ]
+            }
+            #[inline(always)]
+            unsafe fn load_i8(bytes: &[u8], at: usize) -> [__m256i; 2] {
+                debug_assert!(at + 16 <= bytes.len());
+                // SAFETY: the caller keeps the 16 bytes inside the slice and enables AVX2.
+                let all = _mm_loadu_si128(bytes.as_ptr().add(at).cast());
+                [
+                    _mm256_cvtepi8_epi32(all),
+                    _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(all)),
+                ]
+            }
+            #[inline(always)]
+            unsafe fn e4m3_fields(codes: __m256i) -> __m256 {
+                // The sign-extended code shifted puts its sign and its seven other bits in an
+                // f32's sign, exponent and mantissa; the bits between are cleared.
+                _mm256_castsi256_ps(_mm256_and_si256(
+                    _mm256_slli_epi32::<20>(codes),
+                    _mm256_set1_epi32(E4M3_FIELDS),
+                ))
+            }
+            #[inline(always)]
+            unsafe fn round_bf16(x: __m256) -> __m256 {
+                let bits = _mm256_castps_si256(x);
+                let odd = _mm256_and_si256(_mm256_srli_epi32::<16>(bits), _mm256_set1_epi32(1));
+                _mm256_castsi256_ps(_mm256_and_si256(
+                    _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), odd),
+                    _mm256_set1_epi32(HIGH_HALF),
+                ))
+            }
+            #[inline(always)]
+            unsafe fn round_f16(x: __m256) -> __m256 {
+                _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x))
+            }
         }
     }
 
     mod avx512 {
-        use super::{BINS, HIGH_HALF, Isa, lanes};
+        use super::{BINS, E4M3_FIELDS, HIGH_HALF, Isa, lanes};
         use std::arch::x86_64::{
             __m256i, __m512, __m512d, __m512i, __mmask16, _CMP_LE_OQ, _CMP_LT_OQ, _CMP_NEQ_OQ,
-            _mm256_castpd_ps, _mm256_loadu_si256, _mm512_abs_pd, _mm512_add_pd, _mm512_and_si512,
-            _mm512_castps_pd, _mm512_castps_si512, _mm512_castps512_ps256, _mm512_castsi512_ps,
-            _mm512_cmp_pd_mask, _mm512_cmp_ps_mask, _mm512_cmpeq_epi32_mask,
-            _mm512_cmpgt_epi32_mask, _mm512_cmplt_epu32_mask, _mm512_cvtph_ps, _mm512_cvtps_pd,
-            _mm512_cvttps_epi32, _mm512_extractf64x4_pd, _mm512_fmadd_pd, _mm512_loadu_ps,
-            _mm512_loadu_si512, _mm512_mask_add_epi32, _mm512_mask_add_pd, _mm512_mask_blend_epi32,
-            _mm512_mask_blend_ps, _mm512_mask_sub_epi32, _mm512_max_pd, _mm512_max_ps,
-            _mm512_min_epu32, _mm512_min_ps, _mm512_mul_ps, _mm512_or_si512,
-            _mm512_permutex2var_ps, _mm512_set1_epi32, _mm512_set1_pd, _mm512_set1_ps,
-            _mm512_setzero_pd, _mm512_setzero_si512, _mm512_slli_epi32, _mm512_srli_epi32,
-            _mm512_storeu_si512, _mm512_sub_pd, _mm512_sub_ps, _mm512_test_epi32_mask,
+            _MM_FROUND_TO_NEAREST_INT, _mm_loadu_si128, _mm256_castpd_ps, _mm256_loadu_si256,
+            _mm512_abs_pd, _mm512_add_epi32, _mm512_add_pd, _mm512_and_si512, _mm512_castps_pd,
+            _mm512_castps_si512, _mm512_castps512_ps256, _mm512_castsi512_ps, _mm512_cmp_pd_mask,
+            _mm512_cmp_ps_mask, _mm512_cmpeq_epi32_mask, _mm512_cmpgt_epi32_mask,
+            _mm512_cmplt_epu32_mask, _mm512_cvtepi8_epi32, _mm512_cvtepu8_epi32, _mm512_cvtph_ps,
+            _mm512_cvtps_pd, _mm512_cvtps_ph, _mm512_cvttps_epi32, _mm512_extractf64x4_pd,
+            _mm512_fmadd_pd, _mm512_loadu_ps, _mm512_loadu_si512, _mm512_mask_add_epi32,
+            _mm512_mask_add_pd, _mm512_mask_blend_epi32, _mm512_mask_blend_ps,
+            _mm512_mask_sub_epi32, _mm512_max_pd, _mm512_max_ps, _mm512_min_epu32, _mm512_min_ps,
+            _mm512_mul_ps, _mm512_or_si512, _mm512_permutex2var_ps, _mm512_permutexvar_ps,
+            _mm512_set1_epi32, _mm512_set1_pd, _mm512_set1_ps, _mm512_setzero_pd,
+            _mm512_setzero_si512, _mm512_slli_epi32, _mm512_srli_epi32, _mm512_storeu_si512,
+            _mm512_sub_pd, _mm512_sub_ps, _mm512_test_epi32_mask,
         };
 
         pub struct Isa512;
@@ -1313,6 +1496,58 @@ mod x86 {
             unsafe fn count_nonzero_pd(count: __m512d, d: __m512d) -> __m512d {
                 let nonzero = _mm512_cmp_pd_mask::<_CMP_NEQ_OQ>(d, _mm512_setzero_pd());
                 _mm512_mask_add_pd(count, nonzero, count, _mm512_set1_pd(1.0))
+            }
+            type Table16 = __m512;
+            #[inline(always)]
+            unsafe fn table16(values: &[f32; 16]) -> __m512 {
+                // SAFETY: one load of 16 lanes covers the 16 values.
+                _mm512_loadu_ps(values.as_ptr())
+            }
+            #[inline(always)]
+            unsafe fn lookup16(table: &__m512, index: __m512i) -> __m512 {
+                _mm512_permutexvar_ps(index, *table)
+            }
+            #[inline(always)]
+            unsafe fn load_nibbles(bytes: &[u8], at: usize) -> [__m512i; 2] {
+                debug_assert!(at + 16 <= bytes.len());
+                // SAFETY: the caller keeps the 16 bytes inside the slice and enables AVX-512.
+                let wide = _mm512_cvtepu8_epi32(_mm_loadu_si128(bytes.as_ptr().add(at).cast()));
+                [
+                    _mm512_and_si512(wide, _mm512_set1_epi32(15)),
+                    _mm512_srli_epi32::<4>(wide),
+                ]
+            }
+            #[inline(always)]
+            unsafe fn load_i8(bytes: &[u8], at: usize) -> [__m512i; 2] {
+                debug_assert!(at + 32 <= bytes.len());
+                // SAFETY: the caller keeps the 32 bytes inside the slice and enables AVX-512.
+                let p = bytes.as_ptr().add(at);
+                [
+                    _mm512_cvtepi8_epi32(_mm_loadu_si128(p.cast())),
+                    _mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(16).cast())),
+                ]
+            }
+            #[inline(always)]
+            unsafe fn e4m3_fields(codes: __m512i) -> __m512 {
+                // The sign-extended code shifted puts its sign and its seven other bits in an
+                // f32's sign, exponent and mantissa; the bits between are cleared.
+                _mm512_castsi512_ps(_mm512_and_si512(
+                    _mm512_slli_epi32::<20>(codes),
+                    _mm512_set1_epi32(E4M3_FIELDS),
+                ))
+            }
+            #[inline(always)]
+            unsafe fn round_bf16(x: __m512) -> __m512 {
+                let bits = _mm512_castps_si512(x);
+                let odd = _mm512_and_si512(_mm512_srli_epi32::<16>(bits), _mm512_set1_epi32(1));
+                _mm512_castsi512_ps(_mm512_and_si512(
+                    _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), odd),
+                    _mm512_set1_epi32(HIGH_HALF),
+                ))
+            }
+            #[inline(always)]
+            unsafe fn round_f16(x: __m512) -> __m512 {
+                _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x))
             }
         }
     }
@@ -1597,6 +1832,173 @@ mod tests {
             assert_eq!((fast.min, fast.max), (general.min, general.max));
             assert!(close(fast.mean().unwrap(), general.mean().unwrap()));
             assert!(close(fast.std().unwrap(), general.std().unwrap()));
+        }
+    }
+
+    /// A fixed pseudo-random sequence (xorshift).
+    fn sequence() -> impl FnMut() -> u64 {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
+    /// A fused kernel's result against the general kernel's over the values it stands for:
+    /// equal counts and range, mean and deviation but for the order of the sums; `None` where a
+    /// value is not finite.
+    fn agree_with_general(fast: Option<Moments>, values: &[f32]) {
+        let general = Moments::of_f32(values);
+        if general.finite() < general.count {
+            assert_eq!(fast, None);
+            return;
+        }
+        let fast = fast.expect("finite values are taken");
+        assert_eq!(
+            (fast.count, fast.zeros, fast.subnormals, fast.min, fast.max),
+            (
+                general.count,
+                general.zeros,
+                general.subnormals,
+                general.min,
+                general.max
+            )
+        );
+        let spread = general.std().unwrap();
+        for (a, b) in [
+            (fast.mean().unwrap(), general.mean().unwrap()),
+            (fast.std().unwrap(), spread),
+        ] {
+            assert!((a - b).abs() <= 1e-9 * (a.abs().max(b.abs()) + spread));
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn kernels() -> Vec<Kernel> {
+        [Kernel::Avx512, Kernel::Avx2]
+            .into_iter()
+            .filter(|&k| x86::runs(k))
+            .collect()
+    }
+
+    /// Random codes in 1 to 4 groups of 32 to 128 bytes.
+    fn random_codes(next: &mut impl FnMut() -> u64) -> (Vec<u8>, usize) {
+        let groups = 1 + usize::from(next().to_le_bytes()[0] % 4);
+        let group_bytes = 32 * (1 + usize::from(next().to_le_bytes()[0] % 4));
+        let codes = (0..groups * group_bytes)
+            .map(|_| next().to_le_bytes()[0])
+            .collect();
+        (codes, groups)
+    }
+
+    /// Four-bit codes through tables with zeros, subnormals, NaN, infinities and values far
+    /// from zero for their spread, on every kernel this CPU runs.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn fused_nibbles_match_the_values_of_their_tables() {
+        let mut next = sequence();
+        let special = [0.0, -0.0, 1e-40, f32::NAN, f32::INFINITY, 1000.0];
+        for case in 0..300 {
+            let (codes, groups) = random_codes(&mut next);
+            let far = if case % 5 == 0 { 500.0 } else { 0.0 };
+            let tables: Vec<[f32; 16]> = (0..groups)
+                .map(|_| {
+                    std::array::from_fn(|_| {
+                        let pick = usize::from(next().to_le_bytes()[0] % 40);
+                        match special.get(pick) {
+                            Some(&value) if case % 3 == 0 => value,
+                            _ => {
+                                f32::from(u16::from_le_bytes([next().to_le_bytes()[0], 0])) * 4e-3
+                                    - 0.5
+                                    + far
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let group_bytes = codes.len() / groups;
+            let values: Vec<f32> = codes
+                .iter()
+                .enumerate()
+                .flat_map(|(i, &c)| {
+                    let table = &tables[i / group_bytes];
+                    [table[usize::from(c & 15)], table[usize::from(c >> 4)]]
+                })
+                .collect();
+            for kernel in kernels() {
+                agree_with_general(x86::nibble_moments_with(kernel, &codes, &tables), &values);
+            }
+        }
+    }
+
+    /// E4M3 from its definition: sign, four exponent bits (bias 7), three mantissa bits.
+    fn e4m3(code: u8) -> f32 {
+        let (exponent, mantissa) = (i32::from(code >> 3 & 15), f32::from(code & 7));
+        let magnitude = if code & 0x7f == 0x7f {
+            f32::NAN
+        } else if exponent == 0 {
+            mantissa / 8.0 * 2f32.powi(-6)
+        } else {
+            (1.0 + mantissa / 8.0) * 2f32.powi(exponent - 7)
+        };
+        if code & 0x80 == 0 {
+            magnitude
+        } else {
+            -magnitude
+        }
+    }
+
+    /// E4M3 codes (NaN codes among them) times scales that are zero, subnormal, NaN or large,
+    /// rounded three ways, on every kernel this CPU runs.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn fused_e4m3_matches_its_products() {
+        let mut next = sequence();
+        for case in 0..300 {
+            let (codes, groups) = random_codes(&mut next);
+            let codes: Vec<u8> = codes
+                .iter()
+                .map(|&c| {
+                    if case % 4 == 0 || c & 0x7f != 0x7f {
+                        c
+                    } else {
+                        0
+                    }
+                })
+                .collect();
+            let edges = case % 2 == 0;
+            let scales: Vec<f32> = (0..groups)
+                .map(|_| match next().to_le_bytes()[0] % 12 {
+                    0 if edges => 0.0,
+                    1 if edges => 1e-42,
+                    2 if edges => f32::NAN,
+                    3 if edges => 100.0,
+                    4 if edges => 200.0,
+                    _ => f32::from(next().to_le_bytes()[0]) * 1e-4 + 1e-6,
+                })
+                .collect();
+            for (rounding, round) in [
+                (Rounding::None, (|x| x) as fn(f32) -> f32),
+                (Rounding::Bf16, |x| half::bf16::from_f32(x).to_f32()),
+                (Rounding::F16, |x| half::f16::from_f32(x).to_f32()),
+            ] {
+                let per_group = codes.len() / groups;
+                let values: Vec<f32> = codes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &c)| round(e4m3(c) * scales[i / per_group]))
+                    .collect();
+                for kernel in kernels() {
+                    let fast = x86::e4m3_moments_with(kernel, &codes, &scales, rounding);
+                    if fast.is_none() && scales.iter().any(|s| s.abs() >= 128.0) {
+                        // Left to the caller (the scale times 2^120 would overflow).
+                        continue;
+                    }
+                    agree_with_general(fast, &values);
+                }
+            }
         }
     }
 }

@@ -3,14 +3,16 @@
 //! stored tensor's values; no whole dequantized weight is ever held.
 
 use super::{builder_for, guarded};
+use crate::analysis::simd::{self, Rounding};
 use crate::analysis::values::Sink;
 use crate::analysis::{Histogram, HistogramBuilder, Moments};
 use crate::finding::{Code, Finding};
 use crate::format::Model;
 use crate::quant::Quantization;
-use crate::quant::kernels::{CodeCounts, Dequantize};
+use crate::quant::kernels::{CodeCounts, Dequantize, FusedRow, FusedScratch, Half};
 use crate::text::escape;
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// Values dequantized per block of rows, per worker.
 const BLOCK: usize = 1 << 16;
@@ -43,6 +45,53 @@ pub fn weight_stats(
     .and_then(|result| result)
 }
 
+/// The statistics of a fused row's values, when the lanes can take them all.
+fn fused_moments(row: &FusedRow<'_>) -> Option<Moments> {
+    match *row {
+        FusedRow::Nibbles { codes, tables } => simd::nibble_moments(codes, tables),
+        FusedRow::E4m3 {
+            codes,
+            scales,
+            rounding,
+        } => simd::e4m3_moments(
+            codes,
+            scales,
+            match rounding {
+                None => Rounding::None,
+                Some(Half::Bf16) => Rounding::Bf16,
+                Some(Half::F16) => Rounding::F16,
+            },
+        ),
+    }
+}
+
+/// The statistics of rows `range`: from their fused form row by row when the layout has one,
+/// a row the lanes cannot take (a value that is not finite) dequantized; else dequantized.
+fn block_moments(
+    kernel: &dyn Dequantize,
+    fused: bool,
+    (buffer, scratch): (&mut Vec<f32>, &mut FusedScratch),
+    range: Range<usize>,
+) -> Moments {
+    let dequantized = |buffer: &mut Vec<f32>, range: Range<usize>| {
+        buffer.resize(range.len() * kernel.cols(), 0.0);
+        kernel.dequantize_rows(range, buffer);
+        Moments::of_f32(buffer)
+    };
+    if !fused {
+        return dequantized(buffer, range);
+    }
+    let mut total = Moments::EMPTY;
+    for row in range {
+        let moments = kernel
+            .fused_row(row, scratch)
+            .and_then(|row| fused_moments(&row))
+            .unwrap_or_else(|| dequantized(buffer, row..row + 1));
+        total.merge(&moments);
+    }
+    total
+}
+
 fn statistics(kernel: &dyn Dequantize, name: &str, histogram: bool) -> WeightStats {
     let (rows, cols) = (kernel.rows(), kernel.cols());
     let block = (BLOCK / cols.max(1)).max(1);
@@ -51,22 +100,29 @@ fn statistics(kernel: &dyn Dequantize, name: &str, histogram: bool) -> WeightSta
             .into_par_iter()
             .map(move |b| b * block..((b + 1) * block).min(rows))
     };
-    let dequantized = |buffer: &mut Vec<f32>, range: std::ops::Range<usize>| {
+    let dequantized = |buffer: &mut Vec<f32>, range: Range<usize>| {
         buffer.resize(range.len() * cols, 0.0);
         kernel.dequantize_rows(range, buffer);
     };
-    let moments = blocks()
-        .map_init(Vec::new, |buffer, range| {
-            dequantized(buffer, range);
-            Moments::of_f32(buffer)
-        })
-        .reduce(
-            || Moments::EMPTY,
-            |mut a, b| {
-                a.merge(&b);
-                a
-            },
-        );
+    let fused = rows > 0 && kernel.fused_row(0, &mut FusedScratch::default()).is_some();
+    let block_moments = |(buffer, scratch): &mut (Vec<f32>, FusedScratch), range| {
+        block_moments(kernel, fused, (buffer, scratch), range)
+    };
+    // The scales are checked while the rows are read.
+    let (moments, problems) = rayon::join(
+        || {
+            blocks()
+                .map_init(|| (Vec::new(), FusedScratch::default()), block_moments)
+                .reduce(
+                    || Moments::EMPTY,
+                    |mut a, b| {
+                        a.merge(&b);
+                        a
+                    },
+                )
+        },
+        || kernel.scale_problems(),
+    );
     let space = kernel.codes().filter(|_| histogram);
     let counts = || space.map(CodeCounts::new);
     let (histogram, codes) = if histogram {
@@ -97,7 +153,6 @@ fn statistics(kernel: &dyn Dequantize, name: &str, histogram: bool) -> WeightSta
     } else {
         (None, None)
     };
-    let problems = kernel.scale_problems();
     let mut findings: Vec<Finding> = problems
         .first
         .iter()
@@ -127,5 +182,148 @@ fn statistics(kernel: &dyn Dequantize, name: &str, histogram: bool) -> WeightSta
         histogram,
         codes,
         findings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_possible_wrap,
+        reason = "fixtures of small, known sizes and values"
+    )]
+    use super::*;
+    use crate::format::Dtype;
+    use crate::quant::kernels::Packing;
+    use crate::quant::kernels::compressed_tensors::{Naive, Packed, PackedMembers, Strategy};
+    use crate::quant::kernels::testing::{Owned, Rng, pack, word_bytes};
+    use proptest::prelude::*;
+
+    /// The statistics of every row dequantized, the way without fused rows.
+    fn plain(kernel: &dyn Dequantize) -> Moments {
+        let mut values = vec![0.0; kernel.rows() * kernel.cols()];
+        kernel.dequantize_rows(0..kernel.rows(), &mut values);
+        Moments::of_f32(&values)
+    }
+
+    /// Counts and range equal; mean and standard deviation equal but for the order of the sums.
+    fn assert_agree(fused: &Moments, plain: &Moments) -> Result<(), TestCaseError> {
+        let exact = |m: &Moments| {
+            (
+                (m.count, m.nan, m.pos_inf, m.neg_inf, m.zeros, m.subnormals),
+                (m.finite(), m.min, m.max, m.absmax()),
+            )
+        };
+        prop_assert_eq!(exact(fused), exact(plain));
+        let spread = plain.std().unwrap_or(0.0);
+        for (a, b) in [(fused.mean(), plain.mean()), (fused.std(), plain.std())] {
+            prop_assert_eq!(a.is_some(), b.is_some());
+            if let (Some(a), Some(b)) = (a, b) {
+                let tolerance = 1e-9 * (a.abs().max(b.abs()) + spread);
+                prop_assert!((a - b).abs() <= tolerance, "{a} against {b}");
+            }
+        }
+        Ok(())
+    }
+
+    /// A scale drawn mostly from the usual range, sometimes at an edge: zero, negative, NaN,
+    /// infinite, so small that products are subnormal or zero, so large that they overflow.
+    fn scale(rng: &mut Rng, edges: bool) -> f32 {
+        let usual = rng.signed().abs() * 0.02 + 1e-4;
+        if !edges || rng.below(4) > 0 {
+            return usual;
+        }
+        match rng.below(7) {
+            0 => 0.0,
+            1 => -usual,
+            2 => f32::NAN,
+            3 => f32::INFINITY,
+            4 => 1e-39,
+            5 => 1e-44,
+            _ => 3e37,
+        }
+    }
+
+    fn scales(dtype: Dtype, shape: &[usize], rng: &mut Rng, edges: bool) -> Owned {
+        let values: Vec<f32> = (0..shape.iter().product())
+            .map(|_| scale(rng, edges))
+            .collect();
+        Owned::floats(dtype, shape, &values)
+    }
+
+    const SCALE_DTYPES: [Dtype; 3] = [Dtype::Bf16, Dtype::F16, Dtype::F32];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Four-bit packed codes (compressed-tensors' W4A16, with and without zero points)
+        /// read through their tables give the statistics of their dequantized values.
+        #[test]
+        fn fused_nibbles_match_the_dequantized_values(
+            seed in any::<u64>(),
+            rows in 1usize..6,
+            group in prop::sample::select(vec![8usize, 16, 32, 64, 128]),
+            groups in 1usize..5,
+            dtype in prop::sample::select(SCALE_DTYPES.to_vec()),
+            zero_points in any::<bool>(),
+            edges in any::<bool>(),
+        ) {
+            let mut rng = Rng::new(seed);
+            let cols = group * groups;
+            let codes = rng.codes(4, rows * cols);
+            let bytes: Vec<u8> = codes
+                .chunks(cols)
+                .flat_map(|row| word_bytes(&pack(Packing::Dense, 4, row)))
+                .collect();
+            let weight_packed = Owned::new(Dtype::I32, &[rows, cols / 8], bytes);
+            let weight_shape = Owned::new(
+                Dtype::I64,
+                &[2],
+                [rows as i64, cols as i64].iter().flat_map(|v| v.to_le_bytes()).collect(),
+            );
+            let scale = scales(dtype, &[rows, groups], &mut rng, edges);
+            let zeros: Vec<i8> = (0..rows * groups).map(|_| rng.below(16) as i8 - 8).collect();
+            let zero_point = Owned::i8(&[rows, groups], &zeros);
+            let members = PackedMembers {
+                weight_packed: weight_packed.stored(),
+                weight_shape: weight_shape.stored(),
+                weight_scale: scale.stored(),
+                weight_zero_point: zero_points.then(|| zero_point.stored()),
+                weight_g_idx: None,
+            };
+            let kernel = Packed::new(members, 4, Strategy::Group { size: group }, None).unwrap();
+            prop_assert!(kernel.fused_row(0, &mut FusedScratch::default()).is_some());
+            let fused = statistics(&kernel, "w", false).moments;
+            assert_agree(&fused, &plain(&kernel))?;
+        }
+
+        /// E4M3 codes in blocks with a scale each (FP8-block), NaN codes among them.
+        #[test]
+        fn fused_e4m3_matches_the_dequantized_values(
+            seed in any::<u64>(),
+            block_rows in 1usize..4,
+            block_cols in prop::sample::select(vec![16usize, 32, 64, 128]),
+            blocks in (1usize..3, 1usize..4),
+            dtype in prop::sample::select(SCALE_DTYPES.to_vec()),
+            nan_codes in any::<bool>(),
+            edges in any::<bool>(),
+        ) {
+            let mut rng = Rng::new(seed);
+            let (rows, cols) = (block_rows * blocks.0, block_cols * blocks.1);
+            let codes: Vec<u8> = (0..rows * cols)
+                .map(|_| {
+                    let code = rng.below(256) as u8;
+                    if !nan_codes && code & 0x7f == 0x7f { 0x7e } else { code }
+                })
+                .collect();
+            let weight = Owned::new(Dtype::F8E4M3, &[rows, cols], codes);
+            let scale = scales(dtype, &[blocks.0, blocks.1], &mut rng, edges);
+            let strategy = Strategy::Block { rows: block_rows, cols: block_cols };
+            let kernel =
+                Naive::new(weight.stored(), scale.stored(), None, None, strategy, 8).unwrap();
+            prop_assert!(kernel.fused_row(0, &mut FusedScratch::default()).is_some());
+            let fused = statistics(&kernel, "w", false).moments;
+            assert_agree(&fused, &plain(&kernel))?;
+        }
     }
 }

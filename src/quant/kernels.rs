@@ -88,7 +88,36 @@ pub trait Dequantize: Send + Sync {
     fn count_codes(&self, rows: Range<usize>, counts: &mut [u64]);
     /// The scales, zero points and biases that break their group.
     fn scale_problems(&self) -> ScaleProblems;
+    /// Logical row `row` as codes and what each group's codes stand for, made in `scratch`,
+    /// for statistics taken without writing its values out; `None` when the layout has no such
+    /// form.
+    ///
+    /// # Panics
+    /// When `row` goes past [`Dequantize::rows`].
+    fn fused_row<'s>(&'s self, row: usize, scratch: &'s mut FusedScratch) -> Option<FusedRow<'s>> {
+        let _ = (row, scratch);
+        None
+    }
 }
+
+/// A row of a weight as its codes and, per group of columns (runs of equal length, in order),
+/// what they stand for: each value is the one [`Dequantize::dequantize_rows`] gives.
+#[derive(Debug)]
+pub enum FusedRow<'a> {
+    /// Packed four-bit codes, each byte's low half first; each group's codes index its table.
+    Nibbles {
+        codes: &'a [u8],
+        tables: &'a [[f32; 16]],
+    },
+    /// E4M3 codes; each value is `e4m3(c) · scale` in `f32`, then rounded to `rounding`.
+    E4m3 {
+        codes: &'a [u8],
+        scales: &'a [f32],
+        rounding: Option<Half>,
+    },
+}
+
+pub use grouped::{FusedScratch, Half};
 
 /// The codes of a weight: how many levels, and what level `k` is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -235,6 +264,13 @@ macro_rules! grouped_layout {
             }
             fn scale_problems(&self) -> $crate::quant::kernels::ScaleProblems {
                 self.inner.scale_problems()
+            }
+            fn fused_row<'s>(
+                &'s self,
+                row: usize,
+                scratch: &'s mut $crate::quant::kernels::FusedScratch,
+            ) -> Option<$crate::quant::kernels::FusedRow<'s>> {
+                self.inner.fused_row(row, scratch)
             }
         }
     };
@@ -387,4 +423,4 @@ fn with_experts(experts: Option<usize>, dims: &[usize]) -> Vec<usize> {
 }
 
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;

@@ -122,6 +122,33 @@ impl<'a> Floats<'a> {
     }
 }
 
+impl Floats<'_> {
+    /// Whether `test` holds for every element, in one pass over the bytes.
+    pub fn all(&self, test: impl Fn(f32) -> bool) -> bool {
+        let b = self.bytes;
+        match self.kind {
+            FloatKind::F32 => b
+                .chunks_exact(4)
+                .all(|x| test(f32::from_le_bytes([x[0], x[1], x[2], x[3]]))),
+            FloatKind::Bf16 => b.chunks_exact(2).all(|x| {
+                test(f32::from_bits(
+                    u32::from(u16::from_le_bytes([x[0], x[1]])) << 16,
+                ))
+            }),
+            _ => (0..self.len()).all(|i| test(self.get(i))),
+        }
+    }
+
+    /// Elements stored.
+    fn len(&self) -> usize {
+        match self.kind {
+            FloatKind::F32 | FloatKind::I32 => self.bytes.len() / 4,
+            FloatKind::Bf16 | FloatKind::F16 => self.bytes.len() / 2,
+            FloatKind::E4M3 | FloatKind::E8M0 | FloatKind::I8 => self.bytes.len(),
+        }
+    }
+}
+
 /// The 32-bit little-endian word `index` of `bytes`, zero past the end (a partial last word).
 #[inline]
 pub fn word(bytes: &[u8], index: usize) -> u32 {

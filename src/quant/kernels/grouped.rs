@@ -18,7 +18,7 @@
 
 use super::bits::Packing;
 use super::decode::{Floats, e2m1, e4m3, e5m2, word};
-use super::{CodeKind, CodeSpace, Problem, ScaleProblem, ScaleProblems};
+use super::{CodeKind, CodeSpace, FusedRow, Problem, ScaleProblem, ScaleProblems};
 use multiversion::multiversion;
 use std::ops::Range;
 
@@ -500,6 +500,80 @@ impl Grouped<'_> {
         }
     }
 
+    /// Row `row` as a [`FusedRow`]: four-bit codes with a table per group (made by
+    /// [`Grouped::run`] from the codes 0 to 15, so that every value is the dequantization's),
+    /// or E4M3 codes with a scale per group when nothing else enters the formula. `None` for
+    /// other layouts, and for groups that do not tile the row.
+    pub fn fused_row<'s>(
+        &'s self,
+        row: usize,
+        scratch: &'s mut FusedScratch,
+    ) -> Option<FusedRow<'s>> {
+        assert!(row < self.rows, "row {row} of {}", self.rows);
+        let Groups::Tiles { cols: width, .. } = self.groups else {
+            return None;
+        };
+        let cols = self.cols;
+        if width == 0 || cols == 0 || !cols.is_multiple_of(width) {
+            return None;
+        }
+        let groups = cols / width;
+        let grid_row = self.grid_row(row);
+        match (&self.codes, self.value) {
+            (
+                Codes::Rows {
+                    bytes,
+                    bits: 4,
+                    row_bytes,
+                    ..
+                },
+                Value::Unsigned { bits: 4, .. } | Value::E2M1 | Value::Table(_),
+            ) if row_bytes * 2 == cols => {
+                let FusedScratch {
+                    values,
+                    codes,
+                    segments,
+                } = scratch;
+                // Every code, once per group: the same for every row.
+                if codes.len() != groups * 16 {
+                    codes.clear();
+                    for _ in 0..groups {
+                        codes.extend(0..16u8);
+                    }
+                }
+                values.clear();
+                values.resize(groups * 16, 0.0);
+                segments.clear();
+                segments.extend((0..groups).map(|group| {
+                    Segment::new((group + 1) * 16, self.parameters(row, grid_row, group))
+                }));
+                self.run(codes, values, segments);
+                if let Some(factor) = self.factor {
+                    scale_by(values, factor);
+                }
+                Some(FusedRow::Nibbles {
+                    codes: &bytes[row * row_bytes..(row + 1) * row_bytes],
+                    tables: bytemuck::cast_slice(values),
+                })
+            }
+            // `(e4m3(c) − 0) · s` is `e4m3(c) · s` for every code, signed zeros included.
+            (Codes::Bytes(bytes), Value::E4M3)
+                if self.zeros.is_none() && self.biases.is_none() && self.factor.is_none() =>
+            {
+                scratch.values.clear();
+                scratch
+                    .values
+                    .extend((0..groups).map(|group| self.scales.get(grid_row, group)));
+                Some(FusedRow::E4m3 {
+                    codes: &bytes[row * cols..(row + 1) * cols],
+                    scales: &scratch.values,
+                    rounding: self.rounding,
+                })
+            }
+            _ => None,
+        }
+    }
+
     fn code_value(&self, code: u8) -> f32 {
         match self.value {
             Value::Unsigned { offset, .. } => f32::from(code) - offset,
@@ -610,6 +684,16 @@ impl Grouped<'_> {
 
     pub fn scale_problems(&self) -> ScaleProblems {
         let mut problems = ScaleProblems::default();
+        // Usually every stored scale is fine and there is nothing else to check: one pass over
+        // them says so (a cell of the grid is one of them).
+        if let (Source::Stored(scales), None, None) =
+            (&self.scales.values, &self.zeros, &self.biases)
+        {
+            let negative = self.checks.negative_scales;
+            if scales.all(|s| s.is_finite() && s != 0.0 && (negative || s > 0.0)) {
+                return problems;
+            }
+        }
         let (grid_rows, groups) = self.grid_shape();
         for grid_row in 0..grid_rows {
             for group in 0..groups {
@@ -685,6 +769,14 @@ impl Grouped<'_> {
 #[inline(always)]
 fn nibble(value: u32) -> u8 {
     u8::try_from(value & 15).unwrap_or(0)
+}
+
+/// Buffers a [`FusedRow`] is made in, handed from row to row.
+#[derive(Debug, Default)]
+pub struct FusedScratch {
+    values: Vec<f32>,
+    codes: Vec<u8>,
+    segments: Vec<Segment>,
 }
 
 /// A run of a row's elements sharing a group: it ends at `end` (and starts where the one
