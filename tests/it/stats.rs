@@ -193,9 +193,22 @@ fn smallest_normal(dtype: Dtype) -> f64 {
 fn expected(dtype: Dtype, values: &[f64]) -> Expected {
     let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
     let n = finite.len() as f64;
-    let mean = (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / n);
-    let std =
-        mean.map(|mean| (finite.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n).sqrt());
+    // Worked out on the values over their largest magnitude, so that neither the sums overflow
+    // nor the squares of tiny values underflow to zero.
+    let scale = absmax(&finite);
+    let scaled = |v: f64| if scale > 0.0 { v / scale } else { v };
+    let scaled_mean =
+        (!finite.is_empty()).then(|| finite.iter().map(|&v| scaled(v)).sum::<f64>() / n);
+    let mean = scaled_mean.map(|m| if scale > 0.0 { m * scale } else { m });
+    let std = scaled_mean.map(|m| {
+        let variance = finite
+            .iter()
+            .map(|&v| (scaled(v) - m) * (scaled(v) - m))
+            .sum::<f64>()
+            / n;
+        let std = variance.sqrt();
+        if scale > 0.0 { std * scale } else { std }
+    });
     Expected {
         count: values.len() as u64,
         nan: values.iter().filter(|v| v.is_nan()).count() as u64,
