@@ -14,6 +14,7 @@
 //! written through a temporary file in the target folder that is renamed into place.
 
 mod compare;
+mod digest;
 mod fp8;
 mod int_packed;
 mod lanes;

@@ -1,22 +1,26 @@
 //! The writer of every scheme but W8A8: a first pass for each weight's largest magnitude (and
 //! NaN or Inf), then each output file written in the reference layout, each member of a quantized
-//! weight streamed a run of rows at a time from its source, then every weight read back from the
-//! file written, dequantized and compared with its source.
+//! weight streamed a run of rows at a time from its source. The pass that makes a weight's codes
+//! also dequantizes them and measures the error against the source rows in hand, and takes a
+//! digest of every member's bytes it made; the file written is then read back and each member's
+//! bytes checked against that digest, so the errors reported are those of the file written
+//! while the source is read twice, not three times.
 //!
 //! The members of a weight are placed apart in the file (by dtype rank, then name), so each is
 //! streamed when the writer reaches it: the small members (scales, zero points) worked out while
 //! streaming a weight's codes are kept for later when they fit in [`KEPT_BYTES`], and worked out
 //! again otherwise, so that memory does not grow with the model.
 
+use super::digest::Digest;
 use super::scheme::{ErrorSums, Member, Plan, Role, Streams};
 use super::{
     Choice, Control, Kept, NonFinite, Options, Quantized, Summary, Writer, Written, copy_tensor,
     map_rows_aligned, output_metadata, prepare, tensor_absmax,
 };
 use crate::error::{Error, Result};
+use crate::format::mapped::with_mapped;
 use crate::format::writer::{FileLayout, Metadata, Name, Specs, write_atomically};
-use crate::format::{Dtype, Model, Shape, Tensor, read_exact_at};
-use crate::recycle::Recycled;
+use crate::format::{Dtype, Model, Shape, Tensor};
 use crate::text::escape;
 use std::collections::HashMap;
 use std::fs::File;
@@ -24,8 +28,8 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-/// Buffers of the members read back, handed from one run of rows to the next.
-static READ_BACK: Recycled<Vec<u8>> = Recycled::new();
+/// Bytes of a member digested at a time when it is read back.
+const READ_BACK_RUN: u64 = 4 << 20;
 
 /// Bytes of small members kept between the codes' pass and the place they are written.
 const KEPT_BYTES: u64 = 32 << 20;
@@ -43,6 +47,17 @@ pub fn quantize(
     output: &Path,
     options: &Options,
     control: &Control,
+) -> Result<Summary> {
+    quantize_then(model, output, options, control, &|_| {})
+}
+
+/// [`quantize`], running `before_read_back` on each file written before it is read back.
+fn quantize_then(
+    model: &Model,
+    output: &Path,
+    options: &Options,
+    control: &Control,
+    before_read_back: &(dyn Fn(&Path) + Sync),
 ) -> Result<Summary> {
     let (sharded, targets, files) = prepare(model, output)?;
     let mut choices = super::choose_all(model, &files, options, control, |t| fits(t, options))?;
@@ -87,6 +102,7 @@ pub fn quantize(
         options,
         config: &config,
         control,
+        before_read_back,
     };
     let written = super::write_outputs(
         model,
@@ -122,6 +138,7 @@ struct Context<'a> {
     options: &'a Options,
     config: &'a str,
     control: &'a Control,
+    before_read_back: &'a (dyn Fn(&Path) + Sync),
 }
 
 impl Context<'_> {
@@ -184,6 +201,7 @@ impl Writer for Context<'_> {
         let layout = FileLayout::plan(&specs, Some(metadata))?;
         let mut kept: HashMap<(u32, u8), Vec<u8>> = HashMap::new();
         let mut kept_bytes = 0u64;
+        let mut measured: HashMap<u32, Measured> = HashMap::new();
         write_atomically(target, |out| {
             layout.write(out, |spec, out| match specs.entries[spec] {
                 Entry::Copy(index) => copy_tensor(
@@ -198,13 +216,19 @@ impl Writer for Context<'_> {
                         kept_bytes -= bytes.len() as u64;
                         return out.write_all(&bytes);
                     }
-                    self.write_member(index, member, out, &mut kept, &mut kept_bytes)
+                    let mut keeping = Keeping {
+                        kept: &mut kept,
+                        kept_bytes: &mut kept_bytes,
+                        measured: &mut measured,
+                    };
+                    self.write_member(index, member, out, &mut keeping)
                 }
             })
         })?;
         let mut quantized = Vec::new();
+        (self.before_read_back)(target);
         let differs = layout.differences(target)?.is_some();
-        let read_back = self.read_back(&layout, target, &mut quantized)?;
+        let read_back = self.read_back(&layout, target, &measured, &mut quantized)?;
         Ok(Written {
             quantized,
             bytes: layout.file_len(),
@@ -213,16 +237,54 @@ impl Writer for Context<'_> {
     }
 }
 
+/// What the pass that made a weight's codes measured: the error of the members it made against
+/// the source, whether every value is within half a step, and a digest of each member's bytes.
+#[derive(Default)]
+struct Measured {
+    sums: ErrorSums,
+    within: bool,
+    codes: Digest,
+    scales: Digest,
+    zero_points: Digest,
+}
+
+impl Measured {
+    fn add(&mut self, streams: &Streams, sums: &ErrorSums, within: bool) {
+        self.sums.merge(sums);
+        self.within &= within;
+        self.codes.update(&streams.codes);
+        self.scales.update(&streams.scales);
+        self.zero_points.update(&streams.zero_points);
+    }
+
+    fn digest(&self, role: Role) -> Option<u64> {
+        match role {
+            Role::Codes => Some(self.codes.finish()),
+            Role::Scales { .. } => Some(self.scales.finish()),
+            Role::ZeroPoints { .. } => Some(self.zero_points.finish()),
+            Role::Shape | Role::GlobalScale => None,
+        }
+    }
+}
+
+/// What the writing of a file keeps from one member to the next: the small members made ahead
+/// (and their bytes), and each weight's measure.
+struct Keeping<'a> {
+    kept: &'a mut HashMap<(u32, u8), Vec<u8>>,
+    kept_bytes: &'a mut u64,
+    measured: &'a mut HashMap<u32, Measured>,
+}
+
 impl Context<'_> {
     /// Writes member `member` of quantized weight `index`, streaming the weight; the other
-    /// streamed members it yields are kept for later while they fit.
+    /// streamed members it yields are kept for later while they fit. The pass that makes the
+    /// codes written measures them.
     fn write_member(
         &self,
         index: u32,
         member: u8,
         out: &mut (impl Write + Send),
-        kept: &mut HashMap<(u32, u8), Vec<u8>>,
-        kept_bytes: &mut u64,
+        keeping: &mut Keeping<'_>,
     ) -> io::Result<()> {
         let tensor = &self.model.tensors[index as usize];
         let plan = self.plan(index as usize);
@@ -236,13 +298,13 @@ impl Context<'_> {
         for (m, other) in members.iter().enumerate() {
             let m = u8::try_from(m).unwrap_or(0);
             let streamed = other.rows_per_row().is_some();
-            if m == member || !streamed || kept.contains_key(&(index, m)) {
+            if m == member || !streamed || keeping.kept.contains_key(&(index, m)) {
                 continue;
             }
             let len = other.byte_len();
             // Written already when it comes before this member in the file.
-            if *kept_bytes + len <= KEPT_BYTES && self.comes_after(index, member, m) {
-                *kept_bytes += len;
+            if *keeping.kept_bytes + len <= KEPT_BYTES && self.comes_after(index, member, m) {
+                *keeping.kept_bytes += len;
                 keep.push((
                     m,
                     other.role,
@@ -252,6 +314,12 @@ impl Context<'_> {
         }
         let role = wanted.role;
         let scales_alone = keep.is_empty() && matches!(role, Role::Scales { .. });
+        let makes_codes =
+            role == Role::Codes || keep.iter().any(|&(_, kept, _)| kept == Role::Codes);
+        let mut measured = Measured {
+            within: true,
+            ..Measured::default()
+        };
         map_rows_aligned(
             self.model,
             self.files,
@@ -265,18 +333,25 @@ impl Context<'_> {
                 } else {
                     plan.quantize(values, &mut streams);
                 }
-                Ok(streams)
+                let checked = makes_codes.then(|| plan.check(values, &streams));
+                Ok((streams, checked))
             },
-            |streams| {
+            |(streams, checked)| {
                 out.write_all(streams.of(role))?;
                 for (_, role, bytes) in &mut keep {
                     bytes.extend_from_slice(streams.of(*role));
+                }
+                if let Some((sums, within)) = checked {
+                    measured.add(&streams, &sums, within);
                 }
                 Ok(())
             },
         )?;
         for (m, _, bytes) in keep {
-            kept.insert((index, m), bytes);
+            keeping.kept.insert((index, m), bytes);
+        }
+        if makes_codes {
+            keeping.measured.insert(index, measured);
         }
         Ok(())
     }
@@ -292,101 +367,79 @@ impl Context<'_> {
         rank_b < rank_a || (rank_b == rank_a && b.suffix > a.suffix)
     }
 
-    /// Reads every quantized weight of a written file back, dequantizes it and compares it with
-    /// its source: whether each is within half a step everywhere; the error of each, as written,
-    /// goes to `quantized`.
+    /// Reads the members of every quantized weight of a written file back and checks each
+    /// against the digest taken when it was made (or, for a member written whole, its bytes as
+    /// planned): the errors measured then, which go to `quantized`, are those of the file.
+    /// Whether every weight is within half a step everywhere; an error names a member whose
+    /// bytes differ.
     fn read_back<'a>(
         &self,
         layout: &FileLayout<'a, ShardSpecs<'a>, impl Metadata<'a>>,
         target: &Path,
+        measured: &HashMap<u32, Measured>,
         quantized: &mut Vec<Quantized>,
     ) -> Result<bool> {
         let written = crate::paths::open_file(target).map_err(|e| Error::io(target, e))?;
         let data_start = crate::format::LENGTH_PREFIX + layout.header_len();
         let specs = layout.specs();
-        let mut begins = vec![0u64; specs.count()];
-        for (spec, [begin, _]) in layout.placed() {
-            begins[spec] = data_start + begin;
+        let mut ranges = vec![(0u64, 0u64); specs.count()];
+        for (spec, [begin, end]) in layout.placed() {
+            ranges[spec] = (data_start + begin, end - begin);
         }
         let mut all_within = true;
         for (spec, entry) in specs.entries.iter().enumerate() {
             let Entry::Member(index, 0) = *entry else {
                 continue;
             };
-            let tensor = &self.model.tensors[index as usize];
-            let mut plan = self.plan(index as usize);
-            let members = plan.members();
-            let at = |role: Role| {
-                members
-                    .iter()
-                    .position(|m| m.role == role)
-                    .map(|m| (&members[m], begins[spec + m]))
+            let plan = self.plan(index as usize);
+            let Some(measure) = measured.get(&index) else {
+                return Err(Error::Invalid(format!(
+                    "`{}`: its codes were not measured when written",
+                    escape(self.model.tensors[index as usize].name())
+                )));
             };
-            if let Some((_, begin)) = at(Role::GlobalScale) {
-                let mut bytes = [0u8; 4];
-                read_exact_at(&written, &mut bytes, begin).map_err(|e| Error::io(target, e))?;
-                plan.global_scale = f32::from_le_bytes(bytes);
+            for (m, member) in plan.members().iter().enumerate() {
+                let expected = measure
+                    .digest(member.role)
+                    .unwrap_or_else(|| Digest::of(&plan.whole(member.role)));
+                let (begin, len) = ranges[spec + m];
+                let found = digest_of(&written, begin, len, self.control)
+                    .map_err(|e| Error::io(target, e))?;
+                if found != expected {
+                    return Err(Error::Invalid(format!(
+                        "{}: `{}` read back differs from the bytes written",
+                        escape(&target.display().to_string()),
+                        escape(&self.name(specs.entries[spec + m]).to_string())
+                    )));
+                }
             }
-            let streamed: Vec<(&Member, u64)> = members
-                .iter()
-                .enumerate()
-                .filter(|(_, m)| m.rows_per_row().is_some())
-                .map(|(m, member)| (member, begins[spec + m]))
-                .collect();
-            let mut sums = ErrorSums::default();
-            let mut within = true;
-            map_rows_aligned(
-                self.model,
-                self.files,
-                tensor,
-                plan.row_multiple(),
-                self.control,
-                |first_row, values: &[f32]| {
-                    let columns = usize::try_from(plan.columns).unwrap_or(1).max(1);
-                    let rows = (values.len() / columns) as u64;
-                    let first_row = first_row as u64;
-                    let mut streams = Streams::default();
-                    for &(member, begin) in &streamed {
-                        let per = member.rows_per_row().unwrap_or(1);
-                        let member_rows = member.shape.get(0).unwrap_or(1);
-                        let first = first_row / per;
-                        let count = (first_row + rows).div_ceil(per).min(member_rows) - first;
-                        let mut bytes = READ_BACK.take();
-                        // Read over in full: resized, not cleared, so that the room a buffer
-                        // handed on has is not zeroed again.
-                        bytes.resize(
-                            usize::try_from(count * member.row_bytes())
-                                .map_err(io::Error::other)?,
-                            0,
-                        );
-                        read_exact_at(&written, &mut bytes, begin + first * member.row_bytes())?;
-                        if let Some(stream) = streams.of_mut(member.role) {
-                            *stream = bytes;
-                        }
-                    }
-                    let checked = plan.check(values, &streams);
-                    for stream in [streams.codes, streams.scales, streams.zero_points] {
-                        if stream.capacity() > 0 {
-                            READ_BACK.give(stream);
-                        }
-                    }
-                    Ok(checked)
-                },
-                |(chunk, ok)| {
-                    sums.merge(&chunk);
-                    within &= ok;
-                    Ok(())
-                },
-            )
-            .map_err(|e| Error::io(&self.model.shard_of(tensor).path, e))?;
-            all_within &= within;
+            all_within &= measure.within;
+            // Counted as the read of the source it replaces, so the progress still ends full.
+            self.control.bytes_done.fetch_add(
+                self.model.tensors[index as usize].info.byte_len(),
+                Ordering::Relaxed,
+            );
             quantized.push(Quantized {
                 tensor: index as usize,
-                error: super::finish(&sums),
+                error: super::finish(&measure.sums),
             });
         }
         Ok(all_within)
     }
+}
+
+/// The digest of `len` bytes of `file` from `begin`.
+fn digest_of(file: &File, begin: u64, len: u64, control: &Control) -> io::Result<u64> {
+    let mut digest = Digest::default();
+    let mut at = 0;
+    while at < len {
+        control.check()?;
+        let run = READ_BACK_RUN.min(len - at);
+        let run_len = usize::try_from(run).map_err(io::Error::other)?;
+        with_mapped(file, begin + at, run_len, |bytes| digest.update(bytes))?;
+        at += run;
+    }
+    Ok(digest.finish())
 }
 
 struct ShardSpecs<'a> {
@@ -447,4 +500,71 @@ fn write_index(context: &Context<'_>, output: &Path) -> Result<usize> {
         },
     )?;
     Ok(entries.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demo::{Fill, SyntheticModel};
+    use crate::quantize::Scheme;
+    use std::io::{Seek, SeekFrom};
+
+    /// Flips the bits of one byte in the middle of `tensor`'s data in the file at `path`.
+    fn flip_a_byte_of(path: &Path, tensor: &str) {
+        let written = Model::open(path).unwrap();
+        let tensor = written.tensors.iter().find(|t| t.name() == tensor).unwrap();
+        let (start, len) = written.file_range(tensor);
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        let at = start + len / 2;
+        let mut byte = [0u8];
+        file.seek(SeekFrom::Start(at)).unwrap();
+        io::Read::read_exact(&mut file, &mut byte).unwrap();
+        file.seek(SeekFrom::Start(at)).unwrap();
+        file.write_all(&[!byte[0]]).unwrap();
+    }
+
+    #[test]
+    fn a_file_altered_before_its_read_back_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("model.safetensors");
+        let normal = Fill::Normal {
+            mean: 0.0,
+            std: 1.0,
+        };
+        SyntheticModel::new(5)
+            .tensor("a.weight", Dtype::Bf16, &[64, 256], normal.clone())
+            .tensor("b.weight", Dtype::F32, &[32, 128], normal)
+            .write(&source)
+            .unwrap();
+        let model = Model::open(&source).unwrap();
+        let cases = [
+            (Scheme::W4A16, "a.weight_packed"),
+            (Scheme::W4A16Asym, "b.weight_zero_point"),
+            (Scheme::W8A16, "a.weight_scale"),
+            (Scheme::Fp8Block, "b.weight"),
+            (Scheme::Nvfp4A16, "a.weight_global_scale"),
+        ];
+        for (scheme, altered) in cases {
+            let options = Options {
+                scheme,
+                ..Options::default()
+            };
+            let output = dir.path().join(format!("{scheme}.safetensors"));
+            let unaltered = quantize(&model, &output, &options, &Control::default()).unwrap();
+            assert!(unaltered.verified, "{scheme}");
+            let error = quantize_then(&model, &output, &options, &Control::default(), &|path| {
+                flip_a_byte_of(path, altered);
+            })
+            .unwrap_err()
+            .to_string();
+            assert!(
+                error.contains(&format!("`{altered}` read back differs")),
+                "{scheme}: {error}"
+            );
+        }
+    }
 }
