@@ -1,76 +1,33 @@
 //! A fast digest of a member's bytes, fed in runs of any length: what the writer computed for a
 //! member, taken while it was made, is compared with what the file written holds, read back.
 //!
-//! Not a cryptographic hash: it guards against a file that changed between the write and the
-//! read-back (a disk, a file system, another process), not against a forger. Each 8-byte word
-//! is mixed with its place (a folded 128-bit product) and the mixed words are added, so that
-//! the digest does not depend on how the bytes were cut into runs, and the length is mixed in
-//! at the end.
+//! XXH3 (64 bits): not a cryptographic hash. It guards against a file that changed between the
+//! write and the read-back (a disk, a file system, another process), not against a forger.
 
-const SEED: u64 = 0x243f_6a88_85a3_08d3;
-const PLACE: u64 = 0x9e37_79b9_7f4a_7c15;
-const MULTIPLIER: u64 = 0xbf58_476d_1ce4_e5b9;
-const LENGTH: u64 = 0x94d0_49bb_1331_11eb;
+use xxhash_rust::xxh3::Xxh3Default;
 
-#[derive(Clone, Debug, Default)]
-pub struct Digest {
-    sum: u64,
-    /// Bytes fed so far.
-    len: u64,
-    /// The bytes of a word begun and not yet whole.
-    pending: [u8; 8],
-}
+#[derive(Default)]
+pub struct Digest(Xxh3Default);
 
-#[inline]
-fn mix(word: u64, place: u64) -> u64 {
-    let product = u128::from(word ^ SEED ^ place.wrapping_mul(PLACE)) * u128::from(MULTIPLIER);
-    let [low, high] = bytemuck::cast::<u128, [u64; 2]>(product);
-    low ^ high
+impl std::fmt::Debug for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Digest({:016x})", self.finish())
+    }
 }
 
 impl Digest {
-    pub fn update(&mut self, mut bytes: &[u8]) {
-        let begun = (self.len % 8) as usize;
-        if begun != 0 {
-            let take = (8 - begun).min(bytes.len());
-            self.pending[begun..begun + take].copy_from_slice(&bytes[..take]);
-            self.len += take as u64;
-            bytes = &bytes[take..];
-            if !self.len.is_multiple_of(8) {
-                return;
-            }
-            self.sum = self
-                .sum
-                .wrapping_add(mix(u64::from_le_bytes(self.pending), self.len / 8 - 1));
-        }
-        let mut words = bytes.chunks_exact(8);
-        for (place, word) in (self.len / 8..).zip(&mut words) {
-            let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
-            self.sum = self.sum.wrapping_add(mix(word, place));
-        }
-        let rest = words.remainder();
-        self.pending = [0; 8];
-        self.pending[..rest.len()].copy_from_slice(rest);
-        self.len += bytes.len() as u64;
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
     }
 
     /// The digest of the bytes fed.
     pub fn finish(&self) -> u64 {
-        let mut sum = self.sum;
-        if !self.len.is_multiple_of(8) {
-            let mut last = [0; 8];
-            last[..(self.len % 8) as usize]
-                .copy_from_slice(&self.pending[..(self.len % 8) as usize]);
-            sum = sum.wrapping_add(mix(u64::from_le_bytes(last), self.len / 8));
-        }
-        mix(sum, self.len ^ LENGTH)
+        self.0.digest()
     }
 
     /// The digest of `bytes`.
     pub fn of(bytes: &[u8]) -> u64 {
-        let mut digest = Digest::default();
-        digest.update(bytes);
-        digest.finish()
+        xxhash_rust::xxh3::xxh3_64(bytes)
     }
 }
 
