@@ -526,8 +526,9 @@ impl<'a> Builder<'a> {
             .map(|(i, s)| (s.label.as_str(), i))
             .collect();
         let mut mapped = FixedBitSet::with_capacity(self.tensors.len());
-        // Entries come in name order, so the same shard follows itself often: its label is
-        // looked up once a run.
+        // The names the index maps to a shard that does not hold them; told in name order.
+        let mut misplaced: Vec<(&str, Finding)> = Vec::new();
+        // The same shard follows itself in runs: its label is looked up once a run.
         let mut last: Option<(&str, Option<usize>)> = None;
         for (name, shard_label) in index.weight_map.iter() {
             let found = self.find(name);
@@ -553,19 +554,21 @@ impl<'a> Builder<'a> {
                 let elsewhere = held.map_or_else(String::new, |other| {
                     format!(" (it is in `{}`)", escape(&self.shards[other].label))
                 });
-                self.findings.push(
-                    Finding::error(
-                        Code::IndexTensorMissing,
-                        format!(
-                            "the index maps this tensor to `{}`, which does not hold it{elsewhere}",
-                            escape(shard_label)
-                        ),
-                    )
-                    .for_tensor(name)
-                    .in_file(index_label),
-                );
+                let finding = Finding::error(
+                    Code::IndexTensorMissing,
+                    format!(
+                        "the index maps this tensor to `{}`, which does not hold it{elsewhere}",
+                        escape(shard_label)
+                    ),
+                )
+                .for_tensor(name)
+                .in_file(index_label);
+                misplaced.push((name, finding));
             }
         }
+        misplaced.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        self.findings
+            .extend(misplaced.into_iter().map(|(_, finding)| finding));
         mapped.toggle_range(..);
         for tensor in mapped.ones().map(|i| &self.tensors[i]) {
             self.findings.push(
