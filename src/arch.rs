@@ -224,8 +224,7 @@ pub fn review_model(model: &Model, explicit: Option<&Path>) -> Reviewed {
     let quantization = recognise_quantization(model, config.as_ref(), &mut findings);
     let info = match &quantization {
         Some(quantization) => {
-            let logical: Vec<std::borrow::Cow<'_, TensorInfo>> =
-                quantization.logical_infos(model).collect();
+            let logical = quantization.logical_infos(model);
             // A weight whose rows are not stored (quanto's packed codes) has its element count
             // for a shape: its name counts, its shape does not.
             let flat: std::collections::HashSet<&str> = quantization
@@ -299,16 +298,29 @@ fn review_tensors<'a>(
     let template = class
         .as_deref()
         .and_then(|class| expected::templates().get(class));
-    let (layer_review, shapes) = rayon::join(
-        || layer_findings(tensors.clone(), &patterns, template),
-        || Architecture::recognise(with_shapes),
+    // The expected tensors are checked beside the layer checks, over the stacks the patterns
+    // describe, found first (the layer checks find them too).
+    let expected_stacks = template
+        .filter(|_| config.is_some())
+        .map(|_| layers::stacks_for(tensors.clone(), &patterns));
+    let ((layer_review, shapes), expected) = rayon::join(
+        || {
+            rayon::join(
+                || layer_findings(tensors.clone(), &patterns, template),
+                || Architecture::recognise(with_shapes),
+            )
+        },
+        || {
+            let (class, template, stacks) = (class.as_deref()?, template?, expected_stacks?);
+            let stored: Vec<(&LayerPattern, &str)> = stored_stacks(&patterns, &stacks);
+            stored
+                .iter()
+                .any(|(_, stack)| template.stacks.contains_key(*stack))
+                .then(|| expected::check(template, class, &stored, tensors.clone()))
+        },
     );
     findings.append(layer_review.findings);
-    let stored: Vec<(&LayerPattern, &str)> = patterns
-        .iter()
-        .zip(&layer_review.stacks)
-        .filter_map(|(pattern, stored)| Some((pattern, stored.as_ref()?.stack.as_str())))
-        .collect();
+    let stored = stored_stacks(&patterns, &layer_review.stacks);
     if let Some(config) = config {
         let label = escape(&config.path.display().to_string()).into_owned();
         for (pattern, stored) in patterns.iter().zip(&layer_review.stacks) {
@@ -336,18 +348,24 @@ fn review_tensors<'a>(
             findings.extend(shapes.check_config(config, &label));
         }
         findings.extend(sizes::check(config, &stored, tensors.clone(), &label));
-        if let (Some(class), Some(template)) = (&class, template)
-            && stored
-                .iter()
-                .any(|(_, stack)| template.stacks.contains_key(*stack))
-        {
-            findings.extend(expected::check(template, class, &stored, tensors.clone()));
-        }
+        findings.extend(expected.into_iter().flatten());
         if let Some(adapter) = config.adapter() {
             findings.extend(adapter::check(&adapter, tensors.clone(), &label));
         }
     }
     model_info(config, shapes, patterns, layer_review.stacks, tensors)
+}
+
+/// Each pattern's stack, for the patterns whose stack the checkpoint stores.
+fn stored_stacks<'p>(
+    patterns: &'p [LayerPattern],
+    stacks: &'p [Option<Stored>],
+) -> Vec<(&'p LayerPattern, &'p str)> {
+    patterns
+        .iter()
+        .zip(stacks)
+        .filter_map(|(pattern, stored)| Some((pattern, stored.as_ref()?.stack.as_str())))
+        .collect()
 }
 
 /// Opens a model and adds the findings of [`review_model`] to its own; gives its quantization

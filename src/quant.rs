@@ -107,7 +107,7 @@ impl Quantization {
                 &built.members[weight.first_member as usize..][..usize::from(weight.member_count)];
             by_tensor.extend(members.iter().map(|m| (m.tensor, weight_index)));
         }
-        by_tensor.sort_unstable();
+        rayon::slice::ParallelSliceMut::par_sort_unstable(&mut by_tensor[..]);
         let rotated = declared.as_ref().is_some_and(|d| d.rotated);
         let quantization = Quantization {
             declared,
@@ -210,40 +210,40 @@ impl Quantization {
     /// and each logical weight in the place of its first member, with its logical shape and
     /// its members' bytes (a weight whose rows are not known has its element count as its
     /// shape, so that its name is there for the checks that look for it).
-    pub fn logical_infos<'a>(
-        &'a self,
-        model: &'a Model,
-    ) -> impl Iterator<Item = Cow<'a, TensorInfo>> + 'a {
-        // Found in one pass beside the members sorted by tensor, and a tensor that is no
-        // member borrowed: a checkpoint's tensors are nearly all members or plain.
+    pub fn logical_infos<'a>(&'a self, model: &'a Model) -> Vec<Cow<'a, TensorInfo>> {
+        use rayon::prelude::*;
+        // Each tensor's weight, and each weight's first member, found in one pass over the
+        // members sorted by tensor; the list then made on both cores (a weight's name is a
+        // copy).
+        let mut weight_of = vec![u32::MAX; model.tensors.len()];
         let mut first_member = vec![u32::MAX; self.weights.len()];
         for &(tensor, weight) in &self.by_tensor {
+            if let Some(slot) = weight_of.get_mut(tensor as usize) {
+                *slot = weight;
+            }
             let first = &mut first_member[weight as usize];
             *first = (*first).min(tensor);
         }
-        let mut by_tensor = self.by_tensor.iter().peekable();
         model
             .tensors
-            .iter()
+            .par_iter()
+            .zip(weight_of)
             .enumerate()
-            .filter_map(move |(index, tensor)| {
-                let index = u32::try_from(index).ok();
-                while by_tensor.next_if(|&&(t, _)| Some(t) < index).is_some() {}
-                match by_tensor.next_if(|&&(t, _)| Some(t) == index) {
-                    None => Some(Cow::Borrowed(&tensor.info)),
-                    Some(&(_, weight)) => {
-                        let w = &self.weights[weight as usize];
-                        (Some(first_member[weight as usize]) == index).then(|| {
-                            Cow::Owned(TensorInfo {
-                                name: w.name.clone(),
-                                dtype: tensor.info.dtype.clone(),
-                                shape: w.shape.clone(),
-                                data_offsets: [0, w.stored_bytes],
-                            })
-                        })
-                    }
+            .filter_map(|(index, (tensor, weight))| {
+                if weight == u32::MAX {
+                    return Some(Cow::Borrowed(&tensor.info));
                 }
+                let w = &self.weights[weight as usize];
+                (u32::try_from(index).ok() == Some(first_member[weight as usize])).then(|| {
+                    Cow::Owned(TensorInfo {
+                        name: w.name.clone(),
+                        dtype: tensor.info.dtype.clone(),
+                        shape: w.shape.clone(),
+                        data_offsets: [0, w.stored_bytes],
+                    })
+                })
             })
+            .collect()
     }
 
     fn check_against_config(&self, model: &Model, side: &SideFiles, findings: &mut Vec<Finding>) {

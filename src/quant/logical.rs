@@ -24,16 +24,65 @@ pub(super) struct Built {
 }
 
 pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
-    let mut entries: Vec<(&str, bool, u32, Role)> = Vec::new();
-    let mut marked = false;
-    for (index, tensor) in model.tensors.iter().enumerate() {
-        if let Some(m) = classify(tensor.name())
-            && let Ok(index) = u32::try_from(index)
-        {
-            marked |= m.role.marks_quantized();
-            entries.push((m.prefix, m.dotted_weight, index, m.role));
-        }
+    use rayon::prelude::*;
+    let mut entries: Vec<(&str, bool, u32, Role)> = model
+        .tensors
+        .par_iter()
+        .enumerate()
+        .filter_map(|(index, tensor)| {
+            let m = classify(tensor.name())?;
+            Some((
+                m.prefix,
+                m.dotted_weight,
+                u32::try_from(index).ok()?,
+                m.role,
+            ))
+        })
+        .collect();
+    let marked = entries.iter().any(|e| e.3.marks_quantized());
+    let declares_quantized = declared.is_some_and(Declared::stores_quantized);
+    if !marked && !declares_quantized {
+        return Built {
+            weights: Vec::new(),
+            members: Vec::new(),
+            findings: Vec::new(),
+        };
     }
+    entries.par_sort_unstable_by(|a, b| {
+        byte_order(a.0.as_bytes(), b.0.as_bytes()).then((a.1, a.3, a.2).cmp(&(b.1, b.3, b.2)))
+    });
+    // The groups are worked out in two halves side by side, cut between two groups.
+    let same_group =
+        |a: &(&str, bool, u32, Role), b: &(&str, bool, u32, Role)| a.0 == b.0 && a.1 == b.1;
+    let middle = entries.len() / 2;
+    let cut = middle
+        + entries[middle..]
+            .iter()
+            .take_while(|e| middle > 0 && same_group(e, &entries[middle - 1]))
+            .count();
+    let (head, tail) = entries.split_at(cut);
+    let (mut built, tail) = rayon::join(
+        || build_groups(model, declared, head),
+        || build_groups(model, declared, tail),
+    );
+    let offset = u32::try_from(built.members.len()).unwrap_or(u32::MAX);
+    built
+        .weights
+        .extend(tail.weights.into_iter().map(|mut weight| {
+            weight.first_member = weight.first_member.saturating_add(offset);
+            weight
+        }));
+    built.members.extend(tail.members);
+    built.findings.extend(tail.findings);
+    built
+}
+
+/// The logical weights of `entries`, sorted and cut between two groups.
+fn build_groups(
+    model: &Model,
+    declared: Option<&Declared>,
+    entries: &[(&str, bool, u32, Role)],
+) -> Built {
     let mut builder = Builder {
         model,
         declared,
@@ -44,13 +93,6 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
             findings: Vec::new(),
         },
     };
-    let declares_quantized = declared.is_some_and(Declared::stores_quantized);
-    if !marked && !declares_quantized {
-        return builder.built;
-    }
-    entries.sort_unstable_by(|a, b| {
-        byte_order(a.0.as_bytes(), b.0.as_bytes()).then((a.1, a.3, a.2).cmp(&(b.1, b.3, b.2)))
-    });
     // A weight has at least one member, and most quantized ones two or more.
     builder.built.members.reserve(entries.len());
     builder.built.weights.reserve(entries.len() / 2);
