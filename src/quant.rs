@@ -323,7 +323,8 @@ impl Quantization {
         declared: &Declared,
         findings: &mut Vec<Finding>,
     ) {
-        let mut kinds: Vec<&str> = self
+        // A handful of kinds among thousands of weights: a set, not a sort of every name.
+        let kinds: foldhash::HashSet<&str> = self
             .weights
             .iter()
             .filter_map(|w| {
@@ -331,10 +332,11 @@ impl Quantization {
                 Some(module.rsplit('.').next().unwrap_or(module))
             })
             .collect();
-        kinds.sort_unstable();
-        kinds.dedup();
+        // The members, sorted by tensor, walked beside the tensors.
+        let mut members = self.by_tensor.iter().map(|&(t, _)| t as usize).peekable();
         for (index, tensor) in model.tensors.iter().enumerate() {
-            if self.weight_of(index).is_some()
+            while members.next_if(|&member| member < index).is_some() {}
+            if members.peek() == Some(&index)
                 || tensor.info.shape.len() < 2
                 || !tensor
                     .info
@@ -351,7 +353,7 @@ impl Quantization {
             let in_a_layer = module
                 .split('.')
                 .any(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()));
-            if kinds.binary_search(&kind).is_err() && !(declared.targets_linear && in_a_layer) {
+            if !kinds.contains(kind) && !(declared.targets_linear && in_a_layer) {
                 continue;
             }
             if declared.ignores(module) != Some(true) {

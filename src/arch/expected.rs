@@ -146,7 +146,9 @@ pub fn check<'a>(
         }
     }
     top.sort_unstable();
-    layered.sort_unstable();
+    // By stack and layer only: a layer's names are sorted when one is looked for among them,
+    // which only a missing name needs.
+    layered.sort_unstable_by_key(|&(stack, layer, _)| (stack, layer));
     let class = escape(class);
     let mut findings = Vec::new();
     let known_modules: Vec<&str> = template
@@ -257,18 +259,25 @@ fn check_layers(
             continue;
         }
         let modules: Vec<&str> = expected.iter().map(|name| module(name)).collect();
+        let mut expected_ids: Vec<usize> = expected
+            .iter()
+            .filter_map(|name| names.binary_search(&name.as_str()).ok())
+            .collect();
+        expected_ids.sort_unstable();
         for &suffix in &held {
             write_kind(suffix, &mut kind);
-            if let Ok(id) = names.binary_search(&kind.as_str())
+            let id = names.binary_search(&kind.as_str()).ok();
+            if let Some(id) = id
                 && let Some(expert) = expansion_of(names[id], suffix)
                 && expert < experts.max(1)
             {
                 slot(&mut slots[id], expert).held_in = Some(layer);
             }
-            let known =
-                expected.iter().any(|name| *name == kind) || modules.contains(&module(&kind));
-            let in_range = expert_number(suffix).is_none_or(|e| e < experts);
-            if (!known || !in_range) && !pattern.irregular(suffix) {
+            let known = id.is_some_and(|id| expected_ids.binary_search(&id).is_ok())
+                || modules.contains(&module(&kind));
+            let flagged = !known || expert_number(suffix).is_some_and(|e| e >= experts);
+            if flagged && !pattern.irregular(suffix) {
+                let in_range = expert_number(suffix).is_none_or(|e| e < experts);
                 let key = if in_range {
                     kind.clone()
                 } else {
@@ -277,6 +286,7 @@ fn check_layers(
                 unexpected.entry(key).or_default().push(layer);
             }
         }
+        let mut sorted_held: Option<Vec<&str>> = None;
         for name in expected {
             let Ok(id) = names.binary_search(&name.as_str()) else {
                 continue;
@@ -287,7 +297,12 @@ fn check_layers(
                 slot.layers += 1;
                 if slot.held_in != Some(layer) {
                     let expanded = expand(name, expert);
-                    if !stored_otherwise(&held, &expanded) && !pattern.irregular(&expanded) {
+                    let sorted = sorted_held.get_or_insert_with(|| {
+                        let mut sorted = held.clone();
+                        sorted.sort_unstable();
+                        sorted
+                    });
+                    if !stored_otherwise(sorted, &expanded) && !pattern.irregular(&expanded) {
                         slot.lacking.push(layer);
                     }
                 }

@@ -51,7 +51,25 @@ impl ShardIndex {
     /// Parses an index held in memory (several times faster than through a reader): in the
     /// canonical form writers produce by [`canonical`], anything else by `serde_json`.
     pub fn from_slice(bytes: &[u8]) -> ShardIndex {
-        match canonical(bytes) {
+        ShardIndex::from_slice_naming(bytes, &mut |_| ())
+    }
+
+    /// [`ShardIndex::from_slice`], telling `named` each shard file that stays inside the folder
+    /// the first time the index names it, as it reads the index in the canonical form (so that
+    /// the shards can be opened meanwhile). A shard told of is not necessarily one of
+    /// [`ShardIndex::shards`]: the index may turn out to be in another form, or to name a
+    /// tensor twice.
+    pub fn from_slice_naming(bytes: &[u8], named: &mut dyn FnMut(&str)) -> ShardIndex {
+        let mut told = HashSet::new();
+        let mut tell = |shard: &str| {
+            if told.len() < MAX_SHARDS
+                && stays_inside(Path::new(shard))
+                && told.insert(shard.to_owned())
+            {
+                named(shard);
+            }
+        };
+        match canonical(bytes, &mut tell) {
             Some(json) => ShardIndex::from_json(Ok(json)),
             None => ShardIndex::from_json(serde_json::from_slice(bytes)),
         }
@@ -156,7 +174,7 @@ fn named_shards<'a>(
 /// plain integer and whose other members are plain integers or strings) and `weight_map`, each
 /// once and nothing else, every string without escapes or control characters. `None` for
 /// anything else, which `serde_json` then reads, and judges.
-fn canonical(bytes: &[u8]) -> Option<IndexJson> {
+fn canonical(bytes: &[u8], named: &mut dyn FnMut(&str)) -> Option<IndexJson> {
     let text = std::str::from_utf8(bytes).ok()?;
     let mut scanner = Scanner::at(text, 0);
     scanner.skip_whitespace();
@@ -171,7 +189,7 @@ fn canonical(bytes: &[u8]) -> Option<IndexJson> {
         match key {
             "metadata" if metadata.is_none() => metadata = Some(canonical_metadata(&mut scanner)?),
             "weight_map" if weight_map.is_none() => {
-                weight_map = Some(canonical_weight_map(&mut scanner, text.len())?);
+                weight_map = Some(canonical_weight_map(&mut scanner, text.len(), named)?);
             }
             _ => return None,
         }
@@ -222,8 +240,14 @@ fn canonical_metadata(scanner: &mut Scanner<'_>) -> Option<IndexMetadata> {
     Some(IndexMetadata { total_size })
 }
 
-/// `weight_map`'s object, out of an index of `text_len` bytes.
-fn canonical_weight_map(scanner: &mut Scanner<'_>, text_len: usize) -> Option<StringPairs> {
+/// `weight_map`'s object, out of an index of `text_len` bytes; `named` is told each shard
+/// that is not the one of the entry before.
+fn canonical_weight_map(
+    scanner: &mut Scanner<'_>,
+    text_len: usize,
+    named: &mut dyn FnMut(&str),
+) -> Option<StringPairs> {
+    let mut previous = "";
     // An entry takes at least 8 bytes of text besides its strings (`"":"",\n`), most over 60.
     let mut map = StringMapBuilder::with_capacity(text_len, text_len / 64);
     scanner.expect(b'{')?;
@@ -234,7 +258,12 @@ fn canonical_weight_map(scanner: &mut Scanner<'_>, text_len: usize) -> Option<St
             scanner.skip_whitespace();
             scanner.expect(b':')?;
             scanner.skip_whitespace();
-            map.insert(name, scanner.string()?);
+            let shard = scanner.string()?;
+            if shard != previous {
+                named(shard);
+                previous = shard;
+            }
+            map.insert(name, shard);
             scanner.skip_whitespace();
             if scanner.eat(b'}') {
                 break;
@@ -328,7 +357,7 @@ mod tests {
             r#"{"weight_map":{"b":"s1","a":"s2","b":"s3"}}"#,
             r#" { "weight_map" : { "é" : "s" } } "#,
         ] {
-            let json = canonical(text.as_bytes()).expect(text);
+            let json = canonical(text.as_bytes(), &mut |_| ()).expect(text);
             assert!(
                 same(&ShardIndex::from_json(Ok(json)), &through_serde(text)),
                 "{text}"
@@ -363,9 +392,9 @@ mod tests {
             "{}",
             "",
         ] {
-            assert!(canonical(text.as_bytes()).is_none(), "{text}");
+            assert!(canonical(text.as_bytes(), &mut |_| ()).is_none(), "{text}");
         }
-        assert!(canonical(b"{\"weight_map\":{\"\xff\":\"s\"}}").is_none());
+        assert!(canonical(b"{\"weight_map\":{\"\xff\":\"s\"}}", &mut |_| ()).is_none());
         let serde_says = through_serde(r#"{"metadata":{"total_size":"24"},"weight_map":{}}"#);
         assert_eq!(serde_says.findings[0].code, Code::IndexInvalid);
     }

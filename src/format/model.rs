@@ -197,20 +197,56 @@ impl Model {
             .metadata()
             .map_err(|source| Error::io(path, source))?
             .len();
-        // Parsed where it lies in the page cache, up to a size; a larger one as it is read.
+        let folder = path.parent().unwrap_or(Path::new(""));
+        // Parsed where it lies in the page cache, up to a size, each shard opened on the other
+        // core as soon as the index names it; a larger index as it is read, the shards after.
+        let opened = std::sync::Mutex::new(HashMap::default());
         let index = match usize::try_from(len).ok().filter(|&len| len <= MAPPED_INDEX) {
-            Some(len) => super::mapped::with_mapped(&file, 0, len, ShardIndex::from_slice)
-                .map_err(|source| Error::io(path, source))?,
+            Some(len) => rayon::scope(|scope| {
+                let opened = &opened;
+                super::mapped::with_mapped(&file, 0, len, |bytes| {
+                    ShardIndex::from_slice_naming(bytes, &mut |label| {
+                        let label = label.to_owned();
+                        scope.spawn(move |_| {
+                            let path = folder.join(&label);
+                            let file = SafetensorsFile::open(&path);
+                            if let Ok(mut opened) = opened.lock() {
+                                opened.insert(label, (path, file));
+                            }
+                        });
+                    })
+                })
+            })
+            .map_err(|source| Error::io(path, source))?,
             None => ShardIndex::read(file),
         };
-        let folder = path.parent().unwrap_or(Path::new(""));
+        let mut opened = opened.into_inner().unwrap_or_default();
         let index_label = path
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         let mut builder = Builder::new(path, source, hint);
         builder.add_index_findings(&index, &index_label);
         builder.expect_tensors(index.weight_map.len());
-        builder.add_paths(folder, index.shards.clone());
+        // Those not opened yet (all of them for an index not in the canonical form).
+        let late: Vec<(String, (PathBuf, io::Result<SafetensorsFile>))> = {
+            use rayon::prelude::*;
+            index
+                .shards
+                .par_iter()
+                .filter(|label| !opened.contains_key(*label))
+                .map(|label| {
+                    let path = folder.join(label);
+                    let file = SafetensorsFile::open(&path);
+                    (label.clone(), (path, file))
+                })
+                .collect()
+        };
+        opened.extend(late);
+        for label in &index.shards {
+            if let Some((path, file)) = opened.remove(label) {
+                builder.add_opened(label.clone(), path, file);
+            }
+        }
         builder.check_against_index(&index, &index_label);
         Ok(builder.finish())
     }
