@@ -211,6 +211,26 @@ pub struct Reviewed {
 /// other, over its logical weights when it is quantized (a packed weight's stored shape is not
 /// the layer's): the findings, what the model is, and how it is quantized.
 pub fn review_model(model: &Model, explicit: Option<&Path>) -> Reviewed {
+    let recognised = recognise(model, explicit);
+    let (info, findings) = review(&recognised, model);
+    Reviewed {
+        info,
+        quantization: recognised.quantization,
+        findings,
+    }
+}
+
+/// The first part of [`review_model`]: the config and the quantization, which decide what the
+/// rest reviews (and how a model is listed), with the findings on them.
+#[derive(Debug)]
+pub struct Recognised {
+    config: Option<ModelConfig>,
+    pub quantization: Option<Quantization>,
+    findings: Findings,
+}
+
+/// Reads the config and recognises the quantization (see [`review_model`]).
+pub fn recognise(model: &Model, explicit: Option<&Path>) -> Recognised {
     let mut findings = Findings::new();
     let config = match find_config(model, explicit) {
         Some(Ok(config)) => Some(config),
@@ -222,7 +242,19 @@ pub fn review_model(model: &Model, explicit: Option<&Path>) -> Reviewed {
         None => None,
     };
     let quantization = recognise_quantization(model, config.as_ref(), &mut findings);
-    let info = match &quantization {
+    Recognised {
+        config,
+        quantization,
+        findings,
+    }
+}
+
+/// The rest of [`review_model`] once the quantization is known: what the model is, and every
+/// finding of the review (those of [`recognise`] first).
+pub fn review(recognised: &Recognised, model: &Model) -> (Option<ModelInfo>, Findings) {
+    let mut findings = recognised.findings.clone();
+    let config = recognised.config.as_ref();
+    let info = match &recognised.quantization {
         Some(quantization) => {
             let logical = quantization.logical_infos(model);
             // A weight whose rows are not stored (quanto's packed codes) has its element count
@@ -237,20 +269,11 @@ pub fn review_model(model: &Model, explicit: Option<&Path>) -> Reviewed {
             let shaped = infos
                 .clone()
                 .filter(|info| !flat.contains(info.name.as_str()));
-            review_tensors(config.as_ref(), infos, shaped, &mut findings)
+            review_tensors(config, infos, shaped, &mut findings)
         }
-        None => review_tensors(
-            config.as_ref(),
-            tensors(model),
-            tensors(model),
-            &mut findings,
-        ),
+        None => review_tensors(config, tensors(model), tensors(model), &mut findings),
     };
-    Reviewed {
-        info,
-        quantization,
-        findings,
-    }
+    (info, findings)
 }
 
 /// How the model is quantized, from its config and side files, without the other checks.

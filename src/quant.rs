@@ -212,18 +212,8 @@ impl Quantization {
     /// shape, so that its name is there for the checks that look for it).
     pub fn logical_infos<'a>(&'a self, model: &'a Model) -> Vec<Cow<'a, TensorInfo>> {
         use rayon::prelude::*;
-        // Each tensor's weight, and each weight's first member, found in one pass over the
-        // members sorted by tensor; the list then made on both cores (a weight's name is a
-        // copy).
-        let mut weight_of = vec![u32::MAX; model.tensors.len()];
-        let mut first_member = vec![u32::MAX; self.weights.len()];
-        for &(tensor, weight) in &self.by_tensor {
-            if let Some(slot) = weight_of.get_mut(tensor as usize) {
-                *slot = weight;
-            }
-            let first = &mut first_member[weight as usize];
-            *first = (*first).min(tensor);
-        }
+        // Made on both cores: a weight's name is a copy.
+        let (weight_of, first_member) = self.weights_by_tensor(model.tensors.len());
         model
             .tensors
             .par_iter()
@@ -244,6 +234,21 @@ impl Quantization {
                 })
             })
             .collect()
+    }
+
+    /// For each of `tensors` tensors the weight it is a member of (`u32::MAX` for none), and
+    /// each weight's first member: found in one pass over the members sorted by tensor.
+    fn weights_by_tensor(&self, tensors: usize) -> (Vec<u32>, Vec<u32>) {
+        let mut weight_of = vec![u32::MAX; tensors];
+        let mut first_member = vec![u32::MAX; self.weights.len()];
+        for &(tensor, weight) in &self.by_tensor {
+            if let Some(slot) = weight_of.get_mut(tensor as usize) {
+                *slot = weight;
+            }
+            let first = &mut first_member[weight as usize];
+            *first = (*first).min(tensor);
+        }
+        (weight_of, first_member)
     }
 
     fn check_against_config(&self, model: &Model, side: &SideFiles, findings: &mut Vec<Finding>) {

@@ -566,8 +566,15 @@ impl<'a> Builder<'a> {
         let mut misplaced: Vec<(&str, Finding)> = Vec::new();
         // The same shard follows itself in runs: its label is looked up once a run.
         let mut last: Option<(&str, Option<usize>)> = None;
+        // Writers list a shard's names in the index as in its header, so the tensor after the one
+        // found last is tried first: names are unique, so a match is the one a lookup would find.
+        let mut next = 0;
         for (name, shard_label) in index.weight_map.iter() {
-            let found = self.find(name);
+            let found = match self.tensors.get(next) {
+                Some(tensor) if tensor.name() == name => Some(next),
+                _ => self.find(name),
+            };
+            next = found.map_or(next, |i| i + 1);
             if let Some(i) = found {
                 mapped.insert(i);
             }
