@@ -211,20 +211,16 @@ impl Quantization {
     /// its members' bytes (a weight whose rows are not known has its element count as its
     /// shape, so that its name is there for the checks that look for it).
     pub fn logical_infos<'a>(&'a self, model: &'a Model) -> Vec<Cow<'a, TensorInfo>> {
-        use rayon::prelude::*;
-        // Made on both cores: a weight's name is a copy.
         let (weight_of, first_member) = self.weights_by_tensor(model.tensors.len());
-        model
-            .tensors
-            .par_iter()
+        (0u32..)
+            .zip(&model.tensors)
             .zip(weight_of)
-            .enumerate()
-            .filter_map(|(index, (tensor, weight))| {
+            .filter_map(|((index, tensor), weight)| {
                 if weight == u32::MAX {
                     return Some(Cow::Borrowed(&tensor.info));
                 }
                 let w = &self.weights[weight as usize];
-                (u32::try_from(index).ok() == Some(first_member[weight as usize])).then(|| {
+                (first_member[weight as usize] == index).then(|| {
                     Cow::Owned(TensorInfo {
                         name: w.name.clone(),
                         dtype: tensor.info.dtype.clone(),

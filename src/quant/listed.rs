@@ -51,57 +51,46 @@ pub struct LogicalTensors {
 
 impl LogicalTensors {
     pub fn new(model: &Model, quantization: &Quantization) -> LogicalTensors {
-        use rayon::prelude::*;
         // One shared label per scheme: a model has a handful.
         let mut labels: Vec<(super::Scheme, TensorDtype)> = Vec::new();
-        let label_of: Vec<usize> = quantization
-            .weights
-            .iter()
-            .map(|w| {
-                labels
-                    .iter()
-                    .position(|(s, _)| *s == w.scheme)
-                    .unwrap_or_else(|| {
-                        labels.push((w.scheme, TensorDtype::quantized(&w.scheme.label())));
-                        labels.len() - 1
-                    })
-            })
-            .collect();
+        let mut tensors = Vec::with_capacity(
+            model.tensors.len() + quantization.weights.len()
+                - quantization.by_tensor.len().min(model.tensors.len()),
+        );
+        let mut weights = Vec::with_capacity(quantization.weights.len());
+        let mut stored = Vec::with_capacity(tensors.capacity());
         let (weight_of, first_member) = quantization.weights_by_tensor(model.tensors.len());
-        // Each listed tensor with its index among the stored ones (`u32::MAX` for a weight) and
-        // its weight (`u32::MAX` for none), made on both cores: the names are copies.
-        let (tensors, origins): (Vec<Tensor>, Vec<(u32, u32)>) = model
-            .tensors
-            .par_iter()
-            .zip(weight_of)
-            .enumerate()
-            .filter_map(|(index, (tensor, weight))| {
-                let index = u32::try_from(index).unwrap_or(u32::MAX);
-                if weight == u32::MAX {
-                    return Some((tensor.clone(), (index, u32::MAX)));
-                }
-                if first_member[weight as usize] != index {
-                    return None;
-                }
-                let w = &quantization.weights[weight as usize];
-                let listed = Tensor {
-                    info: TensorInfo {
-                        name: w.name.clone(),
-                        dtype: labels[label_of[weight as usize]].1.clone(),
-                        shape: w.shape.clone(),
-                        data_offsets: [0, w.stored_bytes],
-                    },
-                    shard: tensor.shard,
-                };
-                Some((listed, (u32::MAX, weight)))
-            })
-            .unzip();
-        let weights = (0u32..)
-            .zip(&origins)
-            .filter(|(_, (_, weight))| *weight != u32::MAX)
-            .map(|(listed, &(_, weight))| (listed, weight))
-            .collect();
-        let stored = origins.into_iter().map(|(stored, _)| stored).collect();
+        for ((index, tensor), weight) in (0u32..).zip(&model.tensors).zip(weight_of) {
+            if weight == u32::MAX {
+                tensors.push(tensor.clone());
+                stored.push(index);
+                continue;
+            }
+            if first_member[weight as usize] != index {
+                continue;
+            }
+            let w = &quantization.weights[weight as usize];
+            let label = if let Some((_, label)) = labels.iter().find(|(s, _)| *s == w.scheme) {
+                label.clone()
+            } else {
+                let label = TensorDtype::quantized(&w.scheme.label());
+                labels.push((w.scheme, label.clone()));
+                label
+            };
+            weights.push((u32::try_from(tensors.len()).unwrap_or(u32::MAX), weight));
+            stored.push(u32::MAX);
+            tensors.push(Tensor {
+                info: TensorInfo {
+                    name: w.name.clone(),
+                    dtype: label,
+                    shape: w.shape.clone(),
+                    data_offsets: [0, w.stored_bytes],
+                },
+                shard: tensor.shard,
+            });
+        }
+        tensors.shrink_to_fit();
+        stored.shrink_to_fit();
         LogicalTensors {
             tensors,
             weights,
