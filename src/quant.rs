@@ -354,7 +354,7 @@ impl Quantization {
             let in_a_layer = module
                 .split('.')
                 .any(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()));
-            if !kinds.contains(kind) && !(declared.targets_linear && in_a_layer) {
+            if !(kinds.contains(kind) || (declared.targets_linear && in_a_layer)) {
                 continue;
             }
             if declared.ignores(module) != Some(true) {

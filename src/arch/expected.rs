@@ -309,10 +309,22 @@ fn check_layers(
             }
         }
     }
+    findings_of(&stack, class, &names, &slots, unexpected)
+}
+
+/// The findings of [`check_layers`]: each expected name lacking from every layer that should
+/// hold it (in name order), then each unexpected kind.
+fn findings_of(
+    stack: &str,
+    class: &str,
+    names: &[&str],
+    slots: &[Vec<Slot>],
+    unexpected: BTreeMap<String, Vec<u64>>,
+) -> Vec<Finding> {
     // Lacking in some layers only: the layer checks name each.
     let mut missing: Vec<(String, &[u64])> = names
         .iter()
-        .zip(&slots)
+        .zip(slots)
         .flat_map(|(name, slots)| {
             (0u64..)
                 .zip(slots)

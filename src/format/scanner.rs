@@ -50,7 +50,8 @@ impl<'a> Scanner<'a> {
         // Every byte looked at, without stopping early, so that the loop is vectorized.
         if content
             .bytes()
-            .fold(false, |control, b| control | (b < 0x20))
+            .fold(0u8, |control, b| control | u8::from(b < 0x20))
+            != 0
         {
             return None;
         }

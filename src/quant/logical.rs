@@ -41,7 +41,9 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
             findings: Vec::new(),
         };
     }
-    let entries = sorted_by_group(entries);
+    let sorted = sorted_by_group(&entries);
+    drop(entries);
+    let entries = sorted;
     // The groups are worked out in two halves side by side, cut between two groups.
     let same_group =
         |a: &(&str, bool, u32, Role), b: &(&str, bool, u32, Role)| a.0 == b.0 && a.1 == b.1;
@@ -71,7 +73,7 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
 /// `entries` sorted by prefix, then whether the weight's name is dotted, role and tensor. A
 /// group's members mostly follow each other in the model's order, so the runs of one group are
 /// sorted rather than every entry: half as many, and no two of one prefix compared.
-fn sorted_by_group(entries: Vec<(&str, bool, u32, Role)>) -> Vec<(&str, bool, u32, Role)> {
+fn sorted_by_group<'a>(entries: &[(&'a str, bool, u32, Role)]) -> Vec<(&'a str, bool, u32, Role)> {
     use rayon::prelude::*;
     let same_group =
         |a: &(&str, bool, u32, Role), b: &(&str, bool, u32, Role)| a.0 == b.0 && a.1 == b.1;
@@ -1268,6 +1270,6 @@ mod tests {
         expected.sort_unstable_by(|a, b| {
             byte_order(a.0.as_bytes(), b.0.as_bytes()).then((a.1, a.3, a.2).cmp(&(b.1, b.3, b.2)))
         });
-        assert_eq!(sorted_by_group(entries), expected);
+        assert_eq!(sorted_by_group(&entries), expected);
     }
 }
