@@ -41,9 +41,7 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
             findings: Vec::new(),
         };
     }
-    let sorted = sorted_by_group(&entries);
-    drop(entries);
-    let entries = sorted;
+    let entries = sorted_by_group(entries);
     // The groups are worked out in two halves side by side, cut between two groups.
     let same_group =
         |a: &(&str, bool, u32, Role), b: &(&str, bool, u32, Role)| a.0 == b.0 && a.1 == b.1;
@@ -73,7 +71,7 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
 /// `entries` sorted by prefix, then whether the weight's name is dotted, role and tensor. A
 /// group's members mostly follow each other in the model's order, so the runs of one group are
 /// sorted rather than every entry: half as many, and no two of one prefix compared.
-fn sorted_by_group<'a>(entries: &[(&'a str, bool, u32, Role)]) -> Vec<(&'a str, bool, u32, Role)> {
+fn sorted_by_group(entries: Vec<(&str, bool, u32, Role)>) -> Vec<(&str, bool, u32, Role)> {
     use rayon::prelude::*;
     let same_group =
         |a: &(&str, bool, u32, Role), b: &(&str, bool, u32, Role)| a.0 == b.0 && a.1 == b.1;
@@ -85,10 +83,21 @@ fn sorted_by_group<'a>(entries: &[(&'a str, bool, u32, Role)]) -> Vec<(&'a str, 
             start = end;
         }
     }
-    runs.par_sort_unstable_by(|a, b| {
+    let group_order = |a: &std::ops::Range<usize>, b: &std::ops::Range<usize>| {
         let (a, b) = (&entries[a.start], &entries[b.start]);
         byte_order(a.0.as_bytes(), b.0.as_bytes()).then(a.1.cmp(&b.1))
-    });
+    };
+    // A header sorted by name (as most are) gives its groups in order already.
+    let in_order = runs
+        .windows(2)
+        .all(|pair| group_order(&pair[0], &pair[1]).is_lt())
+        && runs.iter().all(|run| {
+            entries[run.clone()].is_sorted_by_key(|&(_, _, tensor, role)| (role, tensor))
+        });
+    if in_order {
+        return entries;
+    }
+    runs.par_sort_unstable_by(group_order);
     let mut sorted: Vec<(&str, bool, u32, Role)> = Vec::with_capacity(entries.len());
     for run in runs {
         sorted.extend_from_slice(&entries[run]);
@@ -1270,6 +1279,7 @@ mod tests {
         expected.sort_unstable_by(|a, b| {
             byte_order(a.0.as_bytes(), b.0.as_bytes()).then((a.1, a.3, a.2).cmp(&(b.1, b.3, b.2)))
         });
-        assert_eq!(sorted_by_group(&entries), expected);
+        assert_eq!(sorted_by_group(entries.clone()), expected);
+        assert_eq!(sorted_by_group(expected.clone()), expected);
     }
 }
