@@ -13,6 +13,7 @@ pub(super) struct Scanner<'a> {
 }
 
 impl<'a> Scanner<'a> {
+    #[inline]
     pub(super) fn at(text: &'a str, at: usize) -> Self {
         Scanner {
             text,
@@ -21,20 +22,24 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    #[inline]
     pub(super) fn peek(&self) -> Option<u8> {
         self.bytes.get(self.at).copied()
     }
 
+    #[inline]
     pub(super) fn eat(&mut self, byte: u8) -> bool {
         let found = self.peek() == Some(byte);
         self.at += usize::from(found);
         found
     }
 
+    #[inline]
     pub(super) fn expect(&mut self, byte: u8) -> Option<()> {
         self.eat(byte).then_some(())
     }
 
+    #[inline]
     pub(super) fn skip_whitespace(&mut self) {
         while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
             self.at += 1;
@@ -42,6 +47,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// A string with no escapes and no control characters.
+    #[inline]
     pub(super) fn string(&mut self) -> Option<&'a str> {
         self.expect(b'"')?;
         let start = self.at;
@@ -62,6 +68,7 @@ impl<'a> Scanner<'a> {
 
     /// A non-negative integer as JSON writes it, that fits in `u64`, not followed by a fraction or
     /// an exponent.
+    #[inline]
     pub(super) fn integer(&mut self) -> Option<u64> {
         let start = self.at;
         let mut value = 0u64;
@@ -77,6 +84,7 @@ impl<'a> Scanner<'a> {
         (digits > 0 && !leading_zero && !continues).then_some(value)
     }
 
+    #[inline]
     pub(super) fn integers(&mut self) -> Option<SmallVec<[u64; 4]>> {
         self.expect(b'[')?;
         let mut values = SmallVec::new();

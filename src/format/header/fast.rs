@@ -179,6 +179,7 @@ impl Part {
 }
 
 impl Scanner<'_> {
+    #[inline]
     fn entry(&mut self) -> Option<(Dtype, Shape, [u64; 2])> {
         let (mut dtype, mut shape, mut offsets) = (None, None, None);
         self.expect(b'{')?;
