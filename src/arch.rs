@@ -211,6 +211,26 @@ pub struct Reviewed {
 /// other, over its logical weights when it is quantized (a packed weight's stored shape is not
 /// the layer's): the findings, what the model is, and how it is quantized.
 pub fn review_model(model: &Model, explicit: Option<&Path>) -> Reviewed {
+    let recognised = recognise(model, explicit);
+    let (info, findings) = review(&recognised, model);
+    Reviewed {
+        info,
+        quantization: recognised.quantization,
+        findings,
+    }
+}
+
+/// The first part of [`review_model`]: the config and the quantization, which decide what the
+/// rest reviews (and how a model is listed), with the findings on them.
+#[derive(Debug)]
+pub struct Recognised {
+    config: Option<ModelConfig>,
+    pub quantization: Option<Quantization>,
+    findings: Findings,
+}
+
+/// Reads the config and recognises the quantization (see [`review_model`]).
+pub fn recognise(model: &Model, explicit: Option<&Path>) -> Recognised {
     let mut findings = Findings::new();
     let config = match find_config(model, explicit) {
         Some(Ok(config)) => Some(config),
@@ -222,10 +242,21 @@ pub fn review_model(model: &Model, explicit: Option<&Path>) -> Reviewed {
         None => None,
     };
     let quantization = recognise_quantization(model, config.as_ref(), &mut findings);
-    let info = match &quantization {
+    Recognised {
+        config,
+        quantization,
+        findings,
+    }
+}
+
+/// The rest of [`review_model`] once the quantization is known: what the model is, and every
+/// finding of the review (those of [`recognise`] first).
+pub fn review(recognised: &Recognised, model: &Model) -> (Option<ModelInfo>, Findings) {
+    let mut findings = recognised.findings.clone();
+    let config = recognised.config.as_ref();
+    let info = match &recognised.quantization {
         Some(quantization) => {
-            let logical: Vec<std::borrow::Cow<'_, TensorInfo>> =
-                quantization.logical_infos(model).collect();
+            let logical = quantization.logical_infos(model);
             // A weight whose rows are not stored (quanto's packed codes) has its element count
             // for a shape: its name counts, its shape does not.
             let flat: std::collections::HashSet<&str> = quantization
@@ -238,20 +269,11 @@ pub fn review_model(model: &Model, explicit: Option<&Path>) -> Reviewed {
             let shaped = infos
                 .clone()
                 .filter(|info| !flat.contains(info.name.as_str()));
-            review_tensors(config.as_ref(), infos, shaped, &mut findings)
+            review_tensors(config, infos, shaped, &mut findings)
         }
-        None => review_tensors(
-            config.as_ref(),
-            tensors(model),
-            tensors(model),
-            &mut findings,
-        ),
+        None => review_tensors(config, tensors(model), tensors(model), &mut findings),
     };
-    Reviewed {
-        info,
-        quantization,
-        findings,
-    }
+    (info, findings)
 }
 
 /// How the model is quantized, from its config and side files, without the other checks.
@@ -299,16 +321,29 @@ fn review_tensors<'a>(
     let template = class
         .as_deref()
         .and_then(|class| expected::templates().get(class));
-    let (layer_review, shapes) = rayon::join(
-        || layer_findings(tensors.clone(), &patterns, template),
-        || Architecture::recognise(with_shapes),
+    // The expected tensors are checked beside the layer checks, over the stacks the patterns
+    // describe, found first (the layer checks find them too).
+    let expected_stacks = template
+        .filter(|_| config.is_some())
+        .map(|_| layers::stacks_for(tensors.clone(), &patterns));
+    let ((layer_review, shapes), expected) = rayon::join(
+        || {
+            rayon::join(
+                || layer_findings(tensors.clone(), &patterns, template),
+                || Architecture::recognise(with_shapes),
+            )
+        },
+        || {
+            let (class, template, stacks) = (class.as_deref()?, template?, expected_stacks?);
+            let stored: Vec<(&LayerPattern, &str)> = stored_stacks(&patterns, &stacks);
+            stored
+                .iter()
+                .any(|(_, stack)| template.stacks.contains_key(*stack))
+                .then(|| expected::check(template, class, &stored, tensors.clone()))
+        },
     );
     findings.append(layer_review.findings);
-    let stored: Vec<(&LayerPattern, &str)> = patterns
-        .iter()
-        .zip(&layer_review.stacks)
-        .filter_map(|(pattern, stored)| Some((pattern, stored.as_ref()?.stack.as_str())))
-        .collect();
+    let stored = stored_stacks(&patterns, &layer_review.stacks);
     if let Some(config) = config {
         let label = escape(&config.path.display().to_string()).into_owned();
         for (pattern, stored) in patterns.iter().zip(&layer_review.stacks) {
@@ -336,18 +371,24 @@ fn review_tensors<'a>(
             findings.extend(shapes.check_config(config, &label));
         }
         findings.extend(sizes::check(config, &stored, tensors.clone(), &label));
-        if let (Some(class), Some(template)) = (&class, template)
-            && stored
-                .iter()
-                .any(|(_, stack)| template.stacks.contains_key(*stack))
-        {
-            findings.extend(expected::check(template, class, &stored, tensors.clone()));
-        }
+        findings.extend(expected.into_iter().flatten());
         if let Some(adapter) = config.adapter() {
             findings.extend(adapter::check(&adapter, tensors.clone(), &label));
         }
     }
     model_info(config, shapes, patterns, layer_review.stacks, tensors)
+}
+
+/// Each pattern's stack, for the patterns whose stack the checkpoint stores.
+fn stored_stacks<'p>(
+    patterns: &'p [LayerPattern],
+    stacks: &'p [Option<Stored>],
+) -> Vec<(&'p LayerPattern, &'p str)> {
+    patterns
+        .iter()
+        .zip(stacks)
+        .filter_map(|(pattern, stored)| Some((pattern, stored.as_ref()?.stack.as_str())))
+        .collect()
 }
 
 /// Opens a model and adds the findings of [`review_model`] to its own; gives its quantization

@@ -128,40 +128,38 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
             .as_deref()
             .is_none_or(|needle| crate::text::contains_ignore_case(tensor.name(), needle))
     };
+    // A quantized model is listed by its logical weights, unless asked for what is stored: only
+    // the listed tensors' tree is built.
+    let recognised = crate::arch::recognise(&model, args.config.as_deref());
+    let logical = recognised
+        .quantization
+        .as_ref()
+        .filter(|_| !args.raw)
+        .map(|quantization| (LogicalTensors::new(&model, quantization), quantization));
+    let listed = logical
+        .as_ref()
+        .map_or(&model.tensors, |(logical, _)| &logical.tensors);
     // The checks, the tree and the structural id each read the whole tensor list: side by side.
-    let (reviewed, (stored_tree, structural_id)) = rayon::join(
-        || crate::arch::review_model(&model, args.config.as_deref()),
+    let ((architecture, findings), (tree, structural_id)) = rayon::join(
+        || crate::arch::review(&recognised, &model),
         || {
             rayon::join(
-                || LayerTree::build(&model.tensors, matches),
+                || LayerTree::build(listed, matches),
                 || crate::hash::structural_id(&model),
             )
         },
     );
-    model.findings.append(reviewed.findings);
-    let architecture = reviewed.info;
-    // A quantized model is listed by its logical weights, unless asked for what is stored.
-    let logical = reviewed
-        .quantization
-        .as_ref()
-        .filter(|_| !args.raw)
-        .map(|quantization| {
-            let logical = LogicalTensors::new(&model, quantization);
-            let tree = LayerTree::build(&logical.tensors, matches);
-            (logical, quantization, tree)
-        });
-    let (shown, tree) = match &logical {
-        Some((logical, quantization, logical_tree)) => {
-            (Shown::logical(&model, logical, quantization), logical_tree)
-        }
-        None => (Shown::stored(&model), &stored_tree),
+    model.findings.append(findings);
+    let shown = match &logical {
+        Some((logical, quantization)) => Shown::logical(&model, logical, quantization),
+        None => Shown::stored(&model),
     };
     let report = Inspect {
         shown,
-        tree,
+        tree: &tree,
         filter: args.filter.as_deref(),
         architecture: architecture.as_ref(),
-        quantization: reviewed.quantization.as_ref(),
+        quantization: recognised.quantization.as_ref(),
         structural_id: &structural_id,
     };
     let mut out = io::BufWriter::with_capacity(1 << 16, out);
@@ -181,8 +179,10 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
     } else {
         Outcome::Clean
     };
+    skip_freeing(report);
     skip_freeing(logical);
-    skip_freeing(stored_tree);
+    skip_freeing(tree);
+    skip_freeing(recognised);
     skip_freeing(model);
     Ok(outcome)
 }

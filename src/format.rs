@@ -10,6 +10,7 @@ pub mod lint;
 pub mod mapped;
 pub mod model;
 pub mod remote;
+mod scanner;
 pub mod shape;
 pub mod sniff;
 pub mod string_map;

@@ -112,7 +112,7 @@ impl Quantization {
                 &built.members[weight.first_member as usize..][..usize::from(weight.member_count)];
             by_tensor.extend(members.iter().map(|m| (m.tensor, weight_index)));
         }
-        by_tensor.sort_unstable();
+        rayon::slice::ParallelSliceMut::par_sort_unstable(&mut by_tensor[..]);
         let rotated = declared.as_ref().is_some_and(|d| d.rotated);
         let quantization = Quantization {
             declared,
@@ -215,40 +215,41 @@ impl Quantization {
     /// and each logical weight in the place of its first member, with its logical shape and
     /// its members' bytes (a weight whose rows are not known has its element count as its
     /// shape, so that its name is there for the checks that look for it).
-    pub fn logical_infos<'a>(
-        &'a self,
-        model: &'a Model,
-    ) -> impl Iterator<Item = Cow<'a, TensorInfo>> + 'a {
-        // Found in one pass beside the members sorted by tensor, and a tensor that is no
-        // member borrowed: a checkpoint's tensors are nearly all members or plain.
+    pub fn logical_infos<'a>(&'a self, model: &'a Model) -> Vec<Cow<'a, TensorInfo>> {
+        let (weight_of, first_member) = self.weights_by_tensor(model.tensors.len());
+        (0u32..)
+            .zip(&model.tensors)
+            .zip(weight_of)
+            .filter_map(|((index, tensor), weight)| {
+                if weight == u32::MAX {
+                    return Some(Cow::Borrowed(&tensor.info));
+                }
+                let w = &self.weights[weight as usize];
+                (first_member[weight as usize] == index).then(|| {
+                    Cow::Owned(TensorInfo {
+                        name: w.name.clone(),
+                        dtype: tensor.info.dtype.clone(),
+                        shape: w.shape.clone(),
+                        data_offsets: [0, w.stored_bytes],
+                    })
+                })
+            })
+            .collect()
+    }
+
+    /// For each of `tensors` tensors the weight it is a member of (`u32::MAX` for none), and
+    /// each weight's first member: found in one pass over the members sorted by tensor.
+    fn weights_by_tensor(&self, tensors: usize) -> (Vec<u32>, Vec<u32>) {
+        let mut weight_of = vec![u32::MAX; tensors];
         let mut first_member = vec![u32::MAX; self.weights.len()];
         for &(tensor, weight) in &self.by_tensor {
+            if let Some(slot) = weight_of.get_mut(tensor as usize) {
+                *slot = weight;
+            }
             let first = &mut first_member[weight as usize];
             *first = (*first).min(tensor);
         }
-        let mut by_tensor = self.by_tensor.iter().peekable();
-        model
-            .tensors
-            .iter()
-            .enumerate()
-            .filter_map(move |(index, tensor)| {
-                let index = u32::try_from(index).ok();
-                while by_tensor.next_if(|&&(t, _)| Some(t) < index).is_some() {}
-                match by_tensor.next_if(|&&(t, _)| Some(t) == index) {
-                    None => Some(Cow::Borrowed(&tensor.info)),
-                    Some(&(_, weight)) => {
-                        let w = &self.weights[weight as usize];
-                        (Some(first_member[weight as usize]) == index).then(|| {
-                            Cow::Owned(TensorInfo {
-                                name: w.name.clone(),
-                                dtype: tensor.info.dtype.clone(),
-                                shape: w.shape.clone(),
-                                data_offsets: [0, w.stored_bytes],
-                            })
-                        })
-                    }
-                }
-            })
+        (weight_of, first_member)
     }
 
     fn check_against_config(&self, model: &Model, side: &SideFiles, findings: &mut Vec<Finding>) {
@@ -328,7 +329,8 @@ impl Quantization {
         declared: &Declared,
         findings: &mut Vec<Finding>,
     ) {
-        let mut kinds: Vec<&str> = self
+        // A handful of kinds among thousands of weights: a set, not a sort of every name.
+        let kinds: foldhash::HashSet<&str> = self
             .weights
             .iter()
             .filter_map(|w| {
@@ -336,10 +338,11 @@ impl Quantization {
                 Some(module.rsplit('.').next().unwrap_or(module))
             })
             .collect();
-        kinds.sort_unstable();
-        kinds.dedup();
+        // The members, sorted by tensor, walked beside the tensors.
+        let mut members = self.by_tensor.iter().map(|&(t, _)| t as usize).peekable();
         for (index, tensor) in model.tensors.iter().enumerate() {
-            if self.weight_of(index).is_some()
+            while members.next_if(|&member| member < index).is_some() {}
+            if members.peek() == Some(&index)
                 || tensor.info.shape.len() < 2
                 || !tensor
                     .info
@@ -356,7 +359,7 @@ impl Quantization {
             let in_a_layer = module
                 .split('.')
                 .any(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()));
-            if kinds.binary_search(&kind).is_err() && !(declared.targets_linear && in_a_layer) {
+            if !(kinds.contains(kind) || (declared.targets_linear && in_a_layer)) {
                 continue;
             }
             if declared.ignores(module) != Some(true) {

@@ -146,7 +146,9 @@ pub fn check<'a>(
         }
     }
     top.sort_unstable();
-    layered.sort_unstable();
+    // By stack and layer only: a layer's names are sorted when one is looked for among them,
+    // which only a missing name needs.
+    layered.sort_unstable_by_key(|&(stack, layer, _)| (stack, layer));
     let class = escape(class);
     let mut findings = Vec::new();
     let known_modules: Vec<&str> = template
@@ -224,16 +226,20 @@ fn check_layers(
 ) -> Vec<Finding> {
     let stack = escape(stack);
     let layers = layered.last().map_or(0, |&(_, last, _)| last + 1);
-    // name below the layer -> (how many layers of its kind, layers lacking it); hashed, as a
-    // MoE stack looks up every expert's names in every layer
-    let mut missing: foldhash::HashMap<String, (usize, Vec<u64>)> = foldhash::HashMap::default();
+    // Every name a kind expects, once; a name with `{E}` stands for a tensor per expert, so a
+    // MoE stack's names are counted by (name, expert) rather than spelled out layer by layer.
+    let mut names: Vec<&str> = kinds.values().flatten().map(String::as_str).collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut slots: Vec<Vec<Slot>> = vec![Vec::new(); names.len()];
     // tensor kind -> layers holding it unexpectedly
     let mut unexpected: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut kind = String::new();
     for layer in 0..layers.min(pattern.hidden_layers) {
-        let Some(kind) = pattern.kind(layer) else {
+        let Some(layer_kind) = pattern.kind(layer) else {
             continue;
         };
-        let Some(expected) = kinds.get(&kind_key(kind)) else {
+        let Some(expected) = kinds.get(&kind_key(layer_kind)) else {
             continue;
         };
         let start = layered.partition_point(|&(_, l, _)| l < layer);
@@ -245,63 +251,98 @@ fn check_layers(
         if held.is_empty() {
             continue;
         }
-        let experts = match kind.mlp {
+        let experts = match layer_kind.mlp {
             Mlp::Moe { experts, .. } => experts,
             _ => 0,
         };
-        // A config that declares more experts than a layer holds tensors is not checked name
-        // by name: each would be listed.
         if experts > held.len() as u64 + MAX_EXPERTS_UNHELD {
             continue;
         }
-        for name in expected {
-            for expanded in expand(name, experts) {
-                if !missing.contains_key(&expanded) {
-                    missing.insert(expanded.clone(), (0, Vec::new()));
-                }
-                let Some(entry) = missing.get_mut(&expanded) else {
-                    continue;
-                };
-                entry.0 += 1;
-                if held.binary_search(&expanded.as_str()).is_err()
-                    && !stored_otherwise(&held, &expanded)
-                    && !pattern.irregular(&expanded)
-                {
-                    entry.1.push(layer);
-                }
-            }
-        }
         let modules: Vec<&str> = expected.iter().map(|name| module(name)).collect();
-        for suffix in held {
-            let kind = tensor_kind(suffix);
-            let known =
-                expected.iter().any(|name| *name == kind) || modules.contains(&module(&kind));
-            let in_range = expert_number(suffix).is_none_or(|e| e < experts);
-            if (!known || !in_range) && !pattern.irregular(suffix) {
+        let mut expected_ids: Vec<usize> = expected
+            .iter()
+            .filter_map(|name| names.binary_search(&name.as_str()).ok())
+            .collect();
+        expected_ids.sort_unstable();
+        for &suffix in &held {
+            write_kind(suffix, &mut kind);
+            let id = names.binary_search(&kind.as_str()).ok();
+            if let Some(id) = id
+                && let Some(expert) = expansion_of(names[id], suffix)
+                && expert < experts.max(1)
+            {
+                slot(&mut slots[id], expert).held_in = Some(layer);
+            }
+            let known = id.is_some_and(|id| expected_ids.binary_search(&id).is_ok())
+                || modules.contains(&module(&kind));
+            let flagged = !known || expert_number(suffix).is_some_and(|e| e >= experts);
+            if flagged && !pattern.irregular(suffix) {
+                let in_range = expert_number(suffix).is_none_or(|e| e < experts);
                 let key = if in_range {
-                    kind.into_owned()
+                    kind.clone()
                 } else {
                     suffix.to_owned()
                 };
                 unexpected.entry(key).or_default().push(layer);
             }
         }
+        let mut sorted_held: Option<Vec<&str>> = None;
+        for name in expected {
+            let Ok(id) = names.binary_search(&name.as_str()) else {
+                continue;
+            };
+            let expansions = if name.contains("{E}") { experts } else { 1 };
+            for expert in 0..expansions {
+                let slot = slot(&mut slots[id], expert);
+                slot.layers += 1;
+                if slot.held_in != Some(layer) {
+                    let expanded = expand(name, expert);
+                    let sorted = sorted_held.get_or_insert_with(|| {
+                        let mut sorted = held.clone();
+                        sorted.sort_unstable();
+                        sorted
+                    });
+                    if !stored_otherwise(sorted, &expanded) && !pattern.irregular(&expanded) {
+                        slot.lacking.push(layer);
+                    }
+                }
+            }
+        }
     }
-    let mut missing: Vec<(String, (usize, Vec<u64>))> = missing.into_iter().collect();
+    findings_of(&stack, class, &names, &slots, unexpected)
+}
+
+/// The findings of [`check_layers`]: each expected name lacking from every layer that should
+/// hold it (in name order), then each unexpected kind.
+fn findings_of(
+    stack: &str,
+    class: &str,
+    names: &[&str],
+    slots: &[Vec<Slot>],
+    unexpected: BTreeMap<String, Vec<u64>>,
+) -> Vec<Finding> {
+    // Lacking in some layers only: the layer checks name each.
+    let mut missing: Vec<(String, &[u64])> = names
+        .iter()
+        .zip(slots)
+        .flat_map(|(name, slots)| {
+            (0u64..)
+                .zip(slots)
+                .filter(|(_, slot)| !slot.lacking.is_empty() && slot.lacking.len() == slot.layers)
+                .map(|(expert, slot)| (expand(name, expert), slot.lacking.as_slice()))
+        })
+        .collect();
     missing.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let mut findings = Vec::new();
-    for (name, (of_kind, lacking)) in missing {
-        // Lacking in some layers only: the layer checks name each.
-        if !lacking.is_empty() && lacking.len() == of_kind {
-            findings.push(Finding::warning(
-                Code::TensorMissing,
-                format!(
-                    "`{stack}.*.{}` is missing from {}: a {class} checkpoint holds it in each",
-                    escape(&name),
-                    layers_named(&lacking)
-                ),
-            ));
-        }
+    for (name, lacking) in missing {
+        findings.push(Finding::warning(
+            Code::TensorMissing,
+            format!(
+                "`{stack}.*.{}` is missing from {}: a {class} checkpoint holds it in each",
+                escape(&name),
+                layers_named(lacking)
+            ),
+        ));
     }
     for (name, layers) in unexpected {
         findings.push(Finding::warning(
@@ -316,19 +357,66 @@ fn check_layers(
     findings
 }
 
+/// One expected name (for one expert, if it is an expert's) across the layers checked.
+#[derive(Clone, Default)]
+struct Slot {
+    /// The layers whose kind expects it.
+    layers: usize,
+    /// Those of them lacking it.
+    lacking: Vec<u64>,
+    /// The last layer found holding it.
+    held_in: Option<u64>,
+}
+
+/// The slot of expert `expert` (0 for a name that is not an expert's).
+fn slot(slots: &mut Vec<Slot>, expert: u64) -> &mut Slot {
+    let at = usize::try_from(expert).unwrap_or(usize::MAX);
+    if slots.len() <= at {
+        slots.resize_with(at + 1, Slot::default);
+    }
+    &mut slots[at]
+}
+
+/// [`tensor_kind`] of `suffix`, written into `kind`.
+fn write_kind(suffix: &str, kind: &mut String) {
+    kind.clear();
+    let mut previous = None;
+    for part in suffix.split('.') {
+        if previous.is_some() {
+            kind.push('.');
+        }
+        if previous == Some("experts") && crate::text::is_numeric_part(part) {
+            kind.push_str("{E}");
+        } else {
+            kind.push_str(part);
+        }
+        previous = Some(part);
+    }
+}
+
+/// Which expert's expansion of `name` (see [`expand`]) `suffix` is: `Some(0)` for a name
+/// without `{E}` that is `suffix`; `None` when `suffix` is no expansion of it.
+fn expansion_of(name: &str, suffix: &str) -> Option<u64> {
+    let Some((before, after)) = name.split_once("{E}") else {
+        return (name == suffix).then_some(0);
+    };
+    let number = suffix.strip_prefix(before)?.strip_suffix(after)?;
+    let canonical =
+        crate::text::is_numeric_part(number) && (number == "0" || !number.starts_with('0'));
+    canonical.then(|| number.parse().ok()).flatten()
+}
+
 /// `layer 3` or `layers 0-2, 5`.
 fn layers_named(layers: &[u64]) -> String {
     let word = if layers.len() == 1 { "layer" } else { "layers" };
     format!("{word} {}", super::layers::spans(layers))
 }
 
-/// `mlp.experts.{E}.w` for experts 0 to `experts - 1`; other names as they are.
-fn expand(name: &str, experts: u64) -> Vec<String> {
+/// `mlp.experts.{E}.w` for expert `expert`; other names as they are.
+fn expand(name: &str, expert: u64) -> String {
     match name.split_once("{E}") {
-        Some((before, after)) => (0..experts)
-            .map(|e| format!("{before}{e}{after}"))
-            .collect(),
-        None => vec![name.to_owned()],
+        Some((before, after)) => format!("{before}{expert}{after}"),
+        None => name.to_owned(),
     }
 }
 
@@ -342,4 +430,62 @@ fn expert_number(suffix: &str) -> Option<u64> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A held name counts for an expected one when its kind is that name and it is that name's
+    /// expansion: exactly when it equals the expansion, for every name the templates hold.
+    #[test]
+    fn an_expansion_is_found_by_its_kind() {
+        let names = templates()
+            .values()
+            .flat_map(|t| t.stacks.values().flat_map(|kinds| kinds.values().flatten()));
+        let mut kind = String::new();
+        for name in names {
+            for expert in [0, 1, 9, 10, 255] {
+                let expanded = expand(name, expert);
+                write_kind(&expanded, &mut kind);
+                assert_eq!(kind, tensor_kind(&expanded), "{expanded}");
+                assert_eq!(kind, *name, "{expanded}");
+                let expected = if name.contains("{E}") { expert } else { 0 };
+                assert_eq!(expansion_of(name, &expanded), Some(expected), "{expanded}");
+            }
+        }
+    }
+
+    #[test]
+    fn only_the_expansion_itself_is_one() {
+        let name = "mlp.experts.{E}.down_proj.weight";
+        assert_eq!(
+            expansion_of(name, "mlp.experts.12.down_proj.weight"),
+            Some(12)
+        );
+        for other in [
+            "mlp.experts.012.down_proj.weight",
+            "mlp.experts.+1.down_proj.weight",
+            "mlp.experts..down_proj.weight",
+            "mlp.experts.1.up_proj.weight",
+            "mlp.experts.99999999999999999999.down_proj.weight",
+        ] {
+            assert_eq!(expansion_of(name, other), None, "{other}");
+        }
+        assert_eq!(
+            expansion_of("self_attn.q_proj.weight", "self_attn.q_proj.weight"),
+            Some(0)
+        );
+        let mut kind = String::new();
+        for suffix in [
+            "experts.3",
+            "a.experts.3.experts.4.b",
+            "experts",
+            "x.experts.{E}.y",
+            "",
+        ] {
+            write_kind(suffix, &mut kind);
+            assert_eq!(kind, tensor_kind(suffix), "{suffix}");
+        }
+    }
 }

@@ -197,20 +197,56 @@ impl Model {
             .metadata()
             .map_err(|source| Error::io(path, source))?
             .len();
-        // Parsed where it lies in the page cache, up to a size; a larger one as it is read.
+        let folder = path.parent().unwrap_or(Path::new(""));
+        // Parsed where it lies in the page cache, up to a size, each shard opened on the other
+        // core as soon as the index names it; a larger index as it is read, the shards after.
+        let opened = std::sync::Mutex::new(HashMap::default());
         let index = match usize::try_from(len).ok().filter(|&len| len <= MAPPED_INDEX) {
-            Some(len) => super::mapped::with_mapped(&file, 0, len, ShardIndex::from_slice)
-                .map_err(|source| Error::io(path, source))?,
+            Some(len) => rayon::scope(|scope| {
+                let opened = &opened;
+                super::mapped::with_mapped(&file, 0, len, |bytes| {
+                    ShardIndex::from_slice_naming(bytes, &mut |label| {
+                        let label = label.to_owned();
+                        scope.spawn(move |_| {
+                            let path = folder.join(&label);
+                            let file = SafetensorsFile::open(&path);
+                            if let Ok(mut opened) = opened.lock() {
+                                opened.insert(label, (path, file));
+                            }
+                        });
+                    })
+                })
+            })
+            .map_err(|source| Error::io(path, source))?,
             None => ShardIndex::read(file),
         };
-        let folder = path.parent().unwrap_or(Path::new(""));
+        let mut opened = opened.into_inner().unwrap_or_default();
         let index_label = path
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         let mut builder = Builder::new(path, source, hint);
         builder.add_index_findings(&index, &index_label);
         builder.expect_tensors(index.weight_map.len());
-        builder.add_paths(folder, index.shards.clone());
+        // Those not opened yet (all of them for an index not in the canonical form).
+        let late: Vec<(String, (PathBuf, io::Result<SafetensorsFile>))> = {
+            use rayon::prelude::*;
+            index
+                .shards
+                .par_iter()
+                .filter(|label| !opened.contains_key(*label))
+                .map(|label| {
+                    let path = folder.join(label);
+                    let file = SafetensorsFile::open(&path);
+                    (label.clone(), (path, file))
+                })
+                .collect()
+        };
+        opened.extend(late);
+        for label in &index.shards {
+            if let Some((path, file)) = opened.remove(label) {
+                builder.add_opened(label.clone(), path, file);
+            }
+        }
         builder.check_against_index(&index, &index_label);
         Ok(builder.finish())
     }
@@ -526,11 +562,19 @@ impl<'a> Builder<'a> {
             .map(|(i, s)| (s.label.as_str(), i))
             .collect();
         let mut mapped = FixedBitSet::with_capacity(self.tensors.len());
-        // Entries come in name order, so the same shard follows itself often: its label is
-        // looked up once a run.
+        // The names the index maps to a shard that does not hold them; told in name order.
+        let mut misplaced: Vec<(&str, Finding)> = Vec::new();
+        // The same shard follows itself in runs: its label is looked up once a run.
         let mut last: Option<(&str, Option<usize>)> = None;
+        // Writers list a shard's names in the index as in its header, so the tensor after the one
+        // found last is tried first: names are unique, so a match is the one a lookup would find.
+        let mut next = 0;
         for (name, shard_label) in index.weight_map.iter() {
-            let found = self.find(name);
+            let found = match self.tensors.get(next) {
+                Some(tensor) if tensor.name() == name => Some(next),
+                _ => self.find(name),
+            };
+            next = found.map_or(next, |i| i + 1);
             if let Some(i) = found {
                 mapped.insert(i);
             }
@@ -553,19 +597,21 @@ impl<'a> Builder<'a> {
                 let elsewhere = held.map_or_else(String::new, |other| {
                     format!(" (it is in `{}`)", escape(&self.shards[other].label))
                 });
-                self.findings.push(
-                    Finding::error(
-                        Code::IndexTensorMissing,
-                        format!(
-                            "the index maps this tensor to `{}`, which does not hold it{elsewhere}",
-                            escape(shard_label)
-                        ),
-                    )
-                    .for_tensor(name)
-                    .in_file(index_label),
-                );
+                let finding = Finding::error(
+                    Code::IndexTensorMissing,
+                    format!(
+                        "the index maps this tensor to `{}`, which does not hold it{elsewhere}",
+                        escape(shard_label)
+                    ),
+                )
+                .for_tensor(name)
+                .in_file(index_label);
+                misplaced.push((name, finding));
             }
         }
+        misplaced.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        self.findings
+            .extend(misplaced.into_iter().map(|(_, finding)| finding));
         mapped.toggle_range(..);
         for tensor in mapped.ones().map(|i| &self.tensors[i]) {
             self.findings.push(

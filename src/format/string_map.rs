@@ -1,10 +1,12 @@
 //! Strings keyed by strings, kept in one buffer.
 
 use crate::text::byte_order;
+use hashbrown::HashTable;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use std::borrow::Cow;
 use std::fmt;
+use std::hash::BuildHasher;
 
 /// Strings keyed by strings, in key order, their text back to back in one buffer.
 ///
@@ -82,6 +84,17 @@ impl StringMapBuilder {
         }
     }
 
+    /// Room for `entries` entries of `text` bytes in all.
+    pub fn with_capacity(text: usize, entries: usize) -> StringMapBuilder {
+        StringMapBuilder {
+            map: StringMap {
+                text: String::with_capacity(text),
+                entries: Vec::with_capacity(entries),
+            },
+            sorted: true,
+        }
+    }
+
     /// Adds an entry, unless the text would pass 4 GiB (a header holds at most 100 MB).
     pub fn insert(&mut self, key: &str, value: &str) {
         let map = &mut self.map;
@@ -136,6 +149,79 @@ impl StringMapBuilder {
         map.entries.shrink_to_fit();
         map
     }
+
+    /// The entries, each key once, without sorting them when no key is given twice: then in the
+    /// order given; else, as [`StringMapBuilder::finish`] gives them, in key order with a key
+    /// given twice keeping its last value.
+    pub fn finish_unsorted(mut self) -> StringPairs {
+        if !self.sorted && self.repeats_a_key() {
+            return StringPairs { map: self.finish() };
+        }
+        self.map.text.shrink_to_fit();
+        self.map.entries.shrink_to_fit();
+        StringPairs { map: self.map }
+    }
+
+    fn repeats_a_key(&self) -> bool {
+        let map = &self.map;
+        let key = |at: u32| map.key(map.entries[at as usize]);
+        let hasher = foldhash::fast::FixedState::default();
+        let mut seen = HashTable::<u32>::with_capacity(map.entries.len());
+        for at in 0..map.entries.len() {
+            let Ok(at) = u32::try_from(at) else {
+                return true;
+            };
+            let hash = hasher.hash_one(key(at));
+            if seen.find(hash, |&other| key(other) == key(at)).is_some() {
+                return true;
+            }
+            seen.insert_unique(hash, at, |&other| hasher.hash_one(key(other)));
+        }
+        false
+    }
+}
+
+/// Strings paired with strings, each key once, not necessarily in key order: what is gone
+/// through rather than looked up (an index's `weight_map`) is spared the sort of a
+/// [`StringMap`].
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct StringPairs {
+    /// Its entries in the order given, not in key order.
+    map: StringMap,
+}
+
+impl StringPairs {
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The entries, in the order [`StringMapBuilder::finish_unsorted`] gives.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + Clone + '_ {
+        self.map.iter()
+    }
+
+    pub fn values(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.map.values()
+    }
+}
+
+impl fmt::Debug for StringPairs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+/// A JSON object of strings, read straight into the buffer.
+impl<'de> Deserialize<'de> for StringPairs {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<StringPairs, D::Error> {
+        deserializer
+            .deserialize_map(Entries)
+            .map(StringMapBuilder::finish_unsorted)
+    }
 }
 
 impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for StringMap {
@@ -151,24 +237,29 @@ impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for StringMap {
 /// A JSON object of strings, read straight into the buffer.
 impl<'de> Deserialize<'de> for StringMap {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<StringMap, D::Error> {
-        struct Entries;
-        impl<'de> Visitor<'de> for Entries {
-            type Value = StringMap;
+        deserializer
+            .deserialize_map(Entries)
+            .map(StringMapBuilder::finish)
+    }
+}
 
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an object of strings")
-            }
+/// The entries of a JSON object of strings, as given.
+struct Entries;
 
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StringMap, A::Error> {
-                let mut builder = StringMapBuilder::new();
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    let value = map.next_value::<Cow<'de, str>>()?;
-                    builder.insert(&key, &value);
-                }
-                Ok(builder.finish())
-            }
+impl<'de> Visitor<'de> for Entries {
+    type Value = StringMapBuilder;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object of strings")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StringMapBuilder, A::Error> {
+        let mut builder = StringMapBuilder::new();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            let value = map.next_value::<Cow<'de, str>>()?;
+            builder.insert(&key, &value);
         }
-        deserializer.deserialize_map(Entries)
+        Ok(builder)
     }
 }
 

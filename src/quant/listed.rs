@@ -59,17 +59,17 @@ impl LogicalTensors {
         );
         let mut weights = Vec::with_capacity(quantization.weights.len());
         let mut stored = Vec::with_capacity(tensors.capacity());
-        for (index, tensor) in model.tensors.iter().enumerate() {
-            let Some(weight) = quantization.weight_of(index) else {
+        let (weight_of, first_member) = quantization.weights_by_tensor(model.tensors.len());
+        for ((index, tensor), weight) in (0u32..).zip(&model.tensors).zip(weight_of) {
+            if weight == u32::MAX {
                 tensors.push(tensor.clone());
-                stored.push(u32::try_from(index).unwrap_or(u32::MAX));
-                continue;
-            };
-            let first = quantization.members(weight).iter().map(|m| m.tensor).min();
-            if first != u32::try_from(index).ok() {
+                stored.push(index);
                 continue;
             }
-            let w = &quantization.weights[weight];
+            if first_member[weight as usize] != index {
+                continue;
+            }
+            let w = &quantization.weights[weight as usize];
             let label = if let Some((_, label)) = labels.iter().find(|(s, _)| *s == w.scheme) {
                 label.clone()
             } else {
@@ -77,10 +77,7 @@ impl LogicalTensors {
                 labels.push((w.scheme, label.clone()));
                 label
             };
-            weights.push((
-                u32::try_from(tensors.len()).unwrap_or(u32::MAX),
-                u32::try_from(weight).unwrap_or(u32::MAX),
-            ));
+            weights.push((u32::try_from(tensors.len()).unwrap_or(u32::MAX), weight));
             stored.push(u32::MAX);
             tensors.push(Tensor {
                 info: TensorInfo {

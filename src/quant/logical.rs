@@ -25,15 +25,103 @@ pub(super) struct Built {
 
 pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
     let mut entries: Vec<(&str, bool, u32, Role)> = Vec::new();
-    let mut marked = false;
     for (index, tensor) in model.tensors.iter().enumerate() {
         if let Some(m) = classify(tensor.name())
             && let Ok(index) = u32::try_from(index)
         {
-            marked |= m.role.marks_quantized();
             entries.push((m.prefix, m.dotted_weight, index, m.role));
         }
     }
+    let marked = entries.iter().any(|e| e.3.marks_quantized());
+    let declares_quantized = declared.is_some_and(Declared::stores_quantized);
+    if !marked && !declares_quantized {
+        return Built {
+            weights: Vec::new(),
+            members: Vec::new(),
+            findings: Vec::new(),
+        };
+    }
+    let entries = sorted_by_group(entries);
+    // The groups are worked out in two halves side by side, cut between two groups.
+    let same_group =
+        |a: &(&str, bool, u32, Role), b: &(&str, bool, u32, Role)| a.0 == b.0 && a.1 == b.1;
+    let middle = entries.len() / 2;
+    let cut = middle
+        + entries[middle..]
+            .iter()
+            .take_while(|e| middle > 0 && same_group(e, &entries[middle - 1]))
+            .count();
+    let (head, tail) = entries.split_at(cut);
+    let (mut built, tail) = rayon::join(
+        || build_groups(model, declared, head),
+        || build_groups(model, declared, tail),
+    );
+    let offset = u32::try_from(built.members.len()).unwrap_or(u32::MAX);
+    built
+        .weights
+        .extend(tail.weights.into_iter().map(|mut weight| {
+            weight.first_member = weight.first_member.saturating_add(offset);
+            weight
+        }));
+    built.members.extend(tail.members);
+    built.findings.extend(tail.findings);
+    built
+}
+
+/// `entries` sorted by prefix, then whether the weight's name is dotted, role and tensor. A
+/// group's members mostly follow each other in the model's order, so the runs of one group are
+/// sorted rather than every entry: half as many, and no two of one prefix compared.
+fn sorted_by_group(entries: Vec<(&str, bool, u32, Role)>) -> Vec<(&str, bool, u32, Role)> {
+    use rayon::prelude::*;
+    let same_group =
+        |a: &(&str, bool, u32, Role), b: &(&str, bool, u32, Role)| a.0 == b.0 && a.1 == b.1;
+    let mut runs: Vec<std::ops::Range<usize>> = Vec::with_capacity(entries.len() / 2 + 1);
+    let mut start = 0;
+    for end in 1..=entries.len() {
+        if end == entries.len() || !same_group(&entries[end], &entries[start]) {
+            runs.push(start..end);
+            start = end;
+        }
+    }
+    let group_order = |a: &std::ops::Range<usize>, b: &std::ops::Range<usize>| {
+        let (a, b) = (&entries[a.start], &entries[b.start]);
+        byte_order(a.0.as_bytes(), b.0.as_bytes()).then(a.1.cmp(&b.1))
+    };
+    // A header sorted by name (as most are) gives its groups in order already.
+    let in_order = runs
+        .windows(2)
+        .all(|pair| group_order(&pair[0], &pair[1]).is_lt())
+        && runs.iter().all(|run| {
+            entries[run.clone()].is_sorted_by_key(|&(_, _, tensor, role)| (role, tensor))
+        });
+    if in_order {
+        return entries;
+    }
+    runs.par_sort_unstable_by(group_order);
+    let mut sorted: Vec<(&str, bool, u32, Role)> = Vec::with_capacity(entries.len());
+    for run in runs {
+        sorted.extend_from_slice(&entries[run]);
+    }
+    // Within a group (one run or several of the same prefix), by role and tensor.
+    let mut start = 0;
+    while start < sorted.len() {
+        let end = start
+            + sorted[start..]
+                .iter()
+                .take_while(|e| same_group(e, &sorted[start]))
+                .count();
+        sorted[start..end].sort_unstable_by_key(|&(_, _, tensor, role)| (role, tensor));
+        start = end;
+    }
+    sorted
+}
+
+/// The logical weights of `entries`, sorted and cut between two groups.
+fn build_groups(
+    model: &Model,
+    declared: Option<&Declared>,
+    entries: &[(&str, bool, u32, Role)],
+) -> Built {
     let mut builder = Builder {
         model,
         declared,
@@ -44,13 +132,6 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
             findings: Vec::new(),
         },
     };
-    let declares_quantized = declared.is_some_and(Declared::stores_quantized);
-    if !marked && !declares_quantized {
-        return builder.built;
-    }
-    entries.sort_unstable_by(|a, b| {
-        byte_order(a.0.as_bytes(), b.0.as_bytes()).then((a.1, a.3, a.2).cmp(&(b.1, b.3, b.2)))
-    });
     // A weight has at least one member, and most quantized ones two or more.
     builder.built.members.reserve(entries.len());
     builder.built.weights.reserve(entries.len() / 2);
@@ -1169,5 +1250,40 @@ impl Builder<'_> {
             }
         }
         Some((shape, scheme))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sorting runs of a group gives every entry's order, runs of one prefix apart included.
+    #[test]
+    fn runs_sorted_by_group_are_every_entry_sorted() {
+        let names = [
+            "m.b.weight",
+            "m.b.weight_scale_inv",
+            "m.a.weight_scale_inv",
+            "m.a.weight",
+            "m.c.qweight",
+            "m.b.bias",
+            "m.a.scales",
+            "m.b-c.weight",
+            "m.b.weight_scale",
+            "m.a.qweight",
+        ];
+        let entries: Vec<(&str, bool, u32, Role)> = (0u32..)
+            .zip(names)
+            .filter_map(|(index, name)| {
+                let m = classify(name)?;
+                Some((m.prefix, m.dotted_weight, index, m.role))
+            })
+            .collect();
+        let mut expected = entries.clone();
+        expected.sort_unstable_by(|a, b| {
+            byte_order(a.0.as_bytes(), b.0.as_bytes()).then((a.1, a.3, a.2).cmp(&(b.1, b.3, b.2)))
+        });
+        assert_eq!(sorted_by_group(entries.clone()), expected);
+        assert_eq!(sorted_by_group(expected.clone()), expected);
     }
 }

@@ -8,10 +8,10 @@
 
 use super::super::dtype::{Dtype, TensorDtype};
 use super::super::mapped::{Pages, Passing};
+use super::super::scanner::Scanner;
 use super::super::string_map::{StringMap, StringMapBuilder};
 use super::super::{Shape, Tensor, TensorInfo};
 use super::{ENTRY_BYTES, METADATA_KEY, NameIndex, ParsedHeader};
-use smallvec::SmallVec;
 
 /// Headers of this many bytes are read in two halves side by side. Joining the halves copies the
 /// second one's entries, which the memory bound (twice the header plus 64 MiB) has room for only
@@ -178,90 +178,8 @@ impl Part {
     }
 }
 
-struct Scanner<'a> {
-    text: &'a str,
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Scanner<'a> {
-    fn at(text: &'a str, at: usize) -> Self {
-        Scanner {
-            text,
-            bytes: text.as_bytes(),
-            at,
-        }
-    }
-
-    fn peek(&self) -> Option<u8> {
-        self.bytes.get(self.at).copied()
-    }
-
-    fn eat(&mut self, byte: u8) -> bool {
-        let found = self.peek() == Some(byte);
-        self.at += usize::from(found);
-        found
-    }
-
-    fn expect(&mut self, byte: u8) -> Option<()> {
-        self.eat(byte).then_some(())
-    }
-
-    fn skip_whitespace(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-            self.at += 1;
-        }
-    }
-
-    /// A string with no escapes and no control characters.
-    fn string(&mut self) -> Option<&'a str> {
-        self.expect(b'"')?;
-        let start = self.at;
-        let end = start + memchr::memchr2(b'"', b'\\', &self.bytes[start..])?;
-        let content = self.text.get(start..end)?;
-        if content.bytes().any(|b| b < 0x20) {
-            return None;
-        }
-        self.at = end;
-        self.expect(b'"')?;
-        Some(content)
-    }
-
-    /// A non-negative integer as JSON writes it, that fits in `u64`, not followed by a fraction or
-    /// an exponent.
-    fn integer(&mut self) -> Option<u64> {
-        let start = self.at;
-        let mut value = 0u64;
-        while let Some(digit @ b'0'..=b'9') = self.peek() {
-            value = value
-                .checked_mul(10)?
-                .checked_add(u64::from(digit - b'0'))?;
-            self.at += 1;
-        }
-        let digits = self.at - start;
-        let leading_zero = digits > 1 && self.bytes[start] == b'0';
-        let continues = matches!(self.peek(), Some(b'.' | b'e' | b'E'));
-        (digits > 0 && !leading_zero && !continues).then_some(value)
-    }
-
-    fn integers(&mut self) -> Option<SmallVec<[u64; 4]>> {
-        self.expect(b'[')?;
-        let mut values = SmallVec::new();
-        self.skip_whitespace();
-        if self.eat(b']') {
-            return Some(values);
-        }
-        loop {
-            values.push(self.integer()?);
-            self.skip_whitespace();
-            if self.eat(b']') {
-                return Some(values);
-            }
-            self.expect(b',')?;
-            self.skip_whitespace();
-        }
-    }
-
+impl Scanner<'_> {
+    #[inline]
     fn entry(&mut self) -> Option<(Dtype, Shape, [u64; 2])> {
         let (mut dtype, mut shape, mut offsets) = (None, None, None);
         self.expect(b'{')?;

@@ -1,0 +1,105 @@
+//! A reader of the canonical subset of JSON that writers produce: strings without escapes or
+//! control characters, non-negative integers without fraction or exponent. Every method gives up
+//! (`None`) on anything outside the subset, so that a caller can hand the text to `serde_json`,
+//! which stays the authority on it; the header's and the index's fast paths are built on it.
+
+use smallvec::SmallVec;
+
+pub(super) struct Scanner<'a> {
+    text: &'a str,
+    bytes: &'a [u8],
+    /// The offset of the next byte to read.
+    pub(super) at: usize,
+}
+
+impl<'a> Scanner<'a> {
+    #[inline]
+    pub(super) fn at(text: &'a str, at: usize) -> Self {
+        Scanner {
+            text,
+            bytes: text.as_bytes(),
+            at,
+        }
+    }
+
+    #[inline]
+    pub(super) fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    #[inline]
+    pub(super) fn eat(&mut self, byte: u8) -> bool {
+        let found = self.peek() == Some(byte);
+        self.at += usize::from(found);
+        found
+    }
+
+    #[inline]
+    pub(super) fn expect(&mut self, byte: u8) -> Option<()> {
+        self.eat(byte).then_some(())
+    }
+
+    #[inline]
+    pub(super) fn skip_whitespace(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.at += 1;
+        }
+    }
+
+    /// A string with no escapes and no control characters.
+    #[inline]
+    pub(super) fn string(&mut self) -> Option<&'a str> {
+        self.expect(b'"')?;
+        let start = self.at;
+        let end = start + memchr::memchr2(b'"', b'\\', &self.bytes[start..])?;
+        let content = self.text.get(start..end)?;
+        // Every byte looked at, without stopping early, so that the loop is vectorized.
+        if content
+            .bytes()
+            .fold(0u8, |control, b| control | u8::from(b < 0x20))
+            != 0
+        {
+            return None;
+        }
+        self.at = end;
+        self.expect(b'"')?;
+        Some(content)
+    }
+
+    /// A non-negative integer as JSON writes it, that fits in `u64`, not followed by a fraction or
+    /// an exponent.
+    #[inline]
+    pub(super) fn integer(&mut self) -> Option<u64> {
+        let start = self.at;
+        let mut value = 0u64;
+        while let Some(digit @ b'0'..=b'9') = self.peek() {
+            value = value
+                .checked_mul(10)?
+                .checked_add(u64::from(digit - b'0'))?;
+            self.at += 1;
+        }
+        let digits = self.at - start;
+        let leading_zero = digits > 1 && self.bytes[start] == b'0';
+        let continues = matches!(self.peek(), Some(b'.' | b'e' | b'E'));
+        (digits > 0 && !leading_zero && !continues).then_some(value)
+    }
+
+    #[inline]
+    pub(super) fn integers(&mut self) -> Option<SmallVec<[u64; 4]>> {
+        self.expect(b'[')?;
+        let mut values = SmallVec::new();
+        self.skip_whitespace();
+        if self.eat(b']') {
+            return Some(values);
+        }
+        loop {
+            values.push(self.integer()?);
+            self.skip_whitespace();
+            if self.eat(b']') {
+                return Some(values);
+            }
+            self.expect(b',')?;
+            self.skip_whitespace();
+        }
+    }
+}
