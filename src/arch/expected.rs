@@ -385,7 +385,10 @@ fn write_kind(suffix: &str, kind: &mut String) {
         if previous.is_some() {
             kind.push('.');
         }
-        if previous == Some("experts") && crate::text::is_numeric_part(part) {
+        if previous == Some("experts")
+            && let Some((_, digits)) = super::pattern::expert_part(part)
+        {
+            kind.push_str(&part[..digits]);
             kind.push_str("{E}");
         } else {
             kind.push_str(part);
