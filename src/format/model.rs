@@ -227,26 +227,28 @@ impl Model {
         let mut builder = Builder::new(path, source, hint);
         builder.add_index_findings(&index, &index_label);
         builder.expect_tensors(index.weight_map.len());
-        // Those not opened yet (all of them for an index not in the canonical form).
-        let late: Vec<(String, (PathBuf, io::Result<SafetensorsFile>))> = {
+        // Added in the index's order; those not opened yet (all of them for an index not in
+        // the canonical form) opened a batch at a time, so that few are held at once.
+        for batch in index.shards.chunks(OPEN_BATCH) {
             use rayon::prelude::*;
-            index
-                .shards
-                .par_iter()
-                .filter(|label| !opened.contains_key(*label))
-                .map(|label| {
-                    let path = folder.join(label);
-                    let file = SafetensorsFile::open(&path);
-                    (label.clone(), (path, file))
+            let early: Vec<_> = batch.iter().map(|label| opened.remove(label)).collect();
+            let files: Vec<(PathBuf, io::Result<SafetensorsFile>)> = early
+                .into_par_iter()
+                .zip(batch.par_iter())
+                .map(|(early, label)| {
+                    early.unwrap_or_else(|| {
+                        let path = folder.join(label);
+                        let file = SafetensorsFile::open(&path);
+                        (path, file)
+                    })
                 })
-                .collect()
-        };
-        opened.extend(late);
-        for label in &index.shards {
-            if let Some((path, file)) = opened.remove(label) {
+                .collect();
+            for (label, (path, file)) in batch.iter().zip(files) {
                 builder.add_opened(label.clone(), path, file);
             }
         }
+        // Told of early but not one of the index's shards in the end: let go.
+        drop(opened);
         builder.check_against_index(&index, &index_label);
         Ok(builder.finish())
     }
@@ -303,6 +305,9 @@ impl Model {
         )
     }
 }
+
+/// Shard files opened side by side and held until added to the model.
+const OPEN_BATCH: usize = 64;
 
 /// What the model's source knows of a file that is not there (a snapshot of the Hugging Face
 /// cache tells a dangling link from an unfinished download), added to the finding.
@@ -363,10 +368,9 @@ impl<'a> Builder<'a> {
     /// a small part of the model's.
     fn add_paths(&mut self, folder: &Path, labels: Vec<String>) {
         use rayon::prelude::*;
-        const BATCH: usize = 64;
         let mut labels = labels.into_iter().peekable();
         while labels.peek().is_some() {
-            let batch: Vec<String> = labels.by_ref().take(BATCH).collect();
+            let batch: Vec<String> = labels.by_ref().take(OPEN_BATCH).collect();
             let opened: Vec<(PathBuf, io::Result<SafetensorsFile>)> = batch
                 .par_iter()
                 .map(|label| {
