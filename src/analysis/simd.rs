@@ -862,6 +862,53 @@ mod x86 {
         Some(block.with_sums_about(0.0, pass.sum, pass.squares))
     }
 
+    /// Sums of `x - offset` and of its squares, kept in lanes: the second pass of the moments
+    /// when the first pass's sums cancel.
+    struct SumsAbout<I: Isa> {
+        shift: I::Pd,
+        s1: [I::Pd; 2],
+        s2: [I::Pd; 2],
+    }
+
+    impl<I: Isa> SumsAbout<I> {
+        /// # Safety
+        /// The caller enables the instruction set.
+        #[inline(always)]
+        unsafe fn new(offset: f64) -> Self {
+            // SAFETY: passed on to the caller.
+            unsafe {
+                SumsAbout {
+                    shift: I::splat_pd(offset),
+                    s1: [I::splat_pd(0.0); 2],
+                    s2: [I::splat_pd(0.0); 2],
+                }
+            }
+        }
+
+        /// # Safety
+        /// The caller enables the instruction set.
+        #[inline(always)]
+        unsafe fn add(&mut self, x: I::Ps) {
+            // SAFETY: passed on to the caller.
+            unsafe {
+                for (h, half) in I::widen(x).into_iter().enumerate() {
+                    let d = I::sub_pd(half, self.shift);
+                    self.s1[h] = I::add_pd(self.s1[h], d);
+                    self.s2[h] = I::fmadd_pd(d, d, self.s2[h]);
+                }
+            }
+        }
+
+        /// The sum and the sum of squares.
+        #[inline(always)]
+        fn totals(&self) -> (f64, f64) {
+            (
+                I::sum_pd(self.s1[0]) + I::sum_pd(self.s1[1]),
+                I::sum_pd(self.s2[0]) + I::sum_pd(self.s2[1]),
+            )
+        }
+    }
+
     /// The sums of `x - offset` and of its squares over a block of finite values.
     #[inline(always)]
     fn sums_about<I: Isa, L: Load>(bytes: &[u8], offset: f64) -> (f64, f64) {
@@ -870,22 +917,13 @@ mod x86 {
         let (steps, stride) = steps::<I, L>(count);
         // SAFETY: as in `block`.
         let (mut sum, mut squares) = unsafe {
-            let shift = I::splat_pd(offset);
-            let mut s1 = [I::splat_pd(0.0); 2];
-            let mut s2 = [I::splat_pd(0.0); 2];
+            let mut sums = SumsAbout::<I>::new(offset);
             for v in 0..steps {
                 for x in L::load::<I>(bytes, v * stride) {
-                    for (h, half) in I::widen(x).into_iter().enumerate() {
-                        let d = I::sub_pd(half, shift);
-                        s1[h] = I::add_pd(s1[h], d);
-                        s2[h] = I::fmadd_pd(d, d, s2[h]);
-                    }
+                    sums.add(x);
                 }
             }
-            (
-                I::sum_pd(s1[0]) + I::sum_pd(s1[1]),
-                I::sum_pd(s2[0]) + I::sum_pd(s2[1]),
-            )
+            sums.totals()
         };
         for i in steps * 2 * I::WIDTH..count {
             let d = f64::from(L::LANES.decode(bytes, i * size)) - offset;

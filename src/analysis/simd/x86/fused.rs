@@ -5,7 +5,7 @@
 //! memory. The values are the ones the dequantization gives, bit for bit: the tables are made by
 //! it, and the E4M3 path does its operations in its order.
 
-use super::{Isa, Moments};
+use super::{Isa, Moments, SumsAbout};
 use crate::analysis::moments::FiniteBlock;
 use crate::analysis::simd::Rounding;
 use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
@@ -291,20 +291,11 @@ pub unsafe fn moments<I: Isa, S: Stream>(stream: &S) -> Option<Moments> {
         let offset = f64::from(low);
         // SAFETY: as above.
         let (sum, squares) = unsafe {
-            let shift = I::splat_pd(offset);
-            let mut s1 = [I::splat_pd(0.0); 2];
-            let mut s2 = [I::splat_pd(0.0); 2];
+            let mut sums = SumsAbout::<I>::new(offset);
             each_value!(I, stream, false, |_v, x| {
-                for (h, half) in I::widen(x).into_iter().enumerate() {
-                    let d = I::sub_pd(half, shift);
-                    s1[h] = I::add_pd(s1[h], d);
-                    s2[h] = I::fmadd_pd(d, d, s2[h]);
-                }
+                sums.add(x);
             });
-            (
-                I::sum_pd(s1[0]) + I::sum_pd(s1[1]),
-                I::sum_pd(s2[0]) + I::sum_pd(s2[1]),
-            )
+            sums.totals()
         };
         return Some(block.with_sums_about(offset, sum, squares));
     }
