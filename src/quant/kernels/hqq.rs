@@ -228,6 +228,29 @@ mod tests {
     use super::super::testing::{Owned, Rng, assert_same, dequantize_all, round_bf16};
     use super::*;
 
+    /// BF16 scales and zero points of `groups` row groups (`axis = 1`), zero points up to
+    /// `largest_zero`.
+    fn row_groups(rng: &mut Rng, groups: usize, largest_zero: f32) -> (Owned, Owned) {
+        let scales: Vec<f32> = (0..groups).map(|_| rng.signed().abs() * 0.01).collect();
+        let zeros: Vec<f32> = (0..groups)
+            .map(|_| rng.signed().abs() * largest_zero)
+            .collect();
+        (
+            Owned::bf16(&[groups, 1], &scales),
+            Owned::bf16(&[groups, 1], &zeros),
+        )
+    }
+
+    /// The values of `codes` in row groups of `group`, each step rounded to BF16 as hqq does.
+    fn by_rows(codes: &[u8], group: usize, scale: &Owned, zero: &Owned) -> Vec<f32> {
+        (0..codes.len())
+            .map(|k| {
+                let m = k / group;
+                round_bf16(round_bf16(f32::from(codes[k]) - zero.float(m)) * scale.float(m))
+            })
+            .collect()
+    }
+
     #[test]
     fn four_bit_rows_keep_the_first_half_in_the_high_nibble() {
         let (rows, cols, group) = (4, 16, 8);
@@ -240,20 +263,10 @@ mod tests {
             let shift = if m < groups / 2 { 4 } else { 0 };
             packed[(m % (groups / 2)) * group + j] |= code << shift;
         }
-        let scales: Vec<f32> = (0..groups).map(|_| rng.signed().abs() * 0.01).collect();
-        let zeros: Vec<f32> = (0..groups).map(|_| rng.signed().abs() * 15.0).collect();
-        let (scale, zero) = (
-            Owned::bf16(&[groups, 1], &scales),
-            Owned::bf16(&[groups, 1], &zeros),
-        );
+        let (scale, zero) = row_groups(&mut rng, groups, 15.0);
         let w_q = Owned::new(Dtype::U8, &[groups / 2, group], packed);
         let kernel = Hqq::new(w_q.stored(), scale.stored(), zero.stored(), [rows, cols]).unwrap();
-        let expected: Vec<f32> = (0..rows * cols)
-            .map(|k| {
-                let m = k / group;
-                round_bf16(round_bf16(f32::from(codes[k]) - zero.float(m)) * scale.float(m))
-            })
-            .collect();
+        let expected = by_rows(&codes, group, &scale, &zero);
         assert_same(&dequantize_all(&kernel), &expected, cols);
         let mut counts = vec![0; 16];
         kernel.count_codes(0..rows, &mut counts);
@@ -273,20 +286,10 @@ mod tests {
             words[j] |= u32::from(code) << (27 - 3 * m);
         }
         let packed: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        let scales: Vec<f32> = (0..groups).map(|_| rng.signed().abs() * 0.01).collect();
-        let zeros: Vec<f32> = (0..groups).map(|_| rng.signed().abs() * 7.0).collect();
-        let (scale, zero) = (
-            Owned::bf16(&[groups, 1], &scales),
-            Owned::bf16(&[groups, 1], &zeros),
-        );
+        let (scale, zero) = row_groups(&mut rng, groups, 7.0);
         let w_q = Owned::new(Dtype::I32, &[1, group], packed);
         let kernel = Hqq::new(w_q.stored(), scale.stored(), zero.stored(), [rows, cols]).unwrap();
-        let expected: Vec<f32> = (0..rows * cols)
-            .map(|k| {
-                let m = k / group;
-                round_bf16(round_bf16(f32::from(codes[k]) - zero.float(m)) * scale.float(m))
-            })
-            .collect();
+        let expected = by_rows(&codes, group, &scale, &zero);
         assert_same(&dequantize_all(&kernel), &expected, cols);
         assert_eq!(kernel.codes().unwrap().levels, 8);
         let mut counts = vec![0; 8];
