@@ -656,6 +656,14 @@ fn record_in(list: &mut Vec<f32>, len: usize, tensor: usize, value: f64) {
 mod tests {
     use super::*;
 
+    /// Each row's label, experts not folded.
+    fn unfolded_labels(map: &LayerMap) -> Vec<String> {
+        map.rows(false, None)
+            .into_iter()
+            .map(|row| map.label(row))
+            .collect()
+    }
+
     fn names(names: &[&str]) -> LayerMap {
         LayerMap::build(
             names
@@ -691,11 +699,7 @@ mod tests {
         ]);
         assert_eq!(map.columns, [2, 10]);
         assert_eq!(map.strip, [7, 0], "natural order of names");
-        let labels: Vec<String> = map
-            .rows(false, None)
-            .into_iter()
-            .map(|row| map.label(row))
-            .collect();
+        let labels = unfolded_labels(&map);
         assert_eq!(
             labels,
             [
@@ -729,11 +733,7 @@ mod tests {
             !map.has_experts(),
             "T5's `layer.1` and `mlp.0` are no experts"
         );
-        let labels: Vec<String> = map
-            .rows(false, None)
-            .into_iter()
-            .map(|row| map.label(row))
-            .collect();
+        let labels = unfolded_labels(&map);
         assert_eq!(
             labels,
             [

@@ -628,13 +628,7 @@ fn with_a_diff_the_change_is_a_measure_and_the_changed_tensor_stands_out() {
         .unwrap();
     let mut app = open(&planted(dir.path()), true);
     scan(&mut app);
-    let other = Model::open(&other_path).unwrap();
-    let progress = std::sync::atomic::AtomicU64::new(0);
-    let diff = stui::diff::diff(
-        &stui::diff::Side::stored(&app.model),
-        &stui::diff::Side::stored(&other),
-        &progress,
-    );
+    let diff = support::stored_diff(&app.model, &other_path);
     app.on_diff(&diff);
     app.update(Action::ToggleMap);
     while app.map.as_ref().unwrap().measure != Measure::Change {

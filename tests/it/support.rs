@@ -386,3 +386,15 @@ pub fn float_tensors(path: &Path) -> Vec<(String, Vec<f32>)> {
         })
         .collect()
 }
+
+/// The diff of `model` against the model at `other`, both as stored, as the explorer's
+/// `--diff` computes it.
+pub fn stored_diff(model: &stui::format::Model, other: &Path) -> stui::diff::ModelDiff {
+    let other = stui::format::Model::open(other).unwrap();
+    let progress = std::sync::atomic::AtomicU64::new(0);
+    stui::diff::diff(
+        &stui::diff::Side::stored(model),
+        &stui::diff::Side::stored(&other),
+        &progress,
+    )
+}

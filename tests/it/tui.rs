@@ -425,13 +425,7 @@ fn a_diff_marks_changed_tensors_up_the_tree() {
     other.write(&other_path).unwrap();
     let mut app = demo(true);
     finish_scan(&mut app);
-    let other = Model::open(&other_path).unwrap();
-    let progress = std::sync::atomic::AtomicU64::new(0);
-    let diff = stui::diff::diff(
-        &stui::diff::Side::stored(&app.model),
-        &stui::diff::Side::stored(&other),
-        &progress,
-    );
+    let diff = support::stored_diff(&app.model, &other_path);
     assert!(app.on_diff(&diff));
     let view = app.diff.as_ref().unwrap();
     let root = view.marks[stui::tree::ROOT as usize];
