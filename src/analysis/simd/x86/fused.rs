@@ -16,6 +16,11 @@ const REBIAS: f32 = f32::from_bits((127 + 120) << 23);
 /// How far ahead of the pass to ask for codes, in bytes.
 const PREFETCH: usize = 2048;
 
+/// Loads the first pass sums in `f32` lanes before adding them to its `f64` sums: a value's
+/// `f64` widening and additions cost as much as the rest of the pass, and eight `f32`
+/// additions a lane lose at most 2^-21 of the lane's magnitude.
+const PARTIAL: u32 = 8;
+
 /// Codes in groups of equal length, each decoded with its own parameters.
 pub trait Stream {
     /// A group's parameters, held in registers.
@@ -249,9 +254,9 @@ macro_rules! each_value {
 }
 
 /// Statistics of the stream's values when all of them are finite; `None` when one is not.
-/// The sums are [`super::block`]'s, with the least value (one of the values) as the offset
-/// of the second sums when the first ones cancel; zeros and subnormals are counted in the
-/// first pass.
+/// The first pass sums in `f32` lanes, [`PARTIAL`] loads at a time, then in `f64`; when those
+/// sums cancel, a second pass takes [`super::block`]'s `f64` sums about the least value (one of
+/// the values). Zeros and subnormals are counted in the first pass.
 ///
 /// # Safety
 /// The caller enables the instruction set and checked [`fits`].
@@ -274,7 +279,8 @@ pub unsafe fn moments<I: Isa, S: Stream>(stream: &S) -> Option<Moments> {
             None => first_pass::<I, S, true>(stream),
         }
     };
-    // An f32's square is below 2^256: only NaN and the infinities make these not finite.
+    // Not finite with a NaN or an infinity, or with values whose squares pass `f32::MAX` in the
+    // partial sums (beyond 2^63 in magnitude): left to the caller.
     if !(sum.is_finite() && squares.is_finite()) {
         return None;
     }
@@ -286,8 +292,9 @@ pub unsafe fn moments<I: Isa, S: Stream>(stream: &S) -> Option<Moments> {
         max: f64::from(high),
     };
     let n = count as f64;
-    // The squares cancel: more than 20 of the variance's bits would be lost.
-    if squares > (squares - sum * sum / n) * 1_048_576.0 {
+    // The squares cancel: more than 8 of the variance's bits would be lost (the first pass
+    // sums in `f32` for `PARTIAL` loads at a time, so its sums have fewer bits to lose).
+    if squares > (squares - sum * sum / n) * 256.0 {
         let offset = f64::from(low);
         // SAFETY: as above.
         let (sum, squares) = unsafe {
@@ -321,6 +328,22 @@ unsafe fn first_pass<I: Isa, S: Stream, const COUNT: bool>(
         // Four sums of each kind, so that the additions do not wait on each other.
         let mut s1 = [I::splat_pd(0.0); 4];
         let mut s2 = [I::splat_pd(0.0); 4];
+        let mut p1 = [I::splat_ps(0.0); 2];
+        let mut p2 = [I::splat_ps(0.0); 2];
+        let mut pending = 0u32;
+        // Written as a macro, not a closure, which would not take the instruction set.
+        macro_rules! flush {
+            () => {
+                for v in 0..2 {
+                    let [a, b] = I::widen(p1[v]);
+                    s1[2 * v] = I::add_pd(s1[2 * v], a);
+                    s1[2 * v + 1] = I::add_pd(s1[2 * v + 1], b);
+                    let [a, b] = I::widen(p2[v]);
+                    s2[2 * v] = I::add_pd(s2[2 * v], a);
+                    s2[2 * v + 1] = I::add_pd(s2[2 * v + 1], b);
+                }
+            };
+        }
         each_value!(I, stream, true, |v, x| {
             if COUNT {
                 let bits = I::magnitude_bits(x);
@@ -329,12 +352,19 @@ unsafe fn first_pass<I: Isa, S: Stream, const COUNT: bool>(
             }
             low = I::min_ps(low, x);
             high = I::max_ps(high, x);
-            for (h, half) in I::widen(x).into_iter().enumerate() {
-                let k = 2 * v + h;
-                s1[k] = I::add_pd(s1[k], half);
-                s2[k] = I::fmadd_pd(half, half, s2[k]);
+            p1[v] = I::add_ps(p1[v], x);
+            p2[v] = I::fmadd_ps(x, x, p2[v]);
+            if v == 1 {
+                pending += 1;
+                if pending == PARTIAL {
+                    flush!();
+                    p1 = [I::splat_ps(0.0); 2];
+                    p2 = [I::splat_ps(0.0); 2];
+                    pending = 0;
+                }
             }
         });
+        flush!();
         let zeros = I::sum_u32(zeros);
         let total = |s: [I::Pd; 4]| {
             (I::sum_pd(s[0]) + I::sum_pd(s[1])) + (I::sum_pd(s[2]) + I::sum_pd(s[3]))
