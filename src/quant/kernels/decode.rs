@@ -139,6 +139,29 @@ impl Floats<'_> {
         }
     }
 
+    /// Elements `start..start + out.len()`, each as [`Floats::get`] gives it, the kind matched
+    /// once.
+    pub fn get_into(&self, start: usize, out: &mut [f32]) {
+        let b = self.bytes;
+        match self.kind {
+            FloatKind::F32 => {
+                for (out, x) in out.iter_mut().zip(b[start * 4..].chunks_exact(4)) {
+                    *out = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
+                }
+            }
+            FloatKind::Bf16 => {
+                for (out, x) in out.iter_mut().zip(b[start * 2..].chunks_exact(2)) {
+                    *out = f32::from_bits(u32::from(u16::from_le_bytes([x[0], x[1]])) << 16);
+                }
+            }
+            _ => {
+                for (i, out) in out.iter_mut().enumerate() {
+                    *out = self.get(start + i);
+                }
+            }
+        }
+    }
+
     /// Elements stored.
     fn len(&self) -> usize {
         match self.kind {

@@ -213,6 +213,20 @@ impl Source<'_> {
 }
 
 impl Grid<'_> {
+    /// The values of groups `0..out.len()` of grid row `row`, each as [`Grid::get`] gives it.
+    pub fn row_into(&self, row: usize, out: &mut [f32]) {
+        match &self.values {
+            Source::Stored(floats) if self.group_stride == 1 => {
+                floats.get_into(row * self.row_stride, out);
+            }
+            _ => {
+                for (group, out) in out.iter_mut().enumerate() {
+                    *out = self.get(row, group);
+                }
+            }
+        }
+    }
+
     pub fn constant(value: f32) -> Grid<'static> {
         Grid {
             values: Source::Constant(value),
@@ -299,11 +313,10 @@ impl Half {
             Half::Bf16 => {
                 let bits = value.to_bits();
                 let rounded = bits.wrapping_add(0x7fff + (bits >> 16 & 1)) & 0xffff_0000;
-                if value.is_nan() {
-                    value
-                } else {
-                    f32::from_bits(rounded)
-                }
+                // NaN kept as it is; a select on the bits, which vectorizes where a branch on
+                // the float would not.
+                let nan = bits & 0x7fff_ffff > 0x7f80_0000;
+                f32::from_bits(if nan { bits } else { rounded })
             }
             Half::F16 => half::f16::from_f32(value).to_f32(),
         }
@@ -428,18 +441,22 @@ impl Grouped<'_> {
     #[inline]
     fn parameters(&self, row: usize, grid_row: usize, group: usize) -> (f32, f32, f32) {
         let s = self.scales.get(grid_row, group);
-        let z = self.zeros.as_ref().map_or(0.0, |(zeros, _)| {
+        let b = self
+            .biases
+            .as_ref()
+            .map_or(0.0, |(b, _)| b.get(grid_row, group));
+        (s, self.zero(row, grid_row, group), b)
+    }
+
+    /// The zero point of `group` in `row` (0 without zero points).
+    fn zero(&self, row: usize, grid_row: usize, group: usize) -> f32 {
+        self.zeros.as_ref().map_or(0.0, |(zeros, _)| {
             if matches!(zeros.values, Source::Packed(_)) {
                 zeros.get(row, group)
             } else {
                 zeros.get(grid_row, group)
             }
-        });
-        let b = self
-            .biases
-            .as_ref()
-            .map_or(0.0, |(b, _)| b.get(grid_row, group));
-        (s, z, b)
+        })
     }
 
     pub fn dequantize_rows(&self, rows: Range<usize>, out: &mut [f32]) {
@@ -531,23 +548,38 @@ impl Grouped<'_> {
             ) if row_bytes * 2 == cols => {
                 let FusedScratch {
                     values,
+                    scales,
                     codes,
                     segments,
+                    scales_of,
                 } = scratch;
-                // Every code, once per group: the same for every row.
-                if codes.len() != groups * 16 {
-                    codes.clear();
-                    for _ in 0..groups {
-                        codes.extend(0..16u8);
-                    }
-                }
-                values.clear();
-                values.resize(groups * 16, 0.0);
+                *scales_of = None;
                 segments.clear();
-                segments.extend((0..groups).map(|group| {
-                    Segment::new((group + 1) * 16, self.parameters(row, grid_row, group))
-                }));
-                self.run(codes, values, segments);
+                if self.biases.is_none() {
+                    // The row's scales in one pass, then its zero points.
+                    scales.resize(groups, 0.0);
+                    self.scales.row_into(grid_row, scales);
+                    segments.extend(scales.iter().enumerate().map(|(group, &s)| {
+                        Segment::new((group + 1) * 16, (s, self.zero(row, grid_row, group), 0.0))
+                    }));
+                    // Every value is written by `tables`.
+                    values.resize(groups * 16, 0.0);
+                    self.tables(segments, values);
+                } else {
+                    values.clear();
+                    values.resize(groups * 16, 0.0);
+                    segments.extend((0..groups).map(|group| {
+                        Segment::new((group + 1) * 16, self.parameters(row, grid_row, group))
+                    }));
+                    // Every code, once per group: the same for every row.
+                    if codes.len() != groups * 16 {
+                        codes.clear();
+                        for _ in 0..groups {
+                            codes.extend(0..16u8);
+                        }
+                    }
+                    self.run(codes, values, segments);
+                }
                 if let Some(factor) = self.factor {
                     scale_by(values, factor);
                 }
@@ -560,10 +592,15 @@ impl Grouped<'_> {
             (Codes::Bytes(bytes), Value::E4M3)
                 if self.zeros.is_none() && self.biases.is_none() && self.factor.is_none() =>
             {
-                scratch.values.clear();
-                scratch
-                    .values
-                    .extend((0..groups).map(|group| self.scales.get(grid_row, group)));
+                // The rows of a block share its scales: read once a block.
+                let key = (std::ptr::from_ref(self) as usize, grid_row);
+                if scratch.scales_of != Some(key) {
+                    scratch.values.resize(groups, 0.0);
+                    self.scales
+                        .row_into(grid_row, &mut scratch.values[..groups]);
+                    scratch.values.truncate(groups);
+                    scratch.scales_of = Some(key);
+                }
                 Some(FusedRow::E4m3 {
                     codes: &bytes[row * cols..(row + 1) * cols],
                     scales: &scratch.values,
@@ -598,6 +635,25 @@ impl Grouped<'_> {
             None => self.run_with(codes, out, segments, |x| x),
             Some(Half::Bf16) => self.run_with(codes, out, segments, |x| Half::Bf16.round(x)),
             Some(Half::F16) => self.run_with(codes, out, segments, |x| Half::F16.round(x)),
+        }
+    }
+
+    /// A table of the 16 codes' values per segment, each made as [`Grouped::run`] makes it
+    /// (with no biases).
+    fn tables(&self, segments: &mut [Segment], out: &mut [f32]) {
+        let codes: [u8; 16] = std::array::from_fn(|k| u8::try_from(k).unwrap_or(0));
+        let mut values = codes.map(|code| self.code_value(code));
+        if let Value::Unsigned { offset, .. } = self.value {
+            // As in `run`: the offset joins the zero points.
+            for segment in segments.iter_mut() {
+                segment.z += offset;
+            }
+            values = codes.map(f32::from);
+        }
+        match self.rounding {
+            None => tables_zero(&values, segments, out, |x| x),
+            Some(Half::Bf16) => tables_zero(&values, segments, out, |x| Half::Bf16.round(x)),
+            Some(Half::F16) => tables_zero(&values, segments, out, |x| Half::F16.round(x)),
         }
     }
 
@@ -775,8 +831,13 @@ fn nibble(value: u32) -> u8 {
 #[derive(Debug, Default)]
 pub struct FusedScratch {
     values: Vec<f32>,
+    /// A row's scales.
+    scales: Vec<f32>,
     codes: Vec<u8>,
     segments: Vec<Segment>,
+    /// The kernel (its address) and row of the grid whose scales `values` holds, if it holds
+    /// only those.
+    scales_of: Option<(usize, usize)>,
 }
 
 /// A run of a row's elements sharing a group: it ends at `end` (and starts where the one
@@ -812,6 +873,22 @@ fn segments_zero<V: Fn(u8) -> f32, R: Fn(f32) -> f32>(
             *out = round((value(code) - z) * s);
         }
         start = segment.end;
+    }
+}
+
+/// [`segments_zero`] for tables: `round((values[k] − z) · s)` for each segment, 16 values each.
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+fn tables_zero<R: Fn(f32) -> f32>(
+    values: &[f32; 16],
+    segments: &[Segment],
+    out: &mut [f32],
+    round: R,
+) {
+    for (table, segment) in out.chunks_exact_mut(16).zip(segments) {
+        let (s, z) = (segment.s, segment.z);
+        for (out, &value) in table.iter_mut().zip(values) {
+            *out = round((value - z) * s);
+        }
     }
 }
 
