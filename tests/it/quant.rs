@@ -100,6 +100,7 @@ const FIXTURES: &[(&str, Layout, &str)] = &[
     ),
     ("quanto-qint8", Layout::Quanto, "int8 per channel, quanto"),
     ("quanto-qint4", Layout::Quanto, "int4 g96 affine, quanto"),
+    ("comfy-mxfp8", Layout::ComfyMxfp8, "fp8 e4m3 g32, ComfyUI"),
 ];
 
 #[test]
@@ -129,7 +130,13 @@ fn every_real_producers_checkpoint_is_recognised_without_a_finding() {
             quantization.schemes()
         );
         assert_eq!(quantization.weights[0].scheme.to_string(), scheme, "{name}");
-        assert!(quantization.declared.is_some(), "{name}");
+        // ComfyUI marks each quantized layer with a `comfy_quant` tensor, not with a config.
+        let marked_by_tensors = layout == Layout::ComfyMxfp8;
+        assert_eq!(
+            quantization.declared.is_some(),
+            !marked_by_tensors,
+            "{name}"
+        );
     }
 }
 

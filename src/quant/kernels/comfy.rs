@@ -5,6 +5,13 @@
 //! `W = v · fp8(s) · weight_scale_2`. Read row-major, the swizzled scales give garbage without
 //! an error. The weight may be padded to multiples of 16; the logical shape is given.
 //!
+//! `ComfyUI`'s MXFP8 (`comfy_kitchen` `TensorCoreMXFP8Layout`): `weight` `F8_E4M3` `[R, C]`,
+//! padded by the producer to multiples of 32 (the file keeps no other shape), and `weight_scale`
+//! E8M0 per 32 columns in the same blocked layout, `[roundup(R, 128), roundup(C/32, 4)]`:
+//! `W = fp8 · scale` in `f32`. comfy-kitchen reads a scale code as an `f32`'s exponent bits
+//! (`e8m0_to_f32`), so code 0, which it writes for an all-zero block (and for a block too small
+//! for 2^−127), is 0.0 and code 255 is +∞.
+//!
 //! `ComfyUI`'s `float8_e4m3fn` and `int8_tensorwise` layouts (one `weight_scale`, scalar or
 //! `[N, 1]`) are read by [`super::fp8::Fp8`] and [`super::compressed_tensors::Naive`].
 
@@ -72,6 +79,65 @@ impl<'a> ComfyNvfp4<'a> {
                 zeros: None,
                 biases: None,
                 factor: Some(factor),
+                rounding: None,
+                checks: Checks {
+                    negative_scales: false,
+                    zero_range: None,
+                },
+            },
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ComfyMxfp8<'a> {
+    inner: Grouped<'a>,
+}
+grouped_layout!(ComfyMxfp8);
+
+impl<'a> ComfyMxfp8<'a> {
+    pub fn new(weight: Stored<'a>, weight_scale: Stored<'a>) -> Result<Self, KernelError> {
+        weight.check("weight", &[Dtype::F8E4M3])?;
+        if weight.shape.len() != 2 || !weight.dim(1).is_multiple_of(32) {
+            return Err(KernelError::new(
+                "weight",
+                format!(
+                    "shape {:?}, expected [rows, columns] with columns a multiple of 32",
+                    weight.shape
+                ),
+            ));
+        }
+        let (rows, cols) = (weight.dim(0), weight.dim(1));
+        let tiles = (cols / 32).div_ceil(4);
+        weight_scale.check_shape(
+            "weight_scale",
+            &[Dtype::U8, Dtype::F8E8M0],
+            &[rows.div_ceil(128) * 128, tiles * 4],
+        )?;
+        Ok(ComfyMxfp8 {
+            inner: Grouped {
+                rows,
+                cols,
+                experts: 1,
+                codes: Codes::Bytes(weight.bytes),
+                value: Value::E4M3,
+                groups: Groups::Tiles {
+                    rows: 1,
+                    cols: 32,
+                    expert_rows: rows,
+                },
+                scales: Grid {
+                    values: Source::Blocked {
+                        floats: Floats::new(weight_scale.bytes, FloatKind::E8M0Exponent),
+                        tiles,
+                    },
+                    row_stride: 0,
+                    group_stride: 0,
+                },
+                scale_member: "weight_scale",
+                zeros: None,
+                biases: None,
+                factor: None,
                 rounding: None,
                 checks: Checks {
                     negative_scales: false,
