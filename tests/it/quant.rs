@@ -470,6 +470,35 @@ fn comfyui_int8_weights_are_dequantized_per_row_and_per_tensor() {
     }
 }
 
+/// comfy-kitchen writes E8M0 code 0, which it reads as a zero scale, for every all-zero block
+/// (the padding to multiples of 32 among them) and for a block too small for 2^−127: only the
+/// latter, whose nonzero codes the zero scale wipes out, is a finding.
+#[test]
+fn comfyui_mxfp8_zero_scales_are_findings_only_where_they_zero_codes() {
+    let path = fixtures().join("comfy-mxfp8/model.safetensors");
+    let stats: serde_json::Value =
+        serde_json::from_str(&stui(&["stats", "--json", path.to_str().unwrap()])).unwrap();
+    let scale_findings: Vec<(&str, &str)> = stats["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["code"] == "quant-scale")
+        .map(|f| {
+            (
+                f["tensor"].as_str().unwrap(),
+                f["message"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        scale_findings,
+        [(
+            "blocks.0.attn.proj.weight",
+            "weight_scale of group 1 (rows 5..6) is zero (zeroes the group): 0"
+        )]
+    );
+}
+
 /// `stats --json` counts each logical weight's codes with its histogram: every element once,
 /// and for compressed-tensors' symmetric ints the middle level (code 0) as often as the
 /// producer's dequantized weight holds zeros.
