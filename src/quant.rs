@@ -163,9 +163,6 @@ impl Quantization {
             (Layout::Fp8ScaleInv, _) if declared.scale_divides => {
                 Some("GPTQModel's own FP8, whose `weight_scale_inv` divides")
             }
-            (Layout::CompressedMxfp8, _) if declared.method == "comfyui" => {
-                Some("ComfyUI's MXFP8, whose scales are stored swizzled")
-            }
             _ => None,
         }
     }
@@ -408,7 +405,7 @@ fn method_allows(method: &str, layout: Layout) -> bool {
         "exl3" => layout == L::Exl3,
         "comfyui" => matches!(
             layout,
-            L::ComfyInt8 | L::ComfyNvfp4 | L::Fp8Scaled | L::CompressedMxfp8
+            L::ComfyInt8 | L::ComfyNvfp4 | L::ComfyMxfp8 | L::Fp8Scaled
         ),
         _ => true,
     }

@@ -168,6 +168,10 @@ pub fn kernel<'a>(
                 [usize::try_from(rows).unwrap_or(usize::MAX), cols],
             )?)
         }
+        Layout::ComfyMxfp8 => Box::new(super::kernels::comfy::ComfyMxfp8::new(
+            need(Role::Weight, "weight")?,
+            need(Role::WeightScale, "weight_scale")?,
+        )?),
         Layout::Quanto if bits == 8 => Box::new(super::kernels::quanto::Quanto::bytes(
             need(Role::QuantoData, "_data")?,
             need(Role::QuantoScale, "_scale")?,

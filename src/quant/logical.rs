@@ -995,13 +995,18 @@ impl Builder<'_> {
         let is_fp8 = matches!(stored, Some(Dtype::F8E4M3 | Dtype::F8E5M2));
         if let Some(scale) = scale {
             if is_fp8 && matches!(dtype(scale), Some(Dtype::U8 | Dtype::F8E8M0)) {
-                let mut scale_dims = lead.to_vec();
-                scale_dims.push(ceil_div(width, 32));
-                self.expect_shape(group, Some(scale), &scale_dims);
-                return Some((
-                    weight_dims,
-                    Scheme::new(Layout::CompressedMxfp8, 8, Grouping::Group(32)),
-                ));
+                let groups = ceil_div(width, 32);
+                let layout = if comfy {
+                    let swizzled = [out.div_ceil(128) * 128, groups.div_ceil(4) * 4];
+                    self.expect_shape(group, Some(scale), &swizzled);
+                    Layout::ComfyMxfp8
+                } else {
+                    let mut scale_dims = lead.to_vec();
+                    scale_dims.push(groups);
+                    self.expect_shape(group, Some(scale), &scale_dims);
+                    Layout::CompressedMxfp8
+                };
+                return Some((weight_dims, Scheme::new(layout, 8, Grouping::Group(32))));
             }
             let layout = match (stored, comfy, method) {
                 (Some(Dtype::I8), true, _) => Layout::ComfyInt8,

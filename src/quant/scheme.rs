@@ -35,6 +35,8 @@ pub enum Layout {
     ComfyNvfp4,
     /// `ComfyUI` `int8_tensorwise`.
     ComfyInt8,
+    /// `ComfyUI` MXFP8: `weight` F8 and E8M0 scales, swizzled as `ComfyUI`'s NVFP4 scales are.
+    ComfyMxfp8,
     /// gpt-oss MXFP4 experts: `*_blocks` and `*_scales`.
     GptOssMxfp4,
     MlxAffine,
@@ -65,7 +67,7 @@ impl Layout {
             Layout::GptqV1 | Layout::GptqV2 => "GPTQ",
             Layout::Awq => "AWQ",
             Layout::ModelOptNvfp4 => "ModelOpt",
-            Layout::ComfyNvfp4 | Layout::ComfyInt8 => "ComfyUI",
+            Layout::ComfyNvfp4 | Layout::ComfyInt8 | Layout::ComfyMxfp8 => "ComfyUI",
             Layout::GptOssMxfp4 => "gpt-oss",
             Layout::MlxAffine | Layout::MlxMxfp4 | Layout::MlxNvfp4 | Layout::MlxMxfp8 => "MLX",
             Layout::BnbInt8 | Layout::BnbNf4 | Layout::BnbFp4 => "bitsandbytes",
@@ -91,6 +93,7 @@ impl Layout {
         match self {
             Layout::CompressedFloat
             | Layout::CompressedMxfp8
+            | Layout::ComfyMxfp8
             | Layout::Fp8ScaleInv
             | Layout::Fp8Scaled
             | Layout::MlxMxfp8 => Codes::Fp8,

@@ -100,6 +100,7 @@ const FIXTURES: &[(&str, Layout, &str)] = &[
     ),
     ("quanto-qint8", Layout::Quanto, "int8 per channel, quanto"),
     ("quanto-qint4", Layout::Quanto, "int4 g96 affine, quanto"),
+    ("comfy-mxfp8", Layout::ComfyMxfp8, "fp8 e4m3 g32, ComfyUI"),
 ];
 
 #[test]
@@ -129,7 +130,13 @@ fn every_real_producers_checkpoint_is_recognised_without_a_finding() {
             quantization.schemes()
         );
         assert_eq!(quantization.weights[0].scheme.to_string(), scheme, "{name}");
-        assert!(quantization.declared.is_some(), "{name}");
+        // ComfyUI marks each quantized layer with a `comfy_quant` tensor, not with a config.
+        let marked_by_tensors = layout == Layout::ComfyMxfp8;
+        assert_eq!(
+            quantization.declared.is_some(),
+            !marked_by_tensors,
+            "{name}"
+        );
     }
 }
 
@@ -461,6 +468,35 @@ fn comfyui_int8_weights_are_dequantized_per_row_and_per_tensor() {
             "{name}"
         );
     }
+}
+
+/// comfy-kitchen writes E8M0 code 0, which it reads as a zero scale, for every all-zero block
+/// (the padding to multiples of 32 among them) and for a block too small for 2^−127: only the
+/// latter, whose nonzero codes the zero scale wipes out, is a finding.
+#[test]
+fn comfyui_mxfp8_zero_scales_are_findings_only_where_they_zero_codes() {
+    let path = fixtures().join("comfy-mxfp8/model.safetensors");
+    let stats: serde_json::Value =
+        serde_json::from_str(&stui(&["stats", "--json", path.to_str().unwrap()])).unwrap();
+    let scale_findings: Vec<(&str, &str)> = stats["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["code"] == "quant-scale")
+        .map(|f| {
+            (
+                f["tensor"].as_str().unwrap(),
+                f["message"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        scale_findings,
+        [(
+            "blocks.0.attn.proj.weight",
+            "weight_scale of group 1 (rows 5..6) is zero (zeroes the group): 0"
+        )]
+    );
 }
 
 /// `stats --json` counts each logical weight's codes with its histogram: every element once,

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use stui::format::Dtype;
 use stui::quant::kernels::awq::Awq;
 use stui::quant::kernels::bnb::{FourBit, FourBitMembers, Int8};
+use stui::quant::kernels::comfy::ComfyMxfp8;
 use stui::quant::kernels::compressed_tensors::{
     Mxfp4, Mxfp8, Naive, Nvfp4, Packed, PackedMembers, Strategy,
 };
@@ -284,6 +285,17 @@ fn optimum_quanto() {
             get("weight._shift").unwrap(),
             4,
             [shape[0], shape[1]],
+        )?))
+    });
+}
+
+/// comfy-kitchen's MXFP8: scales in cuBLAS' blocked layout, padded rows and columns included.
+#[test]
+fn comfyui_mxfp8() {
+    check("comfy-mxfp8", Match::Bits, &|get, _| {
+        Ok(Box::new(ComfyMxfp8::new(
+            get("weight").unwrap(),
+            get("weight_scale").unwrap(),
         )?))
     });
 }

@@ -51,6 +51,13 @@ pub fn e8m0(code: u8) -> f32 {
     }
 }
 
+/// E8M0 as comfy-kitchen's `e8m0_to_f32` reads it: the code put in an `f32`'s exponent bits, so
+/// 0 is 0.0 (not `2^−127`) and `0xFF` is +∞ (not NaN).
+#[inline(always)]
+pub fn e8m0_exponent(code: u8) -> f32 {
+    f32::from_bits(u32::from(code) << 23)
+}
+
 /// A float parameter member (scales, biases, float zero points): its bytes and how to read them.
 #[derive(Clone, Copy, Debug)]
 pub struct Floats<'a> {
@@ -66,6 +73,8 @@ pub enum FloatKind {
     F16,
     E4M3,
     E8M0,
+    /// E8M0 read by [`e8m0_exponent`] (`ComfyUI`'s MXFP8).
+    E8M0Exponent,
     I8,
     I32,
 }
@@ -111,6 +120,7 @@ impl<'a> Floats<'a> {
             }
             FloatKind::E4M3 => e4m3(b[index]),
             FloatKind::E8M0 => e8m0(b[index]),
+            FloatKind::E8M0Exponent => e8m0_exponent(b[index]),
             FloatKind::I8 => f32::from(b[index].cast_signed()),
             FloatKind::I32 => {
                 let at = index * 4;
@@ -167,7 +177,9 @@ impl Floats<'_> {
         match self.kind {
             FloatKind::F32 | FloatKind::I32 => self.bytes.len() / 4,
             FloatKind::Bf16 | FloatKind::F16 => self.bytes.len() / 2,
-            FloatKind::E4M3 | FloatKind::E8M0 | FloatKind::I8 => self.bytes.len(),
+            FloatKind::E4M3 | FloatKind::E8M0 | FloatKind::E8M0Exponent | FloatKind::I8 => {
+                self.bytes.len()
+            }
         }
     }
 }
@@ -240,10 +252,20 @@ mod tests {
                 _ => assert_eq!(f64::from(value), reference(u32::from(code), 5, 2, 15)),
             }
             let scale = e8m0(code);
-            if code == 0xff {
-                assert!(scale.is_nan());
-            } else {
-                assert_eq!(f64::from(scale), 2f64.powi(i32::from(code) - 127));
+            let exponent = e8m0_exponent(code);
+            match code {
+                0xff => {
+                    assert!(scale.is_nan());
+                    assert_eq!(exponent, f32::INFINITY);
+                }
+                0 => {
+                    assert_eq!(f64::from(scale), 2f64.powi(-127));
+                    assert_eq!(exponent.to_bits(), 0);
+                }
+                _ => {
+                    assert_eq!(f64::from(scale), 2f64.powi(i32::from(code) - 127));
+                    assert_eq!(exponent, scale);
+                }
             }
         }
     }

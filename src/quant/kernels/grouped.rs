@@ -738,6 +738,26 @@ impl Grouped<'_> {
         }
     }
 
+    /// Whether group `group` of `rows` is zero whatever its scale: no zero point or bias enters,
+    /// and every code stands for zero. A zero scale there zeroes nothing (comfy-kitchen's MXFP8
+    /// writes one for every all-zero block, its padding included).
+    fn zero_whatever_the_scale(&self, rows: Range<usize>, group: usize) -> bool {
+        let Groups::Tiles { cols: width, .. } = self.groups else {
+            return false;
+        };
+        if self.zeros.is_some() || self.biases.is_some() {
+            return false;
+        }
+        let columns = (group * width).min(self.cols)..((group + 1) * width).min(self.cols);
+        let mut codes = vec![0u8; self.cols];
+        rows.into_iter().all(|row| {
+            self.unpack_row(row, &mut codes);
+            codes[columns.clone()]
+                .iter()
+                .all(|&code| self.code_value(code) == 0.0)
+        })
+    }
+
     pub fn scale_problems(&self) -> ScaleProblems {
         let mut problems = ScaleProblems::default();
         // Usually every stored scale is fine and there is nothing else to check: one pass over
@@ -760,7 +780,7 @@ impl Grouped<'_> {
                 } else if s.is_infinite() {
                     Some(Problem::Infinite)
                 } else if s == 0.0 {
-                    Some(Problem::Zero)
+                    (!self.zero_whatever_the_scale(rows.clone(), group)).then_some(Problem::Zero)
                 } else if s < 0.0 && !self.checks.negative_scales {
                     Some(Problem::Negative)
                 } else {
