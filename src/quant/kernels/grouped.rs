@@ -740,21 +740,24 @@ impl Grouped<'_> {
 
     /// Whether group `group` of `rows` is zero whatever its scale: no zero point or bias enters,
     /// and every code stands for zero. A zero scale there zeroes nothing (comfy-kitchen's MXFP8
-    /// writes one for every all-zero block, its padding included).
+    /// writes one for every all-zero block, its padding included). Read for codes stored a byte
+    /// each only, where it costs the group's bytes: unpacking a row for each group of a file
+    /// whose scales are all zero would take time quadratic in its width.
     fn zero_whatever_the_scale(&self, rows: Range<usize>, group: usize) -> bool {
-        let Groups::Tiles { cols: width, .. } = self.groups else {
+        let (&Groups::Tiles { cols: width, .. }, &Codes::Bytes(bytes)) =
+            (&self.groups, &self.codes)
+        else {
             return false;
         };
         if self.zeros.is_some() || self.biases.is_some() {
             return false;
         }
         let columns = (group * width).min(self.cols)..((group + 1) * width).min(self.cols);
-        let mut codes = vec![0u8; self.cols];
         rows.into_iter().all(|row| {
-            self.unpack_row(row, &mut codes);
-            codes[columns.clone()]
-                .iter()
-                .all(|&code| self.code_value(code) == 0.0)
+            let start = row * self.cols;
+            bytes
+                .get(start + columns.start..start + columns.end)
+                .is_some_and(|codes| codes.iter().all(|&code| self.code_value(code) == 0.0))
         })
     }
 
