@@ -101,17 +101,42 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
         }
     };
     let likely = likely_header_sizes(index.as_ref().map(|(index, _)| index), &labels);
-    let headers = fetch_headers(&labels, |i, label| {
-        let path = in_repo(label);
-        let Some(file) = files.get(path.as_str()) else {
-            return Ok(None);
-        };
-        cached_or(cache, "headers", file, |_| {
-            hub.header(repo, &commit, &path, likely[i])
-        })
-        .map(Some)
-    })
-    .map_err(fail)?;
+    // `config.json` is fetched beside the headers: one round trip less.
+    let config_path = in_repo("config.json");
+    let (headers, config) = std::thread::scope(|scope| {
+        let config = scope.spawn(|| {
+            files
+                .get(config_path.as_str())
+                .map(|file| {
+                    cached_or(cache, "files", file, |_| {
+                        hub.file(repo, &commit, &config_path, MAX_CONFIG_LEN)
+                            .map(|bytes| {
+                                let len = bytes.len() as u64;
+                                (bytes, len)
+                            })
+                    })
+                })
+                .transpose()
+        });
+        let headers = fetch_headers(&labels, |i, label| {
+            let path = in_repo(label);
+            let Some(file) = files.get(path.as_str()) else {
+                return Ok(None);
+            };
+            cached_or(cache, "headers", file, |_| {
+                hub.header(repo, &commit, &path, likely[i])
+            })
+            .map(Some)
+        });
+        let config = config
+            .join()
+            .unwrap_or_else(|_| Err(RemoteError("reading `config.json` failed".into())));
+        (headers, config)
+    });
+    let headers = headers.map_err(fail)?;
+    let config = config
+        .map_err(fail)?
+        .map(|(bytes, _)| (PathBuf::from(format!("{shown}/{config_path}")), bytes));
     let model_path = PathBuf::from(model_path);
     let mut builder = Builder::new(&model_path, source, None);
     let mut blobs = Vec::new();
@@ -137,21 +162,6 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
         builder.add_index_findings(index, label);
         builder.check_against_index(index, label);
     }
-    let config_path = in_repo("config.json");
-    let config = match files.get(config_path.as_str()) {
-        Some(file) => {
-            let (bytes, _) = cached_or(cache, "files", file, |_| {
-                hub.file(repo, &commit, &config_path, MAX_CONFIG_LEN)
-                    .map(|bytes| {
-                        let len = bytes.len() as u64;
-                        (bytes, len)
-                    })
-            })
-            .map_err(fail)?;
-            Some((PathBuf::from(format!("{shown}/{config_path}")), bytes))
-        }
-        None => None,
-    };
     let mut model = builder.finish();
     model.remote = Some(Arc::new(RemoteModel {
         hub,
