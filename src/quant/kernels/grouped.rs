@@ -440,23 +440,30 @@ impl Grouped<'_> {
     /// Group `group`'s parameters for logical row `row`: scale, zero point, bias.
     #[inline]
     fn parameters(&self, row: usize, grid_row: usize, group: usize) -> (f32, f32, f32) {
-        let s = self.scales.get(grid_row, group);
-        let b = self
-            .biases
-            .as_ref()
-            .map_or(0.0, |(b, _)| b.get(grid_row, group));
-        (s, self.zero(row, grid_row, group), b)
+        self.parameters_with(self.scales.get(grid_row, group), row, grid_row, group)
     }
 
-    /// The zero point of `group` in `row` (0 without zero points).
-    fn zero(&self, row: usize, grid_row: usize, group: usize) -> f32 {
-        self.zeros.as_ref().map_or(0.0, |(zeros, _)| {
+    /// [`Grouped::parameters`] with the scale `s` already read.
+    #[inline]
+    fn parameters_with(
+        &self,
+        s: f32,
+        row: usize,
+        grid_row: usize,
+        group: usize,
+    ) -> (f32, f32, f32) {
+        let z = self.zeros.as_ref().map_or(0.0, |(zeros, _)| {
             if matches!(zeros.values, Source::Packed(_)) {
                 zeros.get(row, group)
             } else {
                 zeros.get(grid_row, group)
             }
-        })
+        });
+        let b = self
+            .biases
+            .as_ref()
+            .map_or(0.0, |(b, _)| b.get(grid_row, group));
+        (s, z, b)
     }
 
     pub fn dequantize_rows(&self, rows: Range<usize>, out: &mut [f32]) {
@@ -554,32 +561,24 @@ impl Grouped<'_> {
                     scales_of,
                 } = scratch;
                 *scales_of = None;
+                // The row's scales in one pass, then the other parameters.
+                scales.resize(groups, 0.0);
+                self.scales.row_into(grid_row, scales);
                 segments.clear();
-                if self.biases.is_none() {
-                    // The row's scales in one pass, then its zero points.
-                    scales.resize(groups, 0.0);
-                    self.scales.row_into(grid_row, scales);
-                    segments.extend(scales.iter().enumerate().map(|(group, &s)| {
-                        Segment::new((group + 1) * 16, (s, self.zero(row, grid_row, group), 0.0))
-                    }));
-                    // Every value is written by `tables`.
-                    values.resize(groups * 16, 0.0);
-                    self.tables(segments, values);
-                } else {
-                    values.clear();
-                    values.resize(groups * 16, 0.0);
-                    segments.extend((0..groups).map(|group| {
-                        Segment::new((group + 1) * 16, self.parameters(row, grid_row, group))
-                    }));
-                    // Every code, once per group: the same for every row.
-                    if codes.len() != groups * 16 {
-                        codes.clear();
-                        for _ in 0..groups {
-                            codes.extend(0..16u8);
-                        }
+                segments.extend(scales.iter().enumerate().map(|(group, &s)| {
+                    let parameters = self.parameters_with(s, row, grid_row, group);
+                    Segment::new((group + 1) * 16, parameters)
+                }));
+                // Every code, once per group: the same for every row.
+                if codes.len() != groups * 16 {
+                    codes.clear();
+                    for _ in 0..groups {
+                        codes.extend(0..16u8);
                     }
-                    self.run(codes, values, segments);
                 }
+                // Every value is written by `run`.
+                values.resize(groups * 16, 0.0);
+                self.run(codes, values, segments);
                 if let Some(factor) = self.factor {
                     scale_by(values, factor);
                 }
@@ -635,25 +634,6 @@ impl Grouped<'_> {
             None => self.run_with(codes, out, segments, |x| x),
             Some(Half::Bf16) => self.run_with(codes, out, segments, |x| Half::Bf16.round(x)),
             Some(Half::F16) => self.run_with(codes, out, segments, |x| Half::F16.round(x)),
-        }
-    }
-
-    /// A table of the 16 codes' values per segment, each made as [`Grouped::run`] makes it
-    /// (with no biases).
-    fn tables(&self, segments: &mut [Segment], out: &mut [f32]) {
-        let codes: [u8; 16] = std::array::from_fn(|k| u8::try_from(k).unwrap_or(0));
-        let mut values = codes.map(|code| self.code_value(code));
-        if let Value::Unsigned { offset, .. } = self.value {
-            // As in `run`: the offset joins the zero points.
-            for segment in segments.iter_mut() {
-                segment.z += offset;
-            }
-            values = codes.map(f32::from);
-        }
-        match self.rounding {
-            None => tables_zero(&values, segments, out, |x| x),
-            Some(Half::Bf16) => tables_zero(&values, segments, out, |x| Half::Bf16.round(x)),
-            Some(Half::F16) => tables_zero(&values, segments, out, |x| Half::F16.round(x)),
         }
     }
 
@@ -896,22 +876,6 @@ fn segments_zero<V: Fn(u8) -> f32, R: Fn(f32) -> f32>(
             *out = round((value(code) - z) * s);
         }
         start = segment.end;
-    }
-}
-
-/// [`segments_zero`] for tables: `round((values[k] − z) · s)` for each segment, 16 values each.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
-fn tables_zero<R: Fn(f32) -> f32>(
-    values: &[f32; 16],
-    segments: &[Segment],
-    out: &mut [f32],
-    round: R,
-) {
-    for (table, segment) in out.chunks_exact_mut(16).zip(segments) {
-        let (s, z) = (segment.s, segment.z);
-        for (out, &value) in table.iter_mut().zip(values) {
-            *out = round((value - z) * s);
-        }
     }
 }
 
