@@ -135,40 +135,32 @@ impl<'a> Floats<'a> {
 impl Floats<'_> {
     /// Whether `test` holds for every element, in one pass over the bytes.
     pub fn all(&self, test: impl Fn(f32) -> bool) -> bool {
-        let b = self.bytes;
-        match self.kind {
-            FloatKind::F32 => b
-                .chunks_exact(4)
-                .all(|x| test(f32::from_le_bytes([x[0], x[1], x[2], x[3]]))),
-            FloatKind::Bf16 => b.chunks_exact(2).all(|x| {
-                test(f32::from_bits(
-                    u32::from(u16::from_le_bytes([x[0], x[1]])) << 16,
-                ))
-            }),
-            _ => (0..self.len()).all(|i| test(self.get(i))),
-        }
+        self.visit_from(0, test)
     }
 
     /// Elements `start..start + out.len()`, each as [`Floats::get`] gives it, the kind matched
     /// once.
     pub fn get_into(&self, start: usize, out: &mut [f32]) {
+        let mut slots = out.iter_mut();
+        self.visit_from(start, |value| {
+            slots.next().map(|slot| *slot = value).is_some()
+        });
+    }
+
+    /// Hands `visit` each element from `start` in order, the kind matched once, until it says
+    /// to stop; whether it never did.
+    fn visit_from(&self, start: usize, mut visit: impl FnMut(f32) -> bool) -> bool {
         let b = self.bytes;
         match self.kind {
-            FloatKind::F32 => {
-                for (out, x) in out.iter_mut().zip(b[start * 4..].chunks_exact(4)) {
-                    *out = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
-                }
-            }
-            FloatKind::Bf16 => {
-                for (out, x) in out.iter_mut().zip(b[start * 2..].chunks_exact(2)) {
-                    *out = f32::from_bits(u32::from(u16::from_le_bytes([x[0], x[1]])) << 16);
-                }
-            }
-            _ => {
-                for (i, out) in out.iter_mut().enumerate() {
-                    *out = self.get(start + i);
-                }
-            }
+            FloatKind::F32 => b[start * 4..]
+                .chunks_exact(4)
+                .all(|x| visit(f32::from_le_bytes([x[0], x[1], x[2], x[3]]))),
+            FloatKind::Bf16 => b[start * 2..].chunks_exact(2).all(|x| {
+                visit(f32::from_bits(
+                    u32::from(u16::from_le_bytes([x[0], x[1]])) << 16,
+                ))
+            }),
+            _ => (start..self.len()).all(|i| visit(self.get(i))),
         }
     }
 
