@@ -107,15 +107,7 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
         let config = scope.spawn(|| {
             files
                 .get(config_path.as_str())
-                .map(|file| {
-                    cached_or(cache, "files", file, |_| {
-                        hub.file(repo, &commit, &config_path, MAX_CONFIG_LEN)
-                            .map(|bytes| {
-                                let len = bytes.len() as u64;
-                                (bytes, len)
-                            })
-                    })
-                })
+                .map(|file| whole_file(&hub, repo, &commit, file, cache, MAX_CONFIG_LEN))
                 .transpose()
         });
         let headers = fetch_headers(&labels, |i, label| {
@@ -136,7 +128,7 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
     let headers = headers.map_err(fail)?;
     let config = config
         .map_err(fail)?
-        .map(|(bytes, _)| (PathBuf::from(format!("{shown}/{config_path}")), bytes));
+        .map(|bytes| (PathBuf::from(format!("{shown}/{config_path}")), bytes));
     let model_path = PathBuf::from(model_path);
     let mut builder = Builder::new(&model_path, source, None);
     let mut blobs = Vec::new();
@@ -196,14 +188,7 @@ fn plan(
     let (model_path, source, folder, labels, index) = match layout {
         Layout::Index(index_path) => {
             let file = files[index_path.as_str()];
-            let bytes = cached_or(cache, "files", file, |_| {
-                hub.file(repo, commit, &index_path, MAX_INDEX_LEN)
-                    .map(|bytes| {
-                        let len = bytes.len() as u64;
-                        (bytes, len)
-                    })
-            })?
-            .0;
+            let bytes = whole_file(hub, repo, commit, file, cache, MAX_INDEX_LEN)?;
             let index = ShardIndex::from_slice(&bytes);
             drop(bytes);
             let folder = parent(&index_path);
@@ -385,6 +370,24 @@ fn cached_or(
         header_cache::store(cache, kind, blob, &bytes, file_len);
     }
     Ok((bytes, file_len))
+}
+
+/// A whole file of the repository of at most `max_len` bytes (the index, `config.json`),
+/// through stui's cache.
+fn whole_file(
+    hub: &Hub,
+    repo: &RepoRef,
+    commit: &str,
+    file: &RepoFile,
+    cache: Option<&Path>,
+    max_len: u64,
+) -> std::result::Result<Vec<u8>, RemoteError> {
+    let (bytes, _) = cached_or(cache, "files", file, |file| {
+        let bytes = hub.file(repo, commit, &file.path, max_len)?;
+        let len = bytes.len() as u64;
+        Ok((bytes, len))
+    })?;
+    Ok(bytes)
 }
 
 fn parent(path: &str) -> String {
