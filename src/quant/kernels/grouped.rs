@@ -560,10 +560,7 @@ impl Grouped<'_> {
                     segments,
                     scales_of,
                 } = scratch;
-                *scales_of = None;
-                // The row's scales in one pass, then the other parameters.
-                scales.resize(groups, 0.0);
-                self.scales.row_into(grid_row, scales);
+                let scales = self.row_scales(grid_row, groups, scales, scales_of);
                 segments.clear();
                 segments.extend(scales.iter().enumerate().map(|(group, &s)| {
                     let parameters = self.parameters_with(s, row, grid_row, group);
@@ -591,23 +588,37 @@ impl Grouped<'_> {
             (Codes::Bytes(bytes), Value::E4M3)
                 if self.zeros.is_none() && self.biases.is_none() && self.factor.is_none() =>
             {
-                // The rows of a block share its scales: read once a block.
-                let key = (std::ptr::from_ref(self) as usize, grid_row);
-                if scratch.scales_of != Some(key) {
-                    scratch.values.resize(groups, 0.0);
-                    self.scales
-                        .row_into(grid_row, &mut scratch.values[..groups]);
-                    scratch.values.truncate(groups);
-                    scratch.scales_of = Some(key);
-                }
                 Some(FusedRow::E4m3 {
                     codes: &bytes[row * cols..(row + 1) * cols],
-                    scales: &scratch.values,
+                    scales: self.row_scales(
+                        grid_row,
+                        groups,
+                        &mut scratch.scales,
+                        &mut scratch.scales_of,
+                    ),
                     rounding: self.rounding,
                 })
             }
             _ => None,
         }
+    }
+
+    /// The scales of grid row `grid_row`'s `groups` groups, read in one pass into `scales`
+    /// unless it holds them already (the rows of a block share them), as `scales_of` says.
+    fn row_scales<'s>(
+        &self,
+        grid_row: usize,
+        groups: usize,
+        scales: &'s mut Vec<f32>,
+        scales_of: &mut Option<(usize, usize)>,
+    ) -> &'s [f32] {
+        let key = (std::ptr::from_ref(self) as usize, grid_row);
+        if *scales_of != Some(key) || scales.len() != groups {
+            scales.resize(groups, 0.0);
+            self.scales.row_into(grid_row, scales);
+            *scales_of = Some(key);
+        }
+        scales
     }
 
     fn code_value(&self, code: u8) -> f32 {
@@ -834,12 +845,11 @@ fn nibble(value: u32) -> u8 {
 #[derive(Debug, Default)]
 pub struct FusedScratch {
     values: Vec<f32>,
-    /// A row's scales.
+    /// A grid row's scales.
     scales: Vec<f32>,
     codes: Vec<u8>,
     segments: Vec<Segment>,
-    /// The kernel (its address) and row of the grid whose scales `values` holds, if it holds
-    /// only those.
+    /// The kernel (its address) and grid row whose scales `scales` holds.
     scales_of: Option<(usize, usize)>,
 }
 
