@@ -334,13 +334,12 @@ unsafe fn first_pass<I: Isa, S: Stream, const COUNT: bool>(
         // Written as a macro, not a closure, which would not take the instruction set.
         macro_rules! flush {
             () => {
-                for v in 0..2 {
-                    let [a, b] = I::widen(p1[v]);
-                    s1[2 * v] = I::add_pd(s1[2 * v], a);
-                    s1[2 * v + 1] = I::add_pd(s1[2 * v + 1], b);
-                    let [a, b] = I::widen(p2[v]);
-                    s2[2 * v] = I::add_pd(s2[2 * v], a);
-                    s2[2 * v + 1] = I::add_pd(s2[2 * v + 1], b);
+                for (sums, partial) in [(&mut s1, &p1), (&mut s2, &p2)] {
+                    for v in 0..2 {
+                        let [a, b] = I::widen(partial[v]);
+                        sums[2 * v] = I::add_pd(sums[2 * v], a);
+                        sums[2 * v + 1] = I::add_pd(sums[2 * v + 1], b);
+                    }
                 }
             };
         }
