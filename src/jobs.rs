@@ -819,7 +819,7 @@ impl Scanner<'_> {
                 .map_err(|e| Stop::Dequantize(format!("cannot dequantize: {e}")))?;
         if counted {
             self.tracker
-                .advance(logical.quantization.weights[weight].stored_bytes);
+                .advance(logical.quantization.weights[weight].stored_bytes());
             for finding in stats.findings {
                 let _ = self.tracker.events.send(ScanEvent::Finding(finding));
             }

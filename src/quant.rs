@@ -15,28 +15,25 @@ pub mod recognise;
 pub mod scheme;
 
 use crate::finding::{Code, Finding};
-use crate::format::{Model, Shape, TensorInfo};
+use crate::format::{Model, TensorInfo};
 use crate::text::escape;
-use compact_str::CompactString;
 pub use listed::{LogicalModel, LogicalTensors};
 pub use members::Role;
 pub use recognise::{Declared, SideFiles};
 pub use scheme::{Grouping, Layout, Scheme};
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// A quantized weight as the model computes with it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogicalWeight {
-    /// The name of the weight it encodes (`P.weight`), whatever its members are called.
-    pub name: CompactString,
-    pub shape: Shape,
+    /// The weight as a tensor entry: the name of the weight it encodes (`P.weight`), whatever
+    /// its members are called; its logical shape; the dtype of its first member in the model's
+    /// order; and `[0, bytes of all its members]` for offsets.
+    pub info: TensorInfo,
     pub scheme: Scheme,
     first_member: u32,
     member_count: u16,
-    /// Bytes of all its members.
-    pub stored_bytes: u64,
     /// The shape is only the element count: the layout does not store the weight's rows
     /// (quanto's packed codes).
     pub flat: bool,
@@ -44,7 +41,12 @@ pub struct LogicalWeight {
 
 impl LogicalWeight {
     pub fn element_count(&self) -> u64 {
-        self.shape.iter().product()
+        self.info.shape.iter().product()
+    }
+
+    /// Bytes of all its members.
+    pub fn stored_bytes(&self) -> u64 {
+        self.info.data_offsets[1]
     }
 
     /// How many stored tensors it has.
@@ -58,7 +60,7 @@ impl LogicalWeight {
         if elements == 0 {
             0.0
         } else {
-            self.stored_bytes as f64 * 8.0 / elements as f64
+            self.stored_bytes() as f64 * 8.0 / elements as f64
         }
     }
 }
@@ -199,7 +201,7 @@ impl Quantization {
     /// Stored bits per logical element over all the quantized weights.
     pub fn bits_per_weight(&self) -> f64 {
         let (bytes, elements) = self.weights.iter().fold((0u64, 0u64), |(b, e), w| {
-            (b + w.stored_bytes, e + w.element_count())
+            (b + w.stored_bytes(), e + w.element_count())
         });
         if elements == 0 {
             0.0
@@ -212,24 +214,17 @@ impl Quantization {
     /// and each logical weight in the place of its first member, with its logical shape and
     /// its members' bytes (a weight whose rows are not known has its element count as its
     /// shape, so that its name is there for the checks that look for it).
-    pub fn logical_infos<'a>(&'a self, model: &'a Model) -> Vec<Cow<'a, TensorInfo>> {
+    pub fn logical_infos<'a>(&'a self, model: &'a Model) -> Vec<&'a TensorInfo> {
         let (weight_of, first_member) = self.weights_by_tensor(model.tensors.len());
         (0u32..)
             .zip(&model.tensors)
             .zip(weight_of)
             .filter_map(|((index, tensor), weight)| {
                 if weight == u32::MAX {
-                    return Some(Cow::Borrowed(&tensor.info));
+                    return Some(&tensor.info);
                 }
-                let w = &self.weights[weight as usize];
-                (first_member[weight as usize] == index).then(|| {
-                    Cow::Owned(TensorInfo {
-                        name: w.name.clone(),
-                        dtype: tensor.info.dtype.clone(),
-                        shape: w.shape.clone(),
-                        data_offsets: [0, w.stored_bytes],
-                    })
-                })
+                (first_member[weight as usize] == index)
+                    .then(|| &self.weights[weight as usize].info)
             })
             .collect()
     }
@@ -268,14 +263,18 @@ impl Quantization {
             if !method_allows(&declared.method, weight.scheme.layout) {
                 *unexpected.entry(weight.scheme.layout).or_default() += 1;
             }
-            let module = weight.name.strip_suffix(".weight").unwrap_or(&weight.name);
+            let module = weight
+                .info
+                .name
+                .strip_suffix(".weight")
+                .unwrap_or(&weight.info.name);
             if declared.ignores(module) == Some(true) {
                 findings.push(
                     Finding::warning(
                         Code::QuantIgnore,
                         "stored quantized although the config's ignore list names it",
                     )
-                    .for_tensor(escape(&weight.name).into_owned()),
+                    .for_tensor(escape(&weight.info.name).into_owned()),
                 );
             }
         }
@@ -331,7 +330,7 @@ impl Quantization {
             .weights
             .iter()
             .filter_map(|w| {
-                let module = w.name.strip_suffix(".weight")?;
+                let module = w.info.name.strip_suffix(".weight")?;
                 Some(module.rsplit('.').next().unwrap_or(module))
             })
             .collect();

@@ -8,7 +8,7 @@ use crate::arch::ModelInfo;
 use crate::finding::{Finding, Severity, Tally};
 use crate::format::Tensor;
 use crate::format::model::{Model, Source};
-use crate::quant::{LogicalTensors, Quantization};
+use crate::quant::{LogicalTensors, LogicalWeight, Quantization};
 use crate::text::{
     Bytes, Count, Shape, display_width, escape, escape_path, format_bytes, format_count,
     is_numeric_part, natural_cmp,
@@ -207,7 +207,13 @@ struct LogicalWeightJson<'a> {
     members: Vec<&'a str>,
 }
 
+/// The logical weights by name, whatever the order of the model's tensors.
 fn quantization_json<'a>(model: &'a Model, quantization: &'a Quantization) -> QuantizationJson<'a> {
+    let mut by_name: Vec<(usize, &LogicalWeight)> =
+        quantization.weights.iter().enumerate().collect();
+    by_name.sort_unstable_by(|a, b| {
+        crate::text::byte_order(a.1.info.name.as_bytes(), b.1.info.name.as_bytes())
+    });
     QuantizationJson {
         scheme: quantization.summary(),
         declared: quantization
@@ -216,13 +222,11 @@ fn quantization_json<'a>(model: &'a Model, quantization: &'a Quantization) -> Qu
             .map(crate::quant::Declared::summary),
         bits_per_weight: quantization.bits_per_weight(),
         rotated: quantization.rotated,
-        weights: quantization
-            .weights
-            .iter()
-            .enumerate()
+        weights: by_name
+            .into_iter()
             .map(|(index, weight)| LogicalWeightJson {
-                name: &weight.name,
-                shape: &weight.shape,
+                name: &weight.info.name,
+                shape: &weight.info.shape,
                 scheme: weight.scheme.to_string(),
                 bits_per_weight: weight.bits_per_weight(),
                 members: quantization

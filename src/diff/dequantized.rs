@@ -84,7 +84,7 @@ fn with_values<T>(
     work: impl FnOnce(Values<'_>) -> T,
 ) -> Result<T, String> {
     if let Some((quantization, weight)) = side.weight(index) {
-        let bytes = quantization.weights[weight].stored_bytes;
+        let bytes = quantization.weights[weight].stored_bytes();
         return crate::quant::read::with_kernel(side.model, quantization, weight, |kernel| {
             work(Values::Dequantized { kernel, bytes })
         })

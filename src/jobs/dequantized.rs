@@ -40,7 +40,7 @@ pub fn weight_stats(
 ) -> Result<WeightStats, String> {
     let logical = &quantization.weights[weight];
     crate::quant::read::with_kernel(model, quantization, weight, |kernel| {
-        guarded(|| statistics(kernel, &logical.name, histogram))
+        guarded(|| statistics(kernel, &logical.info.name, histogram))
     })
     .and_then(|result| result)
 }

@@ -26,7 +26,7 @@ pub fn kernel<'a>(
         |role: Role, name: &'static str| get(role).ok_or_else(|| KernelError::new(name, "missing"));
     let scheme = weight.scheme;
     let bits = u32::from(scheme.bits);
-    let cols = weight.shape.iter().next_back().unwrap_or(0);
+    let cols = weight.info.shape.iter().next_back().unwrap_or(0);
     let cols = usize::try_from(cols).unwrap_or(usize::MAX);
     let strategy = || match scheme.grouping {
         Grouping::Tensor => Ok(Strategy::Tensor),
@@ -160,7 +160,7 @@ pub fn kernel<'a>(
             need(Role::BlockScales, "scales")?,
         )?),
         Layout::ComfyNvfp4 => {
-            let rows = weight.shape.iter().rev().nth(1).unwrap_or(0);
+            let rows = weight.info.shape.iter().rev().nth(1).unwrap_or(0);
             Box::new(super::kernels::comfy::ComfyNvfp4::new(
                 need(Role::Weight, "weight")?,
                 need(Role::WeightScale, "weight_scale")?,
@@ -196,7 +196,7 @@ pub fn kernel<'a>(
         }
         Layout::Hqq => {
             let dim = |d: u64| usize::try_from(d).unwrap_or(usize::MAX);
-            let rows = weight.shape.iter().rev().nth(1).unwrap_or(1);
+            let rows = weight.info.shape.iter().rev().nth(1).unwrap_or(1);
             Box::new(super::kernels::hqq::Hqq::new(
                 need(Role::HqqCodes, "W_q")?,
                 need(Role::Scale, "scale")?,

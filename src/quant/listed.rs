@@ -81,10 +81,10 @@ impl LogicalTensors {
             stored.push(u32::MAX);
             tensors.push(Tensor {
                 info: TensorInfo {
-                    name: w.name.clone(),
+                    name: w.info.name.clone(),
                     dtype: label,
-                    shape: w.shape.clone(),
-                    data_offsets: [0, w.stored_bytes],
+                    shape: w.info.shape.clone(),
+                    data_offsets: [0, w.stored_bytes()],
                 },
                 shard: tensor.shard,
             });

@@ -9,9 +9,11 @@ use super::scheme::{Grouping, Layout, Scheme};
 use super::{LogicalWeight, Member};
 use crate::finding::{Code, Finding};
 use crate::format::{Dtype, Model, Shape, TensorInfo, read_exact_at};
-use crate::text::{byte_order, escape};
+use crate::text::escape;
 use compact_str::CompactString;
+use hashbrown::{HashTable, hash_table};
 use std::fs::File;
+use std::hash::BuildHasher;
 
 /// Small member tensors (shapes, quant states, group indexes) are read whole up to this size.
 const READ_LIMIT: u64 = 1 << 24;
@@ -24,14 +26,21 @@ pub(super) struct Built {
 }
 
 pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
-    let mut entries: Vec<(&str, bool, u32, Role)> = Vec::new();
-    for (index, tensor) in model.tensors.iter().enumerate() {
-        if let Some(m) = classify(tensor.name())
-            && let Ok(index) = u32::try_from(index)
-        {
-            entries.push((m.prefix, m.dotted_weight, index, m.role));
-        }
-    }
+    use rayon::prelude::*;
+    let entries: Vec<Entry<'_>> = model
+        .tensors
+        .par_iter()
+        .enumerate()
+        .filter_map(|(index, tensor)| {
+            let m = classify(tensor.name())?;
+            Some((
+                m.prefix,
+                m.dotted_weight,
+                u32::try_from(index).ok()?,
+                m.role,
+            ))
+        })
+        .collect();
     let marked = entries.iter().any(|e| e.3.marks_quantized());
     let declares_quantized = declared.is_some_and(Declared::stores_quantized);
     if !marked && !declares_quantized {
@@ -41,10 +50,8 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
             findings: Vec::new(),
         };
     }
-    let entries = sorted_by_group(entries);
+    let entries = gathered_by_group(entries);
     // The groups are worked out in two halves side by side, cut between two groups.
-    let same_group =
-        |a: &(&str, bool, u32, Role), b: &(&str, bool, u32, Role)| a.0 == b.0 && a.1 == b.1;
     let middle = entries.len() / 2;
     let cut = middle
         + entries[middle..]
@@ -53,8 +60,8 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
             .count();
     let (head, tail) = entries.split_at(cut);
     let (mut built, tail) = rayon::join(
-        || build_groups(model, declared, head),
-        || build_groups(model, declared, tail),
+        || build_groups(model, declared, head, entries.len()),
+        || build_groups(model, declared, tail, tail.len()),
     );
     let offset = u32::try_from(built.members.len()).unwrap_or(u32::MAX);
     built
@@ -65,16 +72,25 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
         }));
     built.members.extend(tail.members);
     built.findings.extend(tail.findings);
+    built.weights.shrink_to_fit();
+    built.members.shrink_to_fit();
     built
 }
 
-/// `entries` sorted by prefix, then whether the weight's name is dotted, role and tensor. A
-/// group's members mostly follow each other in the model's order, so the runs of one group are
-/// sorted rather than every entry: half as many, and no two of one prefix compared.
-fn sorted_by_group(entries: Vec<(&str, bool, u32, Role)>) -> Vec<(&str, bool, u32, Role)> {
-    use rayon::prelude::*;
-    let same_group =
-        |a: &(&str, bool, u32, Role), b: &(&str, bool, u32, Role)| a.0 == b.0 && a.1 == b.1;
+/// A member's entry: its weight's prefix, whether that weight's name is dotted, the tensor and
+/// its role.
+type Entry<'a> = (&'a str, bool, u32, Role);
+
+fn same_group(a: &Entry<'_>, b: &Entry<'_>) -> bool {
+    a.0 == b.0 && a.1 == b.1
+}
+
+/// `entries` gathered by group: each group's entries together, by role and tensor, the groups in
+/// the order of their first entries. A group's members mostly follow each other in the model's
+/// order, so runs of one group are gathered rather than every entry, each run's group found by
+/// the hash of its prefix: no name is compared with another but an equal one, whatever the
+/// order of the names.
+fn gathered_by_group(entries: Vec<Entry<'_>>) -> Vec<Entry<'_>> {
     let mut runs: Vec<std::ops::Range<usize>> = Vec::with_capacity(entries.len() / 2 + 1);
     let mut start = 0;
     for end in 1..=entries.len() {
@@ -83,44 +99,74 @@ fn sorted_by_group(entries: Vec<(&str, bool, u32, Role)>) -> Vec<(&str, bool, u3
             start = end;
         }
     }
-    let group_order = |a: &std::ops::Range<usize>, b: &std::ops::Range<usize>| {
-        let (a, b) = (&entries[a.start], &entries[b.start]);
-        byte_order(a.0.as_bytes(), b.0.as_bytes()).then(a.1.cmp(&b.1))
+    // Seeded anew in each process, so that no header can be written to make its names collide.
+    let state = foldhash::fast::RandomState::default();
+    let hash = |entry: &Entry<'_>| state.hash_one((entry.0, entry.1));
+    let run_hashes: Vec<u64> = {
+        use rayon::prelude::*;
+        runs.par_iter()
+            .map(|run| hash(&entries[run.start]))
+            .collect()
     };
-    // A header sorted by name (as most are) gives its groups in order already.
-    let in_order = runs
-        .windows(2)
-        .all(|pair| group_order(&pair[0], &pair[1]).is_lt())
-        && runs.iter().all(|run| {
-            entries[run.clone()].is_sorted_by_key(|&(_, _, tensor, role)| (role, tensor))
-        });
-    if in_order {
+    // Each run's group, numbered in the order groups first come.
+    let mut groups: HashTable<(u32, usize)> = HashTable::with_capacity(runs.len());
+    let mut group_of_run: Vec<u32> = Vec::with_capacity(runs.len());
+    for (run, &run_hash) in runs.iter().zip(&run_hashes) {
+        let entry = &entries[run.start];
+        let next = u32::try_from(groups.len()).unwrap_or(u32::MAX);
+        let group = match groups.entry(
+            run_hash,
+            |&(_, first)| same_group(&entries[first], entry),
+            |&(_, first)| hash(&entries[first]),
+        ) {
+            hash_table::Entry::Occupied(found) => found.get().0,
+            hash_table::Entry::Vacant(slot) => {
+                slot.insert((next, run.start));
+                next
+            }
+        };
+        group_of_run.push(group);
+    }
+    let by_role = |&(_, _, tensor, role): &Entry<'_>| (role, tensor);
+    let runs_are_groups = groups.len() == runs.len();
+    if runs_are_groups
+        && runs
+            .iter()
+            .all(|run| entries[run.clone()].is_sorted_by_key(by_role))
+    {
         return entries;
     }
-    runs.par_sort_unstable_by(group_order);
-    let mut sorted: Vec<(&str, bool, u32, Role)> = Vec::with_capacity(entries.len());
-    for run in runs {
-        sorted.extend_from_slice(&entries[run]);
+    let mut gathered: Vec<Entry<'_>> = Vec::with_capacity(entries.len());
+    if runs_are_groups {
+        gathered = entries;
+    } else {
+        // Runs in the order of their groups, a group's runs in the model's order.
+        let mut order: Vec<u32> = (0..u32::try_from(runs.len()).unwrap_or(u32::MAX)).collect();
+        order.sort_by_key(|&run| group_of_run[run as usize]);
+        for run in order {
+            gathered.extend_from_slice(&entries[runs[run as usize].clone()]);
+        }
     }
-    // Within a group (one run or several of the same prefix), by role and tensor.
     let mut start = 0;
-    while start < sorted.len() {
+    while start < gathered.len() {
         let end = start
-            + sorted[start..]
+            + gathered[start..]
                 .iter()
-                .take_while(|e| same_group(e, &sorted[start]))
+                .take_while(|e| same_group(e, &gathered[start]))
                 .count();
-        sorted[start..end].sort_unstable_by_key(|&(_, _, tensor, role)| (role, tensor));
+        gathered[start..end].sort_unstable_by_key(by_role);
         start = end;
     }
-    sorted
+    gathered
 }
 
-/// The logical weights of `entries`, sorted and cut between two groups.
+/// The logical weights of `entries`, gathered and cut between two groups, with room for those
+/// of `room` entries.
 fn build_groups(
     model: &Model,
     declared: Option<&Declared>,
-    entries: &[(&str, bool, u32, Role)],
+    entries: &[Entry<'_>],
+    room: usize,
 ) -> Built {
     let mut builder = Builder {
         model,
@@ -133,8 +179,8 @@ fn build_groups(
         },
     };
     // A weight has at least one member, and most quantized ones two or more.
-    builder.built.members.reserve(entries.len());
-    builder.built.weights.reserve(entries.len() / 2);
+    builder.built.members.reserve(room);
+    builder.built.weights.reserve(room / 2);
     let mut start = 0;
     let mut group: Vec<Member> = Vec::new();
     while start < entries.len() {
@@ -153,8 +199,6 @@ fn build_groups(
         builder.group(prefix, dotted, &group);
         start = end;
     }
-    builder.built.weights.shrink_to_fit();
-    builder.built.members.shrink_to_fit();
     builder.built
 }
 
@@ -347,13 +391,21 @@ impl Builder<'_> {
         self.cross_check(&group, &scheme);
         let first = u32::try_from(self.built.members.len()).unwrap_or(u32::MAX);
         self.built.members.extend_from_slice(members);
+        let first_stored = members
+            .iter()
+            .map(|m| m.tensor)
+            .min()
+            .unwrap_or(codes.tensor);
         self.built.weights.push(LogicalWeight {
-            name: group.name,
-            shape: Shape::from_slice(&shape),
+            info: TensorInfo {
+                name: group.name,
+                dtype: self.model.tensors[first_stored as usize].info.dtype.clone(),
+                shape: Shape::from_slice(&shape),
+                data_offsets: [0, stored],
+            },
             scheme,
             first_member: first,
             member_count: u16::try_from(members.len()).unwrap_or(u16::MAX),
-            stored_bytes: stored,
             flat: scheme.layout == Layout::Quanto && shape.len() == 1,
         });
     }
@@ -1262,10 +1314,21 @@ impl Builder<'_> {
 mod tests {
     use super::*;
 
-    /// Sorting runs of a group gives every entry's order, runs of one prefix apart included.
+    fn entries<'a>(names: &[&'a str]) -> Vec<Entry<'a>> {
+        (0u32..)
+            .zip(names)
+            .filter_map(|(index, name)| {
+                let m = classify(name)?;
+                Some((m.prefix, m.dotted_weight, index, m.role))
+            })
+            .collect()
+    }
+
+    /// Gathering keeps the groups in the order they first come, a group's entries by role and
+    /// tensor, its runs apart included.
     #[test]
-    fn runs_sorted_by_group_are_every_entry_sorted() {
-        let names = [
+    fn entries_are_gathered_by_group_in_the_order_groups_come() {
+        let gathered = gathered_by_group(entries(&[
             "m.b.weight",
             "m.b.weight_scale_inv",
             "m.a.weight_scale_inv",
@@ -1276,19 +1339,27 @@ mod tests {
             "m.b-c.weight",
             "m.b.weight_scale",
             "m.a.qweight",
-        ];
-        let entries: Vec<(&str, bool, u32, Role)> = (0u32..)
-            .zip(names)
-            .filter_map(|(index, name)| {
-                let m = classify(name)?;
-                Some((m.prefix, m.dotted_weight, index, m.role))
-            })
-            .collect();
-        let mut expected = entries.clone();
-        expected.sort_unstable_by(|a, b| {
-            byte_order(a.0.as_bytes(), b.0.as_bytes()).then((a.1, a.3, a.2).cmp(&(b.1, b.3, b.2)))
-        });
-        assert_eq!(sorted_by_group(entries.clone()), expected);
-        assert_eq!(sorted_by_group(expected.clone()), expected);
+        ]));
+        let tensors: Vec<u32> = gathered.iter().map(|e| e.2).collect();
+        assert_eq!(tensors, [0, 8, 1, 3, 2, 9, 6, 4, 7]);
+        let prefixes: Vec<&str> = gathered.iter().map(|e| e.0).collect();
+        assert_eq!(
+            prefixes,
+            [
+                "m.b", "m.b", "m.b", "m.a", "m.a", "m.a", "m.a", "m.c", "m.b-c"
+            ]
+        );
+    }
+
+    /// Entries whose groups come one run each, each by role, are taken as they are.
+    #[test]
+    fn entries_already_gathered_stay_as_they_are() {
+        let given = entries(&[
+            "m.z.weight",
+            "m.z.weight_scale",
+            "m.a.qweight",
+            "m.a.scales",
+        ]);
+        assert_eq!(gathered_by_group(given.clone()), given);
     }
 }

@@ -476,7 +476,7 @@ impl App {
         let (logical, weight) = self.logical_weight(tensor)?;
         let stored = &logical.stored.tensors
             [logical.quantization.members(weight).get(member)?.tensor as usize];
-        let name = &logical.quantization.weights[weight].name;
+        let name = &logical.quantization.weights[weight].info.name;
         Some((
             crate::quant::listed::member_label(name, stored.name()),
             stored,

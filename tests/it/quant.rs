@@ -153,7 +153,7 @@ fn logical_weights_have_the_names_and_shapes_of_the_producers_dequantized_weight
         let mut found: Vec<(String, Vec<u64>)> = quantization
             .weights
             .iter()
-            .map(|w| (w.name.to_string(), w.shape.to_vec()))
+            .map(|w| (w.info.name.to_string(), w.info.shape.to_vec()))
             .collect();
         expected.sort();
         found.sort();
@@ -180,14 +180,14 @@ fn bits_per_weight_count_every_member() {
             .iter()
             .map(|m| model.tensors[m.tensor as usize].info.byte_len())
             .sum();
-        let elements: u64 = weight.shape.iter().product();
+        let elements: u64 = weight.info.shape.iter().product();
         assert_eq!(
             weight.bits_per_weight(),
             bytes as f64 * 8.0 / elements as f64
         );
         // int4 codes plus one BF16 scale per 128 columns, and the shape's 16 bytes.
-        assert!(weight.bits_per_weight() > 4.125, "{}", weight.name);
-        assert!(weight.bits_per_weight() < 4.2, "{}", weight.name);
+        assert!(weight.bits_per_weight() > 4.125, "{}", weight.info.name);
+        assert!(weight.bits_per_weight() < 4.2, "{}", weight.info.name);
     }
 }
 
@@ -267,7 +267,7 @@ fn inspect_lists_logical_weights_and_raw_lists_what_is_stored() {
             quantization
                 .weights
                 .iter()
-                .map(|w| w.shape.iter().product()),
+                .map(|w| w.info.shape.iter().product()),
         )
         .sum();
     let json: serde_json::Value =

@@ -104,7 +104,7 @@ fn member_lines(app: &App, tensor: usize, member: usize) -> Vec<Line<'static>> {
         ),
         Line::from(format!(
             "member of {} ({})",
-            escape(&w.name),
+            escape(&w.info.name),
             escape(&w.scheme.to_string())
         )),
         Line::styled(
@@ -149,7 +149,7 @@ fn scheme_line(app: &App, tensor: usize) -> Option<Line<'static>> {
     Some(Line::styled(
         format!(
             "member of {} ({}); R lists the weights",
-            escape(&w.name),
+            escape(&w.info.name),
             escape(&w.scheme.to_string())
         ),
         app.theme.dim,
@@ -159,7 +159,7 @@ fn scheme_line(app: &App, tensor: usize) -> Option<Line<'static>> {
 /// A logical weight's members as stored, one line: `weight_packed I32 [128, 16] · ...`.
 fn members_line(app: &App, tensor: usize) -> Option<Line<'static>> {
     let (logical, weight) = app.logical_weight(tensor)?;
-    let name = &logical.quantization.weights[weight].name;
+    let name = &logical.quantization.weights[weight].info.name;
     let members: Vec<String> = logical
         .quantization
         .members(weight)
