@@ -263,9 +263,9 @@ pub fn review(recognised: &Recognised, model: &Model) -> (Option<ModelInfo>, Fin
                 .weights
                 .iter()
                 .filter(|weight| weight.flat)
-                .map(|weight| weight.name.as_str())
+                .map(|weight| weight.info.name.as_str())
                 .collect();
-            let infos = logical.iter().map(|info| &**info);
+            let infos = logical.iter().copied();
             let shaped = infos
                 .clone()
                 .filter(|info| !flat.contains(info.name.as_str()));
@@ -322,10 +322,7 @@ fn review_tensors<'a>(
         .as_deref()
         .and_then(|class| expected::templates().get(class));
     // The expected tensors are checked beside the layer checks, over the stacks the patterns
-    // describe, found first (the layer checks find them too).
-    let expected_stacks = template
-        .filter(|_| config.is_some())
-        .map(|_| layers::stacks_for(tensors.clone(), &patterns));
+    // describe (found on their own: the layer checks find them too, but only at their end).
     let ((layer_review, shapes), expected) = rayon::join(
         || {
             rayon::join(
@@ -334,12 +331,9 @@ fn review_tensors<'a>(
             )
         },
         || {
-            let (class, template, stacks) = (class.as_deref()?, template?, expected_stacks?);
-            let stored: Vec<(&LayerPattern, &str)> = stored_stacks(&patterns, &stacks);
-            stored
-                .iter()
-                .any(|(_, stack)| template.stacks.contains_key(*stack))
-                .then(|| expected::check(template, class, &stored, tensors.clone()))
+            let (class, template) = (class.as_deref()?, template?);
+            config?;
+            Some(expected::check(template, class, &patterns, tensors.clone()))
         },
     );
     findings.append(layer_review.findings);

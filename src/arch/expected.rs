@@ -5,7 +5,7 @@
 //! `STUI_UPDATE_TEMPLATES=1 cargo test --test it arch::templates`, which otherwise checks that
 //! it still matches them: a new family is a new fixture and a data change, not code.
 
-use super::layers::split_at_layer;
+use super::layers::{self, split_at_layer};
 use super::pattern::{LayerKind, LayerPattern, Mlp, tensor_kind};
 use crate::finding::{Code, Finding};
 use crate::format::TensorInfo;
@@ -119,32 +119,44 @@ pub fn derive<'a>(
 
 /// What the tensors hold against the template: a finding for each name the template expects
 /// that no layer of its kind (or the model, outside the layers) holds, and for each name it
-/// does not know, in each of `stacks` (a pattern and the stack it describes) the template
-/// knows. A name one layer lacks is left to the layer checks, which name it; a missing
+/// does not know, in each stack of layers `patterns` describe that the template knows (none
+/// when it knows none of them). A name one layer lacks is left to the layer checks, which name it; a missing
 /// `weight` whose module holds other tensors (a quantized layout) is not missing.
 pub fn check<'a>(
     template: &Template,
     class: &str,
-    stacks: &[(&LayerPattern, &str)],
+    patterns: &[LayerPattern],
     tensors: impl Iterator<Item = &'a TensorInfo>,
 ) -> Vec<Finding> {
+    let mut top: Vec<&str> = Vec::new();
+    // (before the layer number, layer, below it) of every name that has one.
+    let mut split: Vec<(&str, u64, &str)> = Vec::new();
+    for tensor in tensors {
+        match split_at_layer(&tensor.name) {
+            Some(parts) => split.push(parts),
+            None => top.push(&tensor.name),
+        }
+    }
+    let stacks = layers::stacks_of_layers(
+        split.iter().map(|&(prefix, layer, _)| (prefix, layer)),
+        patterns,
+    );
+    let stacks = super::stored_stacks(patterns, &stacks);
     let checked: Vec<(&LayerPattern, &str, &Kinds)> = stacks
         .iter()
         .filter_map(|&(pattern, stack)| Some((pattern, stack, template.stacks.get(stack)?)))
         .collect();
-    let mut top: Vec<&str> = Vec::new();
-    // (stack, layer, name below it) of the checked stacks' tensors.
-    let mut layered: Vec<(usize, u64, &str)> = Vec::new();
-    for tensor in tensors {
-        match split_at_layer(&tensor.name) {
-            Some((prefix, layer, suffix)) => {
-                if let Some(at) = checked.iter().position(|&(_, stack, _)| stack == prefix) {
-                    layered.push((at, layer, suffix));
-                }
-            }
-            None => top.push(&tensor.name),
-        }
+    if checked.is_empty() {
+        return Vec::new();
     }
+    // (stack, layer, name below it) of the checked stacks' tensors.
+    let mut layered: Vec<(usize, u64, &str)> = split
+        .into_iter()
+        .filter_map(|(prefix, layer, suffix)| {
+            let at = checked.iter().position(|&(_, stack, _)| stack == prefix)?;
+            Some((at, layer, suffix))
+        })
+        .collect();
     top.sort_unstable();
     // By stack and layer only: a layer's names are sorted when one is looked for among them,
     // which only a missing name needs.
@@ -234,7 +246,9 @@ fn check_layers(
     let mut slots: Vec<Vec<Slot>> = vec![Vec::new(); names.len()];
     // tensor kind -> layers holding it unexpectedly
     let mut unexpected: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    let mut kind = String::new();
+    // What each name below the layer number is, worked out once: the layers of a stack hold
+    // the same names.
+    let mut seen: foldhash::HashMap<&str, Held> = foldhash::HashMap::default();
     for layer in 0..layers.min(pattern.hidden_layers) {
         let Some(layer_kind) = pattern.kind(layer) else {
             continue;
@@ -265,21 +279,24 @@ fn check_layers(
             .collect();
         expected_ids.sort_unstable();
         for &suffix in &held {
-            write_kind(suffix, &mut kind);
-            let id = names.binary_search(&kind.as_str()).ok();
-            if let Some(id) = id
-                && let Some(expert) = expansion_of(names[id], suffix)
+            let held = seen
+                .entry(suffix)
+                .or_insert_with(|| Held::new(suffix, &names, pattern));
+            if let Some(id) = held.id
+                && let Some(expert) = held.expansion
                 && expert < experts.max(1)
             {
                 slot(&mut slots[id], expert).held_in = Some(layer);
             }
-            let known = id.is_some_and(|id| expected_ids.binary_search(&id).is_ok())
-                || modules.contains(&module(&kind));
-            let flagged = !known || expert_number(suffix).is_some_and(|e| e >= experts);
-            if flagged && !pattern.irregular(suffix) {
-                let in_range = expert_number(suffix).is_none_or(|e| e < experts);
+            let known = held
+                .id
+                .is_some_and(|id| expected_ids.binary_search(&id).is_ok())
+                || modules.contains(&module(&held.kind));
+            let flagged = !known || held.expert.is_some_and(|e| e >= experts);
+            if flagged && !held.irregular {
+                let in_range = held.expert.is_none_or(|e| e < experts);
                 let key = if in_range {
-                    kind.clone()
+                    held.kind.clone()
                 } else {
                     suffix.to_owned()
                 };
@@ -310,6 +327,35 @@ fn check_layers(
         }
     }
     findings_of(&stack, class, &names, &slots, unexpected)
+}
+
+/// A name below the layer number, as [`check_layers`] sees it.
+struct Held {
+    /// Its [`tensor_kind`].
+    kind: String,
+    /// The expected name of its kind, by its place among the names.
+    id: Option<usize>,
+    /// Which expert's expansion of that name it is (see [`expansion_of`]).
+    expansion: Option<u64>,
+    /// The expert it is of, if it is an expert's.
+    expert: Option<u64>,
+    /// Whether the pattern says its layers hold it irregularly.
+    irregular: bool,
+}
+
+impl Held {
+    fn new(suffix: &str, names: &[&str], pattern: &LayerPattern) -> Held {
+        let mut kind = String::new();
+        write_kind(suffix, &mut kind);
+        let id = names.binary_search(&kind.as_str()).ok();
+        Held {
+            expansion: id.and_then(|id| expansion_of(names[id], suffix)),
+            id,
+            kind,
+            expert: expert_number(suffix),
+            irregular: pattern.irregular(suffix),
+        }
+    }
 }
 
 /// The findings of [`check_layers`]: each expected name lacking from every layer that should

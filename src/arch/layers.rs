@@ -159,16 +159,30 @@ pub fn stacks_for<'a>(
     if patterns.is_empty() {
         return Vec::new();
     }
+    let layered = tensors.into_iter().filter_map(|tensor| {
+        let (prefix, layer, _) = split_at_layer(&tensor.name)?;
+        Some((prefix, layer))
+    });
+    stacks_of_layers(layered, patterns)
+}
+
+/// [`stacks_for`] the names split at their layer numbers: each name's part before its layer
+/// number, and the number.
+pub fn stacks_of_layers<'a>(
+    layered: impl IntoIterator<Item = (&'a str, u64)>,
+    patterns: &[LayerPattern],
+) -> Vec<Option<Stored>> {
+    if patterns.is_empty() {
+        return Vec::new();
+    }
     let mut layers: HashMap<&str, Vec<u64>> = HashMap::default();
     let mut counts: HashMap<&str, usize> = HashMap::default();
-    for tensor in tensors {
-        if let Some((prefix, layer, _)) = split_at_layer(&tensor.name) {
-            let numbers = layers.entry(prefix).or_default();
-            if numbers.last() != Some(&layer) {
-                numbers.push(layer);
-            }
-            *counts.entry(prefix).or_default() += 1;
+    for (prefix, layer) in layered {
+        let numbers = layers.entry(prefix).or_default();
+        if numbers.last() != Some(&layer) {
+            numbers.push(layer);
         }
+        *counts.entry(prefix).or_default() += 1;
     }
     for numbers in layers.values_mut() {
         numbers.sort_unstable();
