@@ -70,17 +70,23 @@ impl<'a> Scanner<'a> {
     /// an exponent.
     #[inline]
     pub(super) fn integer(&mut self) -> Option<u64> {
-        let start = self.at;
-        let mut value = 0u64;
-        while let Some(digit @ b'0'..=b'9') = self.peek() {
-            value = value
-                .checked_mul(10)?
-                .checked_add(u64::from(digit - b'0'))?;
-            self.at += 1;
-        }
-        let digits = self.at - start;
-        let leading_zero = digits > 1 && self.bytes[start] == b'0';
-        let continues = matches!(self.peek(), Some(b'.' | b'e' | b'E'));
+        /// Digits that cannot overflow `u64` however many nines they are.
+        const SAFE_DIGITS: usize = 19;
+        let rest = &self.bytes[self.at..];
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        let (number, after) = rest.split_at(digits);
+        let value = if digits <= SAFE_DIGITS {
+            number
+                .iter()
+                .fold(0u64, |value, &digit| value * 10 + u64::from(digit - b'0'))
+        } else {
+            number.iter().try_fold(0u64, |value, &digit| {
+                value.checked_mul(10)?.checked_add(u64::from(digit - b'0'))
+            })?
+        };
+        self.at += digits;
+        let leading_zero = digits > 1 && number[0] == b'0';
+        let continues = matches!(after.first(), Some(b'.' | b'e' | b'E'));
         (digits > 0 && !leading_zero && !continues).then_some(value)
     }
 
@@ -100,6 +106,38 @@ impl<'a> Scanner<'a> {
             }
             self.expect(b',')?;
             self.skip_whitespace();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn integer(text: &str) -> Option<u64> {
+        Scanner::at(text, 0).integer()
+    }
+
+    #[test]
+    fn integers_are_read_up_to_the_largest_u64() {
+        assert_eq!(integer("0"), Some(0));
+        assert_eq!(integer("7168,"), Some(7168));
+        assert_eq!(
+            integer("9999999999999999999"),
+            Some(9_999_999_999_999_999_999)
+        );
+        assert_eq!(integer("18446744073709551615]"), Some(u64::MAX));
+        for outside in [
+            "18446744073709551616",
+            "99999999999999999999",
+            "100000000000000000000",
+            "",
+            "01",
+            "1.0",
+            "1e3",
+            "-1",
+        ] {
+            assert_eq!(integer(outside), None, "{outside}");
         }
     }
 }
