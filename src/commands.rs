@@ -128,26 +128,26 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
             .as_deref()
             .is_none_or(|needle| crate::text::contains_ignore_case(tensor.name(), needle))
     };
+    let recognised = crate::arch::recognise(&model, args.config.as_deref());
     // A quantized model is listed by its logical weights, unless asked for what is stored: only
     // the listed tensors' tree is built.
-    let recognised = crate::arch::recognise(&model, args.config.as_deref());
-    let logical = recognised
-        .quantization
-        .as_ref()
-        .filter(|_| !args.raw)
-        .map(|quantization| (LogicalTensors::new(&model, quantization), quantization));
-    let listed = logical
-        .as_ref()
-        .map_or(&model.tensors, |(logical, _)| &logical.tensors);
-    // The checks, the tree and the structural id each read the whole tensor list: side by side.
-    let ((architecture, findings), (tree, structural_id)) = rayon::join(
+    let listed_tree = || {
+        let logical = recognised
+            .quantization
+            .as_ref()
+            .filter(|_| !args.raw)
+            .map(|quantization| (LogicalTensors::new(&model, quantization), quantization));
+        let listed = logical
+            .as_ref()
+            .map_or(&model.tensors, |(logical, _)| &logical.tensors);
+        let tree = LayerTree::build(listed, matches);
+        (logical, tree)
+    };
+    // The checks, the listing's tree and the structural id each read the whole tensor list:
+    // side by side.
+    let ((architecture, findings), ((logical, tree), structural_id)) = rayon::join(
         || crate::arch::review(&recognised, &model),
-        || {
-            rayon::join(
-                || LayerTree::build(listed, matches),
-                || crate::hash::structural_id(&model),
-            )
-        },
+        || rayon::join(listed_tree, || crate::hash::structural_id(&model)),
     );
     model.findings.append(findings);
     let shown = match &logical {
@@ -189,7 +189,7 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
 
 fn check<W: Write>(args: &CheckArgs, out: &mut W) -> Result<Outcome, Failure> {
     check_config(args.config.as_deref())?;
-    let (model, _) = crate::arch::open_reviewed(&args.path, args.config.as_deref())?;
+    let (model, quantization) = crate::arch::open_reviewed(&args.path, args.config.as_deref())?;
     let report = Check {
         model: &model,
         findings: &model.findings,
@@ -200,6 +200,7 @@ fn check<W: Write>(args: &CheckArgs, out: &mut W) -> Result<Outcome, Failure> {
     } else {
         has_errors(&model)
     };
+    skip_freeing(quantization);
     skip_freeing(model);
     Ok(if failed {
         Outcome::Problems

@@ -93,7 +93,10 @@ pub fn structural_id(model: &Model) -> String {
         .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
         .collect();
     let name = |i: &u32| model.tensors[*i as usize].name().as_bytes();
-    order.sort_unstable_by(|a, b| crate::text::byte_order(name(a), name(b)));
+    // In parallel: beside the other work on a model's opening, whichever core is free sorts.
+    rayon::slice::ParallelSliceMut::par_sort_unstable_by(&mut order[..], |a, b| {
+        crate::text::byte_order(name(a), name(b))
+    });
     let mut hasher = Sha256::new();
     hasher.update(b"safetensors-structure-v1\n");
     let mut line = String::with_capacity(256);
