@@ -226,6 +226,7 @@ impl Model {
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         let mut builder = Builder::new(path, source, hint);
         builder.add_index_findings(&index, &index_label);
+        builder.follow_index(&index);
         builder.expect_tensors(index.weight_map.len());
         // Added in the index's order; those not opened yet (all of them for an index not in
         // the canonical form) opened a batch at a time, so that few are held at once.
@@ -324,8 +325,16 @@ pub(super) struct Builder<'a> {
     /// names: no name is copied).
     by_name: HashTable<u32>,
     hasher: foldhash::fast::RandomState,
+    /// True while `by_name` is left empty because every tensor so far is known to have a name
+    /// of its own (see [`Builder::follow_index`]).
+    unindexed: bool,
+    /// The index's entries not yet met, while the shards added follow them name for name.
+    following: Option<Following<'a>>,
     hint: Hint<'a>,
 }
+
+/// An index's entries, names and shard labels, in its order.
+type Following<'a> = Box<dyn Iterator<Item = (&'a str, &'a str)> + 'a>;
 
 impl<'a> Builder<'a> {
     pub(super) fn new(path: &Path, source: Source, hint: Hint<'a>) -> Self {
@@ -338,6 +347,8 @@ impl<'a> Builder<'a> {
             findings: Findings::new(),
             by_name: HashTable::new(),
             hasher: foldhash::fast::RandomState::default(),
+            unindexed: false,
+            following: None,
             hint,
         }
     }
@@ -345,10 +356,57 @@ impl<'a> Builder<'a> {
     /// Makes room for `count` tensors at once, as an index says how many its shards hold: the
     /// list and the table of names then grow neither shard by shard nor by rehashing every name.
     pub(super) fn expect_tensors(&mut self, count: usize) {
-        let (tensors, hasher) = (&self.tensors, &self.hasher);
-        self.by_name
-            .reserve(count, |&i| hasher.hash_one(tensors[i as usize].name()));
+        if !self.unindexed {
+            let (tensors, hasher) = (&self.tensors, &self.hasher);
+            self.by_name
+                .reserve(count, |&i| hasher.hash_one(tensors[i as usize].name()));
+        }
         self.tensors.reserve(count);
+    }
+
+    /// Compares the shards about to be added with the index's entries, in order. While every
+    /// tensor added is the index's next entry, in the shard the entry names, the tensors' names
+    /// are the index's and so all different: none is looked up, and the table of names is built
+    /// only once a shard strays from the index (or a name must be found), from the tensors
+    /// added by then. For a model whose index lists its shards' tensors as they are stored,
+    /// adding them is then a copy.
+    pub(super) fn follow_index(&mut self, index: &'a ShardIndex) {
+        if self.tensors.is_empty() {
+            self.following = Some(Box::new(index.weight_map.iter()));
+            self.unindexed = true;
+        }
+    }
+
+    /// Puts every tensor added so far in the table of names.
+    fn index_every_name(&mut self) {
+        if !self.unindexed {
+            return;
+        }
+        self.unindexed = false;
+        let (tensors, hasher) = (&self.tensors, &self.hasher);
+        let hash = |i: u32| hasher.hash_one(tensors[i as usize].name());
+        self.by_name.reserve(tensors.capacity(), |&i| hash(i));
+        for i in 0..tensors.len() {
+            let i = u32::try_from(i).unwrap_or(u32::MAX);
+            self.by_name.insert_unique(hash(i), i, |&i| hash(i));
+        }
+    }
+
+    /// Whether `tensors`, of the shard `label`, are the index's next entries (see
+    /// [`Builder::follow_index`]); once they are not, no later shard is compared.
+    fn in_step_with_index(&mut self, tensors: &[Tensor], label: &str) -> bool {
+        let Some(entries) = &mut self.following else {
+            return false;
+        };
+        let in_step = tensors.iter().all(|tensor| {
+            entries
+                .next()
+                .is_some_and(|(name, shard)| name == tensor.name() && shard == label)
+        });
+        if !in_step {
+            self.following = None;
+        }
+        in_step
     }
 
     /// The index's own findings, said to be about the index file where they name no file.
@@ -394,6 +452,8 @@ impl<'a> Builder<'a> {
         match file {
             Ok(file) => self.add_file(label, file),
             Err(error) => {
+                // The index's entries for this shard are not met: the next shard strays.
+                self.following = None;
                 let missing = error.kind() == io::ErrorKind::NotFound;
                 let code = if missing {
                     Code::ShardMissing
@@ -494,6 +554,7 @@ impl<'a> Builder<'a> {
 
     /// The index of the tensor named `name`.
     fn find(&self, name: &str) -> Option<usize> {
+        debug_assert!(!self.unindexed, "names are looked up once they are indexed");
         let tensors = &self.tensors;
         self.by_name
             .find(self.hasher.hash_one(name), |&i| {
@@ -506,6 +567,14 @@ impl<'a> Builder<'a> {
     /// shard's own header has already resolved its repeated names): moved in one block, their
     /// names indexed without being copied.
     fn add_tensors(&mut self, mut tensors: Vec<Tensor>, shard: usize, label: &str) {
+        if self.in_step_with_index(&tensors, label) && self.unindexed {
+            for tensor in &mut tensors {
+                tensor.shard = shard;
+            }
+            self.tensors.append(&mut tensors);
+            return;
+        }
+        self.index_every_name();
         let build = &self.hasher;
         let mut name_hashes: Vec<u64> = tensors.iter().map(|t| build.hash_one(t.name())).collect();
         let mut repeated = Vec::new();
@@ -559,6 +628,15 @@ impl<'a> Builder<'a> {
     }
 
     pub(super) fn check_against_index(&mut self, index: &ShardIndex, index_label: &str) {
+        // Shards that followed the index to its last entry hold its names in its order: each is
+        // found where the walk below looks first. Anything else may need a name looked up.
+        let followed_to_the_end = self
+            .following
+            .take()
+            .is_some_and(|mut rest| rest.next().is_none());
+        if !followed_to_the_end {
+            self.index_every_name();
+        }
         let shard_by_label: HashMap<&str, usize> = self
             .shards
             .iter()

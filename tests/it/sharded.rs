@@ -192,3 +192,82 @@ fn an_empty_folder_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     assert!(Model::open(dir.path()).is_err());
 }
+
+/// An index written with its entries in the order given (the shards' own order, as DeepSeek-V3's
+/// lists them), not sorted by name.
+fn write_index_in_order(dir: &Path, map: &[(&str, &str)]) {
+    let entries: Vec<String> = map
+        .iter()
+        .map(|(tensor, file)| format!("\"{tensor}\": \"{file}\""))
+        .collect();
+    let index = format!("{{\"weight_map\": {{{}}}}}", entries.join(", "));
+    std::fs::write(dir.join("model.safetensors.index.json"), index).unwrap();
+}
+
+/// Every finding of a model, in a stable order.
+fn all_findings(model: &Model) -> Vec<String> {
+    let mut all: Vec<String> = model.findings.iter().map(|f| format!("{f:?}")).collect();
+    all.sort_unstable();
+    all
+}
+
+/// An index that lists the shards' tensors in their order is followed without looking names up;
+/// where a shard strays from it, the names are looked up from then on: the findings are those of
+/// the same index in another order.
+#[test]
+fn an_index_in_the_shards_order_gives_the_same_findings_as_any_other() {
+    let one = "one.safetensors";
+    let two = "two.safetensors";
+    let cases: [(&[&str], &[&str], &[(&str, &str)], &[&str]); 5] = [
+        (
+            &["a", "b"],
+            &["c", "d"],
+            &[("a", one), ("b", one), ("c", two), ("d", two)],
+            &[],
+        ),
+        (
+            &["a", "b"],
+            &["b", "c"],
+            &[("a", one), ("b", one), ("c", two)],
+            &["tensor-in-two-shards"],
+        ),
+        (&["a"], &[], &[("a", one), ("z", two)], &["shard-missing"]),
+        (
+            &["a", "b"],
+            &["c"],
+            &[("a", one), ("b", one), ("c", two), ("ghost", two)],
+            &["index-tensor-missing"],
+        ),
+        (
+            &["a"],
+            &["b"],
+            &[("a", one), ("b", one)],
+            &["index-tensor-missing"],
+        ),
+    ];
+    for (first, second, map, expected) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        shard(first).write(&dir.path().join(one)).unwrap();
+        if !second.is_empty() {
+            shard(second).write(&dir.path().join(two)).unwrap();
+        }
+        write_index_in_order(dir.path(), map);
+        let followed = Model::open(dir.path()).unwrap();
+        let mut found = codes(&followed);
+        found.sort_unstable();
+        found.dedup();
+        assert_eq!(found, expected, "{map:?}");
+        let reversed: Vec<(&str, &str)> = map.iter().rev().copied().collect();
+        write_index_in_order(dir.path(), &reversed);
+        let looked_up = Model::open(dir.path()).unwrap();
+        assert_eq!(all_findings(&followed), all_findings(&looked_up), "{map:?}");
+        let names = |model: &Model| -> Vec<(String, usize)> {
+            model
+                .tensors
+                .iter()
+                .map(|t| (t.name().to_owned(), t.shard))
+                .collect()
+        };
+        assert_eq!(names(&followed), names(&looked_up), "{map:?}");
+    }
+}
