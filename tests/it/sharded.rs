@@ -211,6 +211,14 @@ fn all_findings(model: &Model) -> Vec<String> {
     all
 }
 
+/// The first shard's names, the second's (none: it is missing), the index, the codes found.
+type Case<'a> = (
+    &'a [&'a str],
+    &'a [&'a str],
+    &'a [(&'a str, &'a str)],
+    &'a [&'a str],
+);
+
 /// An index that lists the shards' tensors in their order is followed without looking names up;
 /// where a shard strays from it, the names are looked up from then on: the findings are those of
 /// the same index in another order.
@@ -218,7 +226,7 @@ fn all_findings(model: &Model) -> Vec<String> {
 fn an_index_in_the_shards_order_gives_the_same_findings_as_any_other() {
     let one = "one.safetensors";
     let two = "two.safetensors";
-    let cases: [(&[&str], &[&str], &[(&str, &str)], &[&str]); 5] = [
+    let cases: [Case<'_>; 5] = [
         (
             &["a", "b"],
             &["c", "d"],
