@@ -26,21 +26,22 @@ pub(super) struct Built {
 }
 
 pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
-    use rayon::prelude::*;
-    let entries: Vec<Entry<'_>> = model
-        .tensors
-        .par_iter()
-        .enumerate()
-        .filter_map(|(index, tensor)| {
-            let m = classify(tensor.name())?;
-            Some((
-                m.prefix,
-                m.dotted_weight,
-                u32::try_from(index).ok()?,
-                m.role,
-            ))
-        })
-        .collect();
+    let mut entries: Vec<Entry<'_>> = Vec::with_capacity(model.tensors.len());
+    entries.extend(
+        model
+            .tensors
+            .iter()
+            .enumerate()
+            .filter_map(|(index, tensor)| {
+                let m = classify(tensor.name())?;
+                Some((
+                    m.prefix,
+                    m.dotted_weight,
+                    u32::try_from(index).ok()?,
+                    m.role,
+                ))
+            }),
+    );
     let marked = entries.iter().any(|e| e.3.marks_quantized());
     let declares_quantized = declared.is_some_and(Declared::stores_quantized);
     if !marked && !declares_quantized {
