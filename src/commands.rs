@@ -128,7 +128,12 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
             .as_deref()
             .is_none_or(|needle| crate::text::contains_ignore_case(tensor.name(), needle))
     };
-    let recognised = crate::arch::recognise(&model, args.config.as_deref());
+    // The structural id reads the stored tensors alone: beside the quantization's recognition,
+    // much of which runs on one core.
+    let (structural_id, recognised) = rayon::join(
+        || crate::hash::structural_id(&model),
+        || crate::arch::recognise(&model, args.config.as_deref()),
+    );
     // A quantized model is listed by its logical weights, unless asked for what is stored: only
     // the listed tensors' tree is built.
     let listed_tree = || {
@@ -143,12 +148,9 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
         let tree = LayerTree::build(listed, matches);
         (logical, tree)
     };
-    // The checks, the listing's tree and the structural id each read the whole tensor list:
-    // side by side.
-    let ((architecture, findings), ((logical, tree), structural_id)) = rayon::join(
-        || crate::arch::review(&recognised, &model),
-        || rayon::join(listed_tree, || crate::hash::structural_id(&model)),
-    );
+    // The checks and the listing's tree each read the whole tensor list: side by side.
+    let ((architecture, findings), (logical, tree)) =
+        rayon::join(|| crate::arch::review(&recognised, &model), listed_tree);
     model.findings.append(findings);
     let shown = match &logical {
         Some((logical, quantization)) => Shown::logical(&model, logical, quantization),
