@@ -14,7 +14,6 @@ use compact_str::CompactString;
 use hashbrown::{HashTable, hash_table};
 use std::fs::File;
 use std::hash::BuildHasher;
-use std::ops::Range;
 
 /// Small member tensors (shapes, quant states, group indexes) are read whole up to this size.
 const READ_LIMIT: u64 = 1 << 24;
@@ -52,46 +51,31 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
             findings: Vec::new(),
         };
     }
-    let (entries, groups) = gathered_by_group(entries);
-    // Every group's members, where its entries are: a weight's members are found from its
-    // group's place, and the groups are worked out side by side, each into its place.
-    let members: Vec<Member> = entries
-        .iter()
-        .map(|&(_, _, tensor, role)| Member { tensor, role })
-        .collect();
-    let new_builder = || Builder {
-        model,
-        declared,
-        files: Vec::new(),
-        built: Built {
-            weights: Vec::new(),
-            members: Vec::new(),
-            findings: Vec::new(),
-        },
-    };
-    let mut weights: Vec<Option<LogicalWeight>> = Vec::new();
-    let mut findings: Vec<Vec<Finding>> = Vec::new();
-    {
-        use rayon::prelude::*;
-        groups
-            .par_iter()
-            .map_init(new_builder, |builder, group| {
-                let (prefix, dotted, ..) = entries[group.start];
-                builder.group(prefix, dotted, &members[group.clone()]);
-                builder.built.members.clear();
-                let weight = builder.built.weights.pop().map(|mut weight| {
-                    weight.first_member = u32::try_from(group.start).unwrap_or(u32::MAX);
-                    weight
-                });
-                (weight, std::mem::take(&mut builder.built.findings))
-            })
-            .unzip_into_vecs(&mut weights, &mut findings);
-    }
-    Built {
-        weights: weights.into_iter().flatten().collect(),
-        members,
-        findings: findings.into_iter().flatten().collect(),
-    }
+    let entries = gathered_by_group(entries);
+    // The groups are worked out in two halves side by side, cut between two groups.
+    let middle = entries.len() / 2;
+    let cut = middle
+        + entries[middle..]
+            .iter()
+            .take_while(|e| middle > 0 && same_group(e, &entries[middle - 1]))
+            .count();
+    let (head, tail) = entries.split_at(cut);
+    let (mut built, tail) = rayon::join(
+        || build_groups(model, declared, head, entries.len()),
+        || build_groups(model, declared, tail, tail.len()),
+    );
+    let offset = u32::try_from(built.members.len()).unwrap_or(u32::MAX);
+    built
+        .weights
+        .extend(tail.weights.into_iter().map(|mut weight| {
+            weight.first_member = weight.first_member.saturating_add(offset);
+            weight
+        }));
+    built.members.extend(tail.members);
+    built.findings.extend(tail.findings);
+    built.weights.shrink_to_fit();
+    built.members.shrink_to_fit();
+    built
 }
 
 /// A member's entry: its weight's prefix, whether that weight's name is dotted, the tensor and
@@ -106,9 +90,9 @@ fn same_group(a: &Entry<'_>, b: &Entry<'_>) -> bool {
 /// the order of their first entries. A group's members mostly follow each other in the model's
 /// order, so runs of one group are gathered rather than every entry, each run's group found by
 /// the hash of its prefix: no name is compared with another but an equal one, whatever the
-/// order of the names. Gives each group's place in the entries too.
-fn gathered_by_group(entries: Vec<Entry<'_>>) -> (Vec<Entry<'_>>, Vec<Range<usize>>) {
-    let mut runs: Vec<Range<usize>> = Vec::with_capacity(entries.len() / 2 + 1);
+/// order of the names.
+fn gathered_by_group(entries: Vec<Entry<'_>>) -> Vec<Entry<'_>> {
+    let mut runs: Vec<std::ops::Range<usize>> = Vec::with_capacity(entries.len() / 2 + 1);
     let mut start = 0;
     for end in 1..=entries.len() {
         if end == entries.len() || !same_group(&entries[end], &entries[start]) {
@@ -151,7 +135,7 @@ fn gathered_by_group(entries: Vec<Entry<'_>>) -> (Vec<Entry<'_>>, Vec<Range<usiz
             .iter()
             .all(|run| entries[run.clone()].is_sorted_by_key(by_role))
     {
-        return (entries, runs);
+        return entries;
     }
     let mut gathered: Vec<Entry<'_>> = Vec::with_capacity(entries.len());
     if runs_are_groups {
@@ -164,7 +148,6 @@ fn gathered_by_group(entries: Vec<Entry<'_>>) -> (Vec<Entry<'_>>, Vec<Range<usiz
             gathered.extend_from_slice(&entries[runs[run as usize].clone()]);
         }
     }
-    let mut ranges = Vec::with_capacity(groups.len());
     let mut start = 0;
     while start < gathered.len() {
         let end = start
@@ -173,10 +156,51 @@ fn gathered_by_group(entries: Vec<Entry<'_>>) -> (Vec<Entry<'_>>, Vec<Range<usiz
                 .take_while(|e| same_group(e, &gathered[start]))
                 .count();
         gathered[start..end].sort_unstable_by_key(by_role);
-        ranges.push(start..end);
         start = end;
     }
-    (gathered, ranges)
+    gathered
+}
+
+/// The logical weights of `entries`, gathered and cut between two groups, with room for those
+/// of `room` entries.
+fn build_groups(
+    model: &Model,
+    declared: Option<&Declared>,
+    entries: &[Entry<'_>],
+    room: usize,
+) -> Built {
+    let mut builder = Builder {
+        model,
+        declared,
+        files: Vec::new(),
+        built: Built {
+            weights: Vec::new(),
+            members: Vec::new(),
+            findings: Vec::new(),
+        },
+    };
+    // A weight has at least one member, and most quantized ones two or more.
+    builder.built.members.reserve(room);
+    builder.built.weights.reserve(room / 2);
+    let mut start = 0;
+    let mut group: Vec<Member> = Vec::new();
+    while start < entries.len() {
+        let (prefix, dotted, ..) = entries[start];
+        let end = start
+            + entries[start..]
+                .iter()
+                .take_while(|e| e.0 == prefix && e.1 == dotted)
+                .count();
+        group.clear();
+        group.extend(
+            entries[start..end]
+                .iter()
+                .map(|&(_, _, tensor, role)| Member { tensor, role }),
+        );
+        builder.group(prefix, dotted, &group);
+        start = end;
+    }
+    builder.built
 }
 
 struct Builder<'a> {
@@ -1305,7 +1329,7 @@ mod tests {
     /// tensor, its runs apart included.
     #[test]
     fn entries_are_gathered_by_group_in_the_order_groups_come() {
-        let (gathered, groups) = gathered_by_group(entries(&[
+        let gathered = gathered_by_group(entries(&[
             "m.b.weight",
             "m.b.weight_scale_inv",
             "m.a.weight_scale_inv",
@@ -1326,7 +1350,6 @@ mod tests {
                 "m.b", "m.b", "m.b", "m.a", "m.a", "m.a", "m.a", "m.c", "m.b-c"
             ]
         );
-        assert_eq!(groups, [0..3, 3..7, 7..8, 8..9]);
     }
 
     /// Entries whose groups come one run each, each by role, are taken as they are.
@@ -1338,6 +1361,6 @@ mod tests {
             "m.a.qweight",
             "m.a.scales",
         ]);
-        assert_eq!(gathered_by_group(given.clone()), (given, vec![0..2, 2..4]));
+        assert_eq!(gathered_by_group(given.clone()), given);
     }
 }
