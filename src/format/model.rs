@@ -325,9 +325,6 @@ pub(super) struct Builder<'a> {
     /// names: no name is copied).
     by_name: HashTable<u32>,
     hasher: foldhash::fast::RandomState,
-    /// True while `by_name` is left empty because every tensor so far is known to have a name
-    /// of its own (see [`Builder::follow_index`]).
-    unindexed: bool,
     /// The index's entries not yet met, while the shards added follow them name for name.
     following: Option<Following<'a>>,
     hint: Hint<'a>,
@@ -347,7 +344,6 @@ impl<'a> Builder<'a> {
             findings: Findings::new(),
             by_name: HashTable::new(),
             hasher: foldhash::fast::RandomState::default(),
-            unindexed: false,
             following: None,
             hint,
         }
@@ -356,7 +352,7 @@ impl<'a> Builder<'a> {
     /// Makes room for `count` tensors at once, as an index says how many its shards hold: the
     /// list and the table of names then grow neither shard by shard nor by rehashing every name.
     pub(super) fn expect_tensors(&mut self, count: usize) {
-        if !self.unindexed {
+        if self.following.is_none() {
             let (tensors, hasher) = (&self.tensors, &self.hasher);
             self.by_name
                 .reserve(count, |&i| hasher.hash_one(tensors[i as usize].name()));
@@ -373,16 +369,21 @@ impl<'a> Builder<'a> {
     pub(super) fn follow_index(&mut self, index: &'a ShardIndex) {
         if self.tensors.is_empty() {
             self.following = Some(Box::new(index.weight_map.iter()));
-            self.unindexed = true;
         }
+    }
+
+    /// Whether the table of names holds every tensor (it holds all or none of them: the tensors
+    /// of a single file, and those added while following an index, are left out of it).
+    fn indexed(&self) -> bool {
+        self.by_name.len() == self.tensors.len()
     }
 
     /// Puts every tensor added so far in the table of names.
     fn index_every_name(&mut self) {
-        if !self.unindexed {
+        if self.indexed() {
             return;
         }
-        self.unindexed = false;
+        debug_assert!(self.by_name.is_empty(), "the table holds all names or none");
         let (tensors, hasher) = (&self.tensors, &self.hasher);
         let hash = |i: u32| hasher.hash_one(tensors[i as usize].name());
         self.by_name.reserve(tensors.capacity(), |&i| hash(i));
@@ -554,7 +555,7 @@ impl<'a> Builder<'a> {
 
     /// The index of the tensor named `name`.
     fn find(&self, name: &str) -> Option<usize> {
-        debug_assert!(!self.unindexed, "names are looked up once they are indexed");
+        debug_assert!(self.indexed(), "names are looked up once they are indexed");
         let tensors = &self.tensors;
         self.by_name
             .find(self.hasher.hash_one(name), |&i| {
@@ -567,7 +568,7 @@ impl<'a> Builder<'a> {
     /// shard's own header has already resolved its repeated names): moved in one block, their
     /// names indexed without being copied.
     fn add_tensors(&mut self, mut tensors: Vec<Tensor>, shard: usize, label: &str) {
-        if self.in_step_with_index(&tensors, label) && self.unindexed {
+        if self.in_step_with_index(&tensors, label) && self.by_name.is_empty() {
             for tensor in &mut tensors {
                 tensor.shard = shard;
             }
