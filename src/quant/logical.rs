@@ -26,22 +26,7 @@ pub(super) struct Built {
 }
 
 pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
-    let mut entries: Vec<Entry<'_>> = Vec::with_capacity(model.tensors.len());
-    entries.extend(
-        model
-            .tensors
-            .iter()
-            .enumerate()
-            .filter_map(|(index, tensor)| {
-                let m = classify(tensor.name())?;
-                Some((
-                    m.prefix,
-                    m.dotted_weight,
-                    u32::try_from(index).ok()?,
-                    m.role,
-                ))
-            }),
-    );
+    let entries = entries_of(model.tensors.iter().map(crate::format::Tensor::name));
     let marked = entries.iter().any(|e| e.3.marks_quantized());
     let declares_quantized = declared.is_some_and(Declared::stores_quantized);
     if !marked && !declares_quantized {
@@ -81,6 +66,16 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
 /// A member's entry: its weight's prefix, whether that weight's name is dotted, the tensor and
 /// its role.
 type Entry<'a> = (&'a str, bool, u32, Role);
+
+/// The entries of the names that are members, with each name's place among `names`.
+fn entries_of<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> Vec<Entry<'a>> {
+    let mut entries = Vec::with_capacity(names.len());
+    entries.extend((0u32..).zip(names).filter_map(|(index, name)| {
+        let m = classify(name)?;
+        Some((m.prefix, m.dotted_weight, index, m.role))
+    }));
+    entries
+}
 
 fn same_group(a: &Entry<'_>, b: &Entry<'_>) -> bool {
     a.0 == b.0 && a.1 == b.1
@@ -137,17 +132,18 @@ fn gathered_by_group(entries: Vec<Entry<'_>>) -> Vec<Entry<'_>> {
     {
         return entries;
     }
-    let mut gathered: Vec<Entry<'_>> = Vec::with_capacity(entries.len());
-    if runs_are_groups {
-        gathered = entries;
+    let mut gathered: Vec<Entry<'_>> = if runs_are_groups {
+        entries
     } else {
         // Runs in the order of their groups, a group's runs in the model's order.
         let mut order: Vec<u32> = (0..u32::try_from(runs.len()).unwrap_or(u32::MAX)).collect();
         order.sort_by_key(|&run| group_of_run[run as usize]);
+        let mut gathered = Vec::with_capacity(entries.len());
         for run in order {
             gathered.extend_from_slice(&entries[runs[run as usize].clone()]);
         }
-    }
+        gathered
+    };
     let mut start = 0;
     while start < gathered.len() {
         let end = start
@@ -189,7 +185,7 @@ fn build_groups(
         let end = start
             + entries[start..]
                 .iter()
-                .take_while(|e| e.0 == prefix && e.1 == dotted)
+                .take_while(|e| same_group(e, &entries[start]))
                 .count();
         group.clear();
         group.extend(
@@ -409,6 +405,28 @@ impl Builder<'_> {
             member_count: u16::try_from(members.len()).unwrap_or(u16::MAX),
             flat: scheme.layout == Layout::Quanto && shape.len() == 1,
         });
+    }
+
+    /// One scale per group of each row, `groups` to a row of a weight `[lead.., out, _]`: in
+    /// the layout of `ComfyUI`, cuBLAS' blocked one, rows padded to 128 and groups to 4; else
+    /// `[lead.., out, groups]`.
+    fn expect_group_scales(
+        &mut self,
+        group: &Group<'_>,
+        scale: &TensorInfo,
+        comfy: bool,
+        lead: &[u64],
+        groups: u64,
+    ) {
+        if comfy {
+            let out = lead.last().copied().unwrap_or(1);
+            let swizzled = [out.div_ceil(128) * 128, groups.div_ceil(4) * 4];
+            self.expect_shape(group, Some(scale), &swizzled);
+        } else {
+            let mut scale_dims = lead.to_vec();
+            scale_dims.push(groups);
+            self.expect_shape(group, Some(scale), &scale_dims);
+        }
     }
 
     /// The config's bits and group size against the weight's own.
@@ -1030,15 +1048,10 @@ impl Builder<'_> {
             && group.has(Role::WeightScale2)
         {
             let columns = width * 2;
-            let groups = ceil_div(columns, 16);
+            self.expect_group_scales(group, scale, comfy, lead, ceil_div(columns, 16));
             let layout = if comfy {
-                let swizzled = [out.div_ceil(128) * 128, groups.div_ceil(4) * 4];
-                self.expect_shape(group, Some(scale), &swizzled);
                 Layout::ComfyNvfp4
             } else {
-                let mut scale_dims = lead.to_vec();
-                scale_dims.push(groups);
-                self.expect_shape(group, Some(scale), &scale_dims);
                 Layout::ModelOptNvfp4
             };
             let mut shape = lead.to_vec();
@@ -1048,15 +1061,10 @@ impl Builder<'_> {
         let is_fp8 = matches!(stored, Some(Dtype::F8E4M3 | Dtype::F8E5M2));
         if let Some(scale) = scale {
             if is_fp8 && matches!(dtype(scale), Some(Dtype::U8 | Dtype::F8E8M0)) {
-                let groups = ceil_div(width, 32);
+                self.expect_group_scales(group, scale, comfy, lead, ceil_div(width, 32));
                 let layout = if comfy {
-                    let swizzled = [out.div_ceil(128) * 128, groups.div_ceil(4) * 4];
-                    self.expect_shape(group, Some(scale), &swizzled);
                     Layout::ComfyMxfp8
                 } else {
-                    let mut scale_dims = lead.to_vec();
-                    scale_dims.push(groups);
-                    self.expect_shape(group, Some(scale), &scale_dims);
                     Layout::CompressedMxfp8
                 };
                 return Some((weight_dims, Scheme::new(layout, 8, Grouping::Group(32))));
@@ -1316,13 +1324,7 @@ mod tests {
     use super::*;
 
     fn entries<'a>(names: &[&'a str]) -> Vec<Entry<'a>> {
-        (0u32..)
-            .zip(names)
-            .filter_map(|(index, name)| {
-                let m = classify(name)?;
-                Some((m.prefix, m.dotted_weight, index, m.role))
-            })
-            .collect()
+        entries_of(names.iter().copied())
     }
 
     /// Gathering keeps the groups in the order they first come, a group's entries by role and
