@@ -156,9 +156,7 @@ pub fn stacks_for<'a>(
     tensors: impl IntoIterator<Item = &'a TensorInfo>,
     patterns: &[LayerPattern],
 ) -> Vec<Option<Stored>> {
-    if patterns.is_empty() {
-        return Vec::new();
-    }
+    // Split as they are counted: without patterns, not at all.
     let layered = tensors.into_iter().filter_map(|tensor| {
         let (prefix, layer, _) = split_at_layer(&tensor.name)?;
         Some((prefix, layer))

@@ -67,14 +67,7 @@ impl<'a> ComfyNvfp4<'a> {
                     cols: 16,
                     expert_rows: rows,
                 },
-                scales: Grid {
-                    values: Source::Blocked {
-                        floats: Floats::new(weight_scale.bytes, FloatKind::E4M3),
-                        tiles,
-                    },
-                    row_stride: 0,
-                    group_stride: 0,
-                },
+                scales: blocked_scales(weight_scale.bytes, FloatKind::E4M3, tiles),
                 scale_member: "weight_scale",
                 zeros: None,
                 biases: None,
@@ -126,14 +119,7 @@ impl<'a> ComfyMxfp8<'a> {
                     cols: 32,
                     expert_rows: rows,
                 },
-                scales: Grid {
-                    values: Source::Blocked {
-                        floats: Floats::new(weight_scale.bytes, FloatKind::E8M0Exponent),
-                        tiles,
-                    },
-                    row_stride: 0,
-                    group_stride: 0,
-                },
+                scales: blocked_scales(weight_scale.bytes, FloatKind::E8M0Exponent, tiles),
                 scale_member: "weight_scale",
                 zeros: None,
                 biases: None,
@@ -145,6 +131,19 @@ impl<'a> ComfyMxfp8<'a> {
                 },
             },
         })
+    }
+}
+
+/// Scales of `kind` in `bytes`, in the cuBLAS blocked layout comfy-kitchen stores them in,
+/// `tiles` tiles of 4 groups to a row; the layout places each scale, not a stride.
+fn blocked_scales(bytes: &[u8], kind: FloatKind, tiles: usize) -> Grid<'_> {
+    Grid {
+        values: Source::Blocked {
+            floats: Floats::new(bytes, kind),
+            tiles,
+        },
+        row_stride: 0,
+        group_stride: 0,
     }
 }
 
