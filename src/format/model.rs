@@ -629,15 +629,40 @@ impl<'a> Builder<'a> {
     }
 
     pub(super) fn check_against_index(&mut self, index: &ShardIndex, index_label: &str) {
-        // Shards that followed the index to its last entry hold its names in its order: each is
-        // found where the walk below looks first. Anything else may need a name looked up.
+        // Shards that followed the index to its last entry hold its names in its order, each in
+        // the shard the index names, and nothing else: there is nothing to walk.
         let followed_to_the_end = self
             .following
             .take()
             .is_some_and(|mut rest| rest.next().is_none());
         if !followed_to_the_end {
             self.index_every_name();
+            self.check_index_entries(index, index_label);
         }
+        if let Some(declared) = index.total_size {
+            let actual = self
+                .tensors
+                .iter()
+                .map(|t| t.info.byte_len())
+                .fold(0, u64::saturating_add);
+            let all_read = self.shards.iter().all(|s| s.readable);
+            if declared != actual && all_read {
+                self.findings.push(
+                    Finding::warning(
+                        Code::IndexTotalSize,
+                        format!(
+                            "metadata.total_size is {declared} but the tensors hold {actual} bytes"
+                        ),
+                    )
+                    .in_file(index_label),
+                );
+            }
+        }
+    }
+
+    /// Each of the index's entries against the shard that holds its tensor, and each tensor
+    /// that no entry names.
+    fn check_index_entries(&mut self, index: &ShardIndex, index_label: &str) {
         let shard_by_label: HashMap<&str, usize> = self
             .shards
             .iter()
@@ -705,25 +730,6 @@ impl<'a> Builder<'a> {
                 .for_tensor(tensor.info.name.as_str())
                 .in_file(&self.shards[tensor.shard].label),
             );
-        }
-        if let Some(declared) = index.total_size {
-            let actual = self
-                .tensors
-                .iter()
-                .map(|t| t.info.byte_len())
-                .fold(0, u64::saturating_add);
-            let all_read = self.shards.iter().all(|s| s.readable);
-            if declared != actual && all_read {
-                self.findings.push(
-                    Finding::warning(
-                        Code::IndexTotalSize,
-                        format!(
-                            "metadata.total_size is {declared} but the tensors hold {actual} bytes"
-                        ),
-                    )
-                    .in_file(index_label),
-                );
-            }
         }
     }
 

@@ -36,18 +36,18 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
             findings: Vec::new(),
         };
     }
-    let entries = gathered_by_group(entries);
+    let runs = runs_by_group(&entries);
     // The groups are worked out in two halves side by side, cut between two groups.
-    let middle = entries.len() / 2;
+    let middle = runs.len() / 2;
     let cut = middle
-        + entries[middle..]
+        + runs[middle..]
             .iter()
-            .take_while(|e| middle > 0 && same_group(e, &entries[middle - 1]))
+            .take_while(|run| middle > 0 && run.group == runs[middle - 1].group)
             .count();
-    let (head, tail) = entries.split_at(cut);
+    let (head, tail) = runs.split_at(cut);
     let (mut built, tail) = rayon::join(
-        || build_groups(model, declared, head, entries.len()),
-        || build_groups(model, declared, tail, tail.len()),
+        || build_groups(model, declared, &entries, head, entries.len()),
+        || build_groups(model, declared, &entries, tail, entries.len() / 2),
     );
     let offset = u32::try_from(built.members.len()).unwrap_or(u32::MAX);
     built
@@ -81,17 +81,29 @@ fn same_group(a: &Entry<'_>, b: &Entry<'_>) -> bool {
     a.0 == b.0 && a.1 == b.1
 }
 
-/// `entries` gathered by group: each group's entries together, by role and tensor, the groups in
-/// the order of their first entries. A group's members mostly follow each other in the model's
-/// order, so runs of one group are gathered rather than every entry, each run's group found by
-/// the hash of its prefix: no name is compared with another but an equal one, whatever the
-/// order of the names.
-fn gathered_by_group(entries: Vec<Entry<'_>>) -> Vec<Entry<'_>> {
-    let mut runs: Vec<std::ops::Range<usize>> = Vec::with_capacity(entries.len() / 2 + 1);
+/// Entries next to each other of one group: `start..end` in the entries, and the group's number.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Run {
+    start: u32,
+    end: u32,
+    group: u32,
+}
+
+/// The runs of `entries`, gathered by group: the groups numbered in the order they first come,
+/// a group's runs in the model's order. A group's members mostly follow each other in the
+/// model's order, so runs are gathered rather than entries, and nothing is copied but the runs;
+/// each run's group is found by the hash of its prefix: no name is compared with another but an
+/// equal one, whatever the order of the names.
+fn runs_by_group(entries: &[Entry<'_>]) -> Vec<Run> {
+    let mut runs: Vec<Run> = Vec::with_capacity(entries.len());
     let mut start = 0;
     for end in 1..=entries.len() {
         if end == entries.len() || !same_group(&entries[end], &entries[start]) {
-            runs.push(start..end);
+            runs.push(Run {
+                start: u32::try_from(start).unwrap_or(u32::MAX),
+                end: u32::try_from(end).unwrap_or(u32::MAX),
+                group: 0,
+            });
             start = end;
         }
     }
@@ -101,68 +113,87 @@ fn gathered_by_group(entries: Vec<Entry<'_>>) -> Vec<Entry<'_>> {
     let run_hashes: Vec<u64> = {
         use rayon::prelude::*;
         runs.par_iter()
-            .map(|run| hash(&entries[run.start]))
+            .map(|run| hash(&entries[run.start as usize]))
             .collect()
     };
-    // Each run's group, numbered in the order groups first come.
+    // Each group's number and its first entry.
     let mut groups: HashTable<(u32, usize)> = HashTable::with_capacity(runs.len());
-    let mut group_of_run: Vec<u32> = Vec::with_capacity(runs.len());
-    for (run, &run_hash) in runs.iter().zip(&run_hashes) {
-        let entry = &entries[run.start];
+    for (run, &run_hash) in runs.iter_mut().zip(&run_hashes) {
+        let entry = &entries[run.start as usize];
         let next = u32::try_from(groups.len()).unwrap_or(u32::MAX);
-        let group = match groups.entry(
+        run.group = match groups.entry(
             run_hash,
             |&(_, first)| same_group(&entries[first], entry),
             |&(_, first)| hash(&entries[first]),
         ) {
             hash_table::Entry::Occupied(found) => found.get().0,
             hash_table::Entry::Vacant(slot) => {
-                slot.insert((next, run.start));
+                slot.insert((next, run.start as usize));
                 next
             }
         };
-        group_of_run.push(group);
     }
-    let by_role = |&(_, _, tensor, role): &Entry<'_>| (role, tensor);
-    let runs_are_groups = groups.len() == runs.len();
-    if runs_are_groups
-        && runs
-            .iter()
-            .all(|run| entries[run.clone()].is_sorted_by_key(by_role))
-    {
-        return entries;
+    if groups.len() == runs.len() {
+        // One run a group: the groups' numbers already go up run by run.
+        return runs;
     }
-    let mut gathered: Vec<Entry<'_>> = if runs_are_groups {
-        entries
-    } else {
-        // Runs in the order of their groups, a group's runs in the model's order.
-        let mut order: Vec<u32> = (0..u32::try_from(runs.len()).unwrap_or(u32::MAX)).collect();
-        order.sort_by_key(|&run| group_of_run[run as usize]);
-        let mut gathered = Vec::with_capacity(entries.len());
-        for run in order {
-            gathered.extend_from_slice(&entries[runs[run as usize].clone()]);
-        }
-        gathered
-    };
-    let mut start = 0;
-    while start < gathered.len() {
-        let end = start
-            + gathered[start..]
-                .iter()
-                .take_while(|e| same_group(e, &gathered[start]))
-                .count();
-        gathered[start..end].sort_unstable_by_key(by_role);
-        start = end;
+    // Placed by group, each group's runs in the order they come.
+    let mut next_slot = vec![0u32; groups.len() + 1];
+    for run in &runs {
+        next_slot[run.group as usize + 1] += 1;
     }
-    gathered
+    for group in 1..next_slot.len() {
+        next_slot[group] += next_slot[group - 1];
+    }
+    let mut placed = vec![Run::default(); runs.len()];
+    for run in &runs {
+        let slot = &mut next_slot[run.group as usize];
+        placed[*slot as usize] = *run;
+        *slot += 1;
+    }
+    placed
 }
 
-/// The logical weights of `entries`, gathered and cut between two groups, with room for those
-/// of `room` entries.
+/// Calls `each` with every group of `runs` (see [`runs_by_group`]): its prefix, whether its
+/// weight's name is dotted, and its members by role and tensor.
+fn for_each_group(
+    entries: &[Entry<'_>],
+    runs: &[Run],
+    mut each: impl FnMut(&str, bool, &[Member]),
+) {
+    let by_role = |member: &Member| (member.role, member.tensor);
+    let mut members: Vec<Member> = Vec::new();
+    let mut at = 0;
+    while at < runs.len() {
+        let group = runs[at].group;
+        let end = at
+            + runs[at..]
+                .iter()
+                .take_while(|run| run.group == group)
+                .count();
+        members.clear();
+        for run in &runs[at..end] {
+            members.extend(
+                entries[run.start as usize..run.end as usize]
+                    .iter()
+                    .map(|&(_, _, tensor, role)| Member { tensor, role }),
+            );
+        }
+        if !members.is_sorted_by_key(by_role) {
+            members.sort_unstable_by_key(by_role);
+        }
+        let (prefix, dotted, ..) = entries[runs[at].start as usize];
+        each(prefix, dotted, &members);
+        at = end;
+    }
+}
+
+/// The logical weights of the groups of `runs`, with room for those of `room` entries.
 fn build_groups(
     model: &Model,
     declared: Option<&Declared>,
     entries: &[Entry<'_>],
+    runs: &[Run],
     room: usize,
 ) -> Built {
     let mut builder = Builder {
@@ -178,24 +209,9 @@ fn build_groups(
     // A weight has at least one member, and most quantized ones two or more.
     builder.built.members.reserve(room);
     builder.built.weights.reserve(room / 2);
-    let mut start = 0;
-    let mut group: Vec<Member> = Vec::new();
-    while start < entries.len() {
-        let (prefix, dotted, ..) = entries[start];
-        let end = start
-            + entries[start..]
-                .iter()
-                .take_while(|e| same_group(e, &entries[start]))
-                .count();
-        group.clear();
-        group.extend(
-            entries[start..end]
-                .iter()
-                .map(|&(_, _, tensor, role)| Member { tensor, role }),
-        );
-        builder.group(prefix, dotted, &group);
-        start = end;
-    }
+    for_each_group(entries, runs, |prefix, dotted, members| {
+        builder.group(prefix, dotted, members);
+    });
     builder.built
 }
 
@@ -1327,11 +1343,26 @@ mod tests {
         entries_of(names.iter().copied())
     }
 
+    /// The groups of `names` as [`build_groups`] is given them: each prefix, with its members'
+    /// tensors.
+    fn gathered(names: &[&str]) -> (Vec<(String, Vec<u32>)>, Vec<Run>) {
+        let entries = entries(names);
+        let runs = runs_by_group(&entries);
+        let mut groups = Vec::new();
+        for_each_group(&entries, &runs, |prefix, _, members| {
+            groups.push((
+                prefix.to_owned(),
+                members.iter().map(|m| m.tensor).collect(),
+            ));
+        });
+        (groups, runs)
+    }
+
     /// Gathering keeps the groups in the order they first come, a group's entries by role and
     /// tensor, its runs apart included.
     #[test]
     fn entries_are_gathered_by_group_in_the_order_groups_come() {
-        let gathered = gathered_by_group(entries(&[
+        let (groups, _) = gathered(&[
             "m.b.weight",
             "m.b.weight_scale_inv",
             "m.a.weight_scale_inv",
@@ -1342,27 +1373,46 @@ mod tests {
             "m.b-c.weight",
             "m.b.weight_scale",
             "m.a.qweight",
-        ]));
-        let tensors: Vec<u32> = gathered.iter().map(|e| e.2).collect();
-        assert_eq!(tensors, [0, 8, 1, 3, 2, 9, 6, 4, 7]);
-        let prefixes: Vec<&str> = gathered.iter().map(|e| e.0).collect();
-        assert_eq!(
-            prefixes,
-            [
-                "m.b", "m.b", "m.b", "m.a", "m.a", "m.a", "m.a", "m.c", "m.b-c"
-            ]
-        );
+        ]);
+        let expected = [
+            ("m.b", vec![0, 8, 1]),
+            ("m.a", vec![3, 2, 9, 6]),
+            ("m.c", vec![4]),
+            ("m.b-c", vec![7]),
+        ];
+        assert_eq!(groups.len(), expected.len());
+        for ((prefix, tensors), (expected_prefix, expected_tensors)) in groups.iter().zip(&expected)
+        {
+            assert_eq!(prefix, expected_prefix);
+            assert_eq!(tensors, expected_tensors);
+        }
     }
 
-    /// Entries whose groups come one run each, each by role, are taken as they are.
+    /// Entries whose groups come one run each are taken as they are, a run for each group.
     #[test]
     fn entries_already_gathered_stay_as_they_are() {
-        let given = entries(&[
+        let (groups, runs) = gathered(&[
             "m.z.weight",
             "m.z.weight_scale",
             "m.a.qweight",
             "m.a.scales",
         ]);
-        assert_eq!(gathered_by_group(given.clone()), given);
+        assert_eq!(
+            runs,
+            [
+                Run {
+                    start: 0,
+                    end: 2,
+                    group: 0
+                },
+                Run {
+                    start: 2,
+                    end: 4,
+                    group: 1
+                }
+            ]
+        );
+        assert_eq!(groups[0], ("m.z".to_owned(), vec![0, 1]));
+        assert_eq!(groups[1], ("m.a".to_owned(), vec![2, 3]));
     }
 }
