@@ -3,13 +3,14 @@
 
 use super::index::{INDEX_FILE_NAME, ShardIndex};
 use super::remote::RemoteModel;
-use super::{Rejection, SafetensorsFile, StringMap, Tensor};
+use super::{Dtype, Rejection, SafetensorsFile, Shape, StringMap, Tensor, TensorDtype, TensorInfo};
 use crate::error::{Error, Result};
 use crate::finding::{Code, Finding, Findings};
 use crate::source::hf_cache::{CacheDir, Snapshot};
 use crate::source::hub::Hub;
 use crate::source::{ProcessEnvironment, RepoRef};
 use crate::text::{escape, escape_path, natural_cmp};
+use compact_str::CompactString;
 use fixedbitset::FixedBitSet;
 use foldhash::HashMap;
 use hashbrown::HashTable;
@@ -227,7 +228,11 @@ impl Model {
         let mut builder = Builder::new(path, source, hint);
         builder.add_index_findings(&index, &index_label);
         builder.follow_index(&index);
-        builder.expect_tensors(index.weight_map.len());
+        let held = opened
+            .values()
+            .filter_map(|(_, file)| Some(file.as_ref().ok()?.tensors.len()))
+            .sum();
+        builder.expect_tensors(index.weight_map.len(), held);
         // Added in the index's order; those not opened yet (all of them for an index not in
         // the canonical form) opened a batch at a time, so that few are held at once.
         for batch in index.shards.chunks(OPEN_BATCH) {
@@ -351,13 +356,30 @@ impl<'a> Builder<'a> {
 
     /// Makes room for `count` tensors at once, as an index says how many its shards hold: the
     /// list and the table of names then grow neither shard by shard nor by rehashing every name.
-    pub(super) fn expect_tensors(&mut self, count: usize) {
+    /// The pages of the first `held` (the tensors of the shards already read, which are surely
+    /// moved in) are touched on every core now rather than one at a time as the shards are
+    /// moved in.
+    pub(super) fn expect_tensors(&mut self, count: usize, held: usize) {
+        use rayon::prelude::*;
         if self.following.is_none() {
             let (tensors, hasher) = (&self.tensors, &self.hasher);
             self.by_name
                 .reserve(count, |&i| hasher.hash_one(tensors[i as usize].name()));
         }
         self.tensors.reserve(count);
+        let blank = Tensor {
+            info: TensorInfo {
+                name: CompactString::default(),
+                dtype: TensorDtype::Known(Dtype::U8),
+                shape: Shape::default(),
+                data_offsets: [0, 0],
+            },
+            shard: 0,
+        };
+        let start = self.tensors.len();
+        self.tensors
+            .par_extend(rayon::iter::repeat_n(blank, held.min(count)));
+        self.tensors.truncate(start);
     }
 
     /// Compares the shards about to be added with the index's entries, in order. While every
