@@ -39,6 +39,14 @@ impl<'a> Scanner<'a> {
         self.eat(byte).then_some(())
     }
 
+    /// `bytes`, exactly, next.
+    #[inline]
+    pub(super) fn literal(&mut self, bytes: &[u8]) -> Option<()> {
+        let found = self.bytes[self.at..].starts_with(bytes);
+        self.at += if found { bytes.len() } else { 0 };
+        found.then_some(())
+    }
+
     #[inline]
     pub(super) fn skip_whitespace(&mut self) {
         while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
@@ -73,20 +81,25 @@ impl<'a> Scanner<'a> {
         /// Digits that cannot overflow `u64` however many nines they are.
         const SAFE_DIGITS: usize = 19;
         let rest = &self.bytes[self.at..];
-        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-        let (number, after) = rest.split_at(digits);
-        let value = if digits <= SAFE_DIGITS {
-            number
-                .iter()
-                .fold(0u64, |value, &digit| value * 10 + u64::from(digit - b'0'))
-        } else {
-            number.iter().try_fold(0u64, |value, &digit| {
-                value.checked_mul(10)?.checked_add(u64::from(digit - b'0'))
-            })?
-        };
+        // Read and summed in one loop, up to the digits that cannot overflow.
+        let mut value = 0u64;
+        let mut digits = 0;
+        while digits < SAFE_DIGITS
+            && let Some(digit) = rest.get(digits).map(|b| b.wrapping_sub(b'0'))
+            && digit <= 9
+        {
+            value = value * 10 + u64::from(digit);
+            digits += 1;
+        }
+        while let Some(digit) = rest.get(digits).map(|b| b.wrapping_sub(b'0'))
+            && digit <= 9
+        {
+            value = value.checked_mul(10)?.checked_add(u64::from(digit))?;
+            digits += 1;
+        }
         self.at += digits;
-        let leading_zero = digits > 1 && number[0] == b'0';
-        let continues = matches!(after.first(), Some(b'.' | b'e' | b'E'));
+        let leading_zero = digits > 1 && rest[0] == b'0';
+        let continues = matches!(rest.get(digits), Some(b'.' | b'e' | b'E'));
         (digits > 0 && !leading_zero && !continues).then_some(value)
     }
 
