@@ -88,7 +88,7 @@ impl Compared {
     }
 }
 
-fn peers_key<'p>(pattern: &'p LayerPattern, layer: u64, compared: Compared) -> Option<Peers<'p>> {
+fn peers_key(pattern: &LayerPattern, layer: u64, compared: Compared) -> Option<Peers<'_>> {
     let index = usize::from(*pattern.layers.get(usize::try_from(layer).ok()?)?);
     let kind: &LayerKind = &pattern.kinds[index];
     Some(match compared {
