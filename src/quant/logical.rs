@@ -26,6 +26,7 @@ pub(super) struct Built {
 }
 
 pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
+    use rayon::prelude::*;
     let entries = entries_of(model.tensors.iter().map(crate::format::Tensor::name));
     let marked = entries.iter().any(|e| e.3.marks_quantized());
     let declares_quantized = declared.is_some_and(Declared::stores_quantized);
@@ -50,13 +51,14 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
         || build_groups(model, declared, &entries, tail, entries.len() / 2),
     );
     let offset = u32::try_from(built.members.len()).unwrap_or(u32::MAX);
+    // Moved on both cores: the copy is mostly first touches of fresh pages.
     built
         .weights
-        .extend(tail.weights.into_iter().map(|mut weight| {
+        .par_extend(tail.weights.into_par_iter().map(|mut weight| {
             weight.first_member = weight.first_member.saturating_add(offset);
             weight
         }));
-    built.members.extend(tail.members);
+    built.members.par_extend(tail.members);
     built.findings.extend(tail.findings);
     built.weights.shrink_to_fit();
     built.members.shrink_to_fit();
