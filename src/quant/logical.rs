@@ -27,8 +27,8 @@ pub(super) struct Built {
 
 pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
     use rayon::prelude::*;
-    let entries = entries_of(model.tensors.iter().map(crate::format::Tensor::name));
-    let marked = entries.iter().any(|e| e.3.marks_quantized());
+    let entries = entries_of(model.tensors.par_iter().map(crate::format::Tensor::name));
+    let marked = entries.iter().flatten().any(|e| e.3.marks_quantized());
     let declares_quantized = declared.is_some_and(Declared::stores_quantized);
     if !marked && !declares_quantized {
         return Built {
@@ -69,13 +69,21 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
 /// its role.
 type Entry<'a> = (&'a str, bool, u32, Role);
 
-/// The entries of the names that are members, with each name's place among `names`.
-fn entries_of<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> Vec<Entry<'a>> {
-    let mut entries = Vec::with_capacity(names.len());
-    entries.extend((0u32..).zip(names).filter_map(|(index, name)| {
-        let m = classify(name)?;
-        Some((m.prefix, m.dotted_weight, index, m.role))
-    }));
+/// Each name's entry, `None` for a name that is no member: worked out on every core, each in
+/// its place.
+fn entries_of<'a>(
+    names: impl rayon::iter::IndexedParallelIterator<Item = &'a str>,
+) -> Vec<Option<Entry<'a>>> {
+    use rayon::prelude::*;
+    let mut entries = Vec::new();
+    names
+        .enumerate()
+        .map(|(index, name)| {
+            let m = classify(name)?;
+            let index = u32::try_from(index).unwrap_or(u32::MAX);
+            Some((m.prefix, m.dotted_weight, index, m.role))
+        })
+        .collect_into_vec(&mut entries);
     entries
 }
 
@@ -83,7 +91,8 @@ fn same_group(a: &Entry<'_>, b: &Entry<'_>) -> bool {
     a.0 == b.0 && a.1 == b.1
 }
 
-/// Entries next to each other of one group: `start..end` in the entries, and the group's number.
+/// Entries next to each other of one group: `start..end` in the entries (all members), and the
+/// group's number.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Run {
     start: u32,
@@ -96,37 +105,49 @@ struct Run {
 /// model's order, so runs are gathered rather than entries, and nothing is copied but the runs;
 /// each run's group is found by the hash of its prefix: no name is compared with another but an
 /// equal one, whatever the order of the names.
-fn runs_by_group(entries: &[Entry<'_>]) -> Vec<Run> {
+fn runs_by_group(entries: &[Option<Entry<'_>>]) -> Vec<Run> {
+    let index = |at: usize| u32::try_from(at).unwrap_or(u32::MAX);
     let mut runs: Vec<Run> = Vec::with_capacity(entries.len());
-    let mut start = 0;
-    for end in 1..=entries.len() {
-        if end == entries.len() || !same_group(&entries[end], &entries[start]) {
+    // The run under way: where it starts, and its first entry.
+    let mut current: Option<(usize, &Entry<'_>)> = None;
+    for (at, entry) in entries.iter().map(Option::as_ref).chain([None]).enumerate() {
+        if let Some((start, first)) = current
+            && !entry.is_some_and(|entry| same_group(entry, first))
+        {
             runs.push(Run {
-                start: u32::try_from(start).unwrap_or(u32::MAX),
-                end: u32::try_from(end).unwrap_or(u32::MAX),
+                start: index(start),
+                end: index(at),
                 group: 0,
             });
-            start = end;
+            current = None;
+        }
+        if current.is_none() {
+            current = entry.map(|entry| (at, entry));
         }
     }
+    // A run's first entry, which is a member.
+    let first = |start: usize| entries[start].as_ref();
     // Seeded anew in each process, so that no header can be written to make its names collide.
     let state = foldhash::fast::RandomState::default();
-    let hash = |entry: &Entry<'_>| state.hash_one((entry.0, entry.1));
+    let hash = |entry: Option<&Entry<'_>>| state.hash_one(entry.map(|e| (e.0, e.1)));
     let run_hashes: Vec<u64> = {
         use rayon::prelude::*;
         runs.par_iter()
-            .map(|run| hash(&entries[run.start as usize]))
+            .map(|run| hash(first(run.start as usize)))
             .collect()
+    };
+    let same = |a: Option<&Entry<'_>>, b: Option<&Entry<'_>>| {
+        a.zip(b).is_some_and(|(a, b)| same_group(a, b))
     };
     // Each group's number and its first entry.
     let mut groups: HashTable<(u32, usize)> = HashTable::with_capacity(runs.len());
     for (run, &run_hash) in runs.iter_mut().zip(&run_hashes) {
-        let entry = &entries[run.start as usize];
+        let entry = first(run.start as usize);
         let next = u32::try_from(groups.len()).unwrap_or(u32::MAX);
         run.group = match groups.entry(
             run_hash,
-            |&(_, first)| same_group(&entries[first], entry),
-            |&(_, first)| hash(&entries[first]),
+            |&(_, start)| same(first(start), entry),
+            |&(_, start)| hash(first(start)),
         ) {
             hash_table::Entry::Occupied(found) => found.get().0,
             hash_table::Entry::Vacant(slot) => {
@@ -159,7 +180,7 @@ fn runs_by_group(entries: &[Entry<'_>]) -> Vec<Run> {
 /// Calls `each` with every group of `runs` (see [`runs_by_group`]): its prefix, whether its
 /// weight's name is dotted, and its members by role and tensor.
 fn for_each_group(
-    entries: &[Entry<'_>],
+    entries: &[Option<Entry<'_>>],
     runs: &[Run],
     mut each: impl FnMut(&str, bool, &[Member]),
 ) {
@@ -178,14 +199,16 @@ fn for_each_group(
             members.extend(
                 entries[run.start as usize..run.end as usize]
                     .iter()
+                    .flatten()
                     .map(|&(_, _, tensor, role)| Member { tensor, role }),
             );
         }
         if !members.is_sorted_by_key(by_role) {
             members.sort_unstable_by_key(by_role);
         }
-        let (prefix, dotted, ..) = entries[runs[at].start as usize];
-        each(prefix, dotted, &members);
+        if let Some((prefix, dotted, ..)) = entries[runs[at].start as usize] {
+            each(prefix, dotted, &members);
+        }
         at = end;
     }
 }
@@ -194,7 +217,7 @@ fn for_each_group(
 fn build_groups(
     model: &Model,
     declared: Option<&Declared>,
-    entries: &[Entry<'_>],
+    entries: &[Option<Entry<'_>>],
     runs: &[Run],
     room: usize,
 ) -> Built {
@@ -1341,8 +1364,9 @@ impl Builder<'_> {
 mod tests {
     use super::*;
 
-    fn entries<'a>(names: &[&'a str]) -> Vec<Entry<'a>> {
-        entries_of(names.iter().copied())
+    fn entries<'a>(names: &[&'a str]) -> Vec<Option<Entry<'a>>> {
+        use rayon::prelude::*;
+        entries_of(names.par_iter().copied())
     }
 
     /// The groups of `names` as [`build_groups`] is given them: each prefix, with its members'
