@@ -262,11 +262,15 @@ fn canonical_weight_map(
             scanner.skip_whitespace();
             scanner.expect(b':')?;
             scanner.skip_whitespace();
-            let shard = scanner.string()?;
-            if shard != previous {
+            // Most entries name the shard of the entry before: its text is compared in place.
+            let shard = if scanner.quoted(previous).is_some() {
+                previous
+            } else {
+                let shard = scanner.string()?;
                 named(shard);
-                previous = shard;
-            }
+                shard
+            };
+            previous = shard;
             map.insert(name, shard);
             scanner.skip_whitespace();
             if scanner.eat(b'}') {

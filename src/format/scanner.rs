@@ -74,6 +74,14 @@ impl<'a> Scanner<'a> {
         Some(content)
     }
 
+    /// The string `text`, which holds no escape or control character, exactly, next.
+    #[inline]
+    pub(super) fn quoted(&mut self, text: &str) -> Option<()> {
+        let rest = self.bytes[self.at..].strip_prefix(b"\"")?;
+        let after = rest.strip_prefix(text.as_bytes())?;
+        (after.first() == Some(&b'"')).then(|| self.at += text.len() + 2)
+    }
+
     /// A non-negative integer as JSON writes it, that fits in `u64`, not followed by a fraction or
     /// an exponent.
     #[inline]
@@ -129,6 +137,21 @@ mod tests {
 
     fn integer(text: &str) -> Option<u64> {
         Scanner::at(text, 0).integer()
+    }
+
+    #[test]
+    fn a_string_is_matched_in_place_only_when_it_is_all_of_the_next_string() {
+        let at = |text: &str, expected: &str| {
+            let mut scanner = Scanner::at(text, 0);
+            scanner.quoted(expected).map(|()| scanner.at)
+        };
+        assert_eq!(at(r#""a.bin","#, "a.bin"), Some(7));
+        assert_eq!(at(r#""""#, ""), Some(2));
+        assert_eq!(at(r#""a.bin2""#, "a.bin"), None);
+        assert_eq!(at(r#""a.bi""#, "a.bin"), None);
+        assert_eq!(at(r#""a.bin\"""#, "a.bin"), None);
+        assert_eq!(at(r#"a.bin""#, "a.bin"), None);
+        assert_eq!(at(r#""a.bin"#, "a.bin"), None);
     }
 
     #[test]
