@@ -139,29 +139,52 @@ fn runs_by_group(entries: &[Option<Entry<'_>>]) -> Vec<Run> {
     let same = |a: Option<&Entry<'_>>, b: Option<&Entry<'_>>| {
         a.zip(b).is_some_and(|(a, b)| same_group(a, b))
     };
-    // Each group's number and its first entry.
-    let mut groups: HashTable<(u32, usize)> = HashTable::with_capacity(runs.len());
-    for (run, &run_hash) in runs.iter_mut().zip(&run_hashes) {
-        let entry = first(run.start as usize);
-        let next = u32::try_from(groups.len()).unwrap_or(u32::MAX);
-        run.group = match groups.entry(
-            run_hash,
-            |&(_, start)| same(first(start), entry),
-            |&(_, start)| hash(first(start)),
-        ) {
-            hash_table::Entry::Occupied(found) => found.get().0,
-            hash_table::Entry::Vacant(slot) => {
-                slot.insert((next, run.start as usize));
-                next
+    // The runs whose group came in an earlier run, with that run: found in two halves of the
+    // hashes side by side, each half's groups in a table of its own.
+    let earlier_runs = |half: u64| {
+        let mut groups: HashTable<usize> = HashTable::with_capacity(runs.len() / 2);
+        let mut repeats: Vec<(usize, usize)> = Vec::new();
+        for (at, (run, &run_hash)) in runs.iter().zip(&run_hashes).enumerate() {
+            if run_hash >> 63 != half {
+                continue;
             }
-        };
-    }
-    if groups.len() == runs.len() {
-        // One run a group: the groups' numbers already go up run by run.
+            let entry = first(run.start as usize);
+            match groups.entry(
+                run_hash,
+                |&earlier| same(first(runs[earlier].start as usize), entry),
+                |&earlier| hash(first(runs[earlier].start as usize)),
+            ) {
+                hash_table::Entry::Occupied(found) => repeats.push((at, *found.get())),
+                hash_table::Entry::Vacant(slot) => {
+                    slot.insert(at);
+                }
+            }
+        }
+        repeats
+    };
+    let (mut repeats, more) = rayon::join(|| earlier_runs(0), || earlier_runs(1));
+    if repeats.is_empty() && more.is_empty() {
+        // One run a group: the groups already come run by run.
+        for (number, run) in (0u32..).zip(&mut runs) {
+            run.group = number;
+        }
         return runs;
     }
+    repeats.extend(more);
+    repeats.sort_unstable();
+    // Each group numbered in the order it first comes; a repeated run takes its first run's.
+    let mut groups = 0u32;
+    let mut repeated = repeats.iter().peekable();
+    for at in 0..runs.len() {
+        runs[at].group = if let Some(&(_, earlier)) = repeated.next_if(|&&(run, _)| run == at) {
+            runs[earlier].group
+        } else {
+            groups += 1;
+            groups - 1
+        };
+    }
     // Placed by group, each group's runs in the order they come.
-    let mut next_slot = vec![0u32; groups.len() + 1];
+    let mut next_slot = vec![0u32; groups as usize + 1];
     for run in &runs {
         next_slot[run.group as usize + 1] += 1;
     }
