@@ -3,16 +3,15 @@
 
 use super::index::{INDEX_FILE_NAME, ShardIndex};
 use super::remote::RemoteModel;
-use super::{Dtype, Rejection, SafetensorsFile, Shape, StringMap, Tensor, TensorDtype, TensorInfo};
+use super::{Rejection, SafetensorsFile, StringMap, Tensor};
 use crate::error::{Error, Result};
 use crate::finding::{Code, Finding, Findings};
 use crate::source::hf_cache::{CacheDir, Snapshot};
 use crate::source::hub::Hub;
 use crate::source::{ProcessEnvironment, RepoRef};
 use crate::text::{escape, escape_path, natural_cmp};
-use compact_str::CompactString;
 use fixedbitset::FixedBitSet;
-use foldhash::HashMap;
+use foldhash::{HashMap, HashSet};
 use hashbrown::HashTable;
 use std::fs;
 use std::hash::BuildHasher;
@@ -199,64 +198,62 @@ impl Model {
             .map_err(|source| Error::io(path, source))?
             .len();
         let folder = path.parent().unwrap_or(Path::new(""));
-        // Parsed where it lies in the page cache, up to a size, each shard opened on the other
-        // core as soon as the index names it; a larger index as it is read, the shards after.
-        let opened = std::sync::Mutex::new(HashMap::default());
-        let index = match usize::try_from(len).ok().filter(|&len| len <= MAPPED_INDEX) {
-            Some(len) => rayon::scope(|scope| {
-                let opened = &opened;
-                super::mapped::with_mapped(&file, 0, len, |bytes| {
-                    ShardIndex::from_slice_naming(bytes, &mut |label| {
-                        let label = label.to_owned();
-                        scope.spawn(move |_| {
-                            let path = folder.join(&label);
-                            let file = SafetensorsFile::open(&path);
-                            if let Ok(mut opened) = opened.lock() {
-                                opened.insert(label, (path, file));
-                            }
-                        });
-                    })
-                })
-            })
-            .map_err(|source| Error::io(path, source))?,
-            None => ShardIndex::read(file),
-        };
-        let mut opened = opened.into_inner().unwrap_or_default();
         let index_label = path
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        let mut builder = Builder::new(path, source, hint);
-        builder.add_index_findings(&index, &index_label);
-        builder.follow_index(&index);
-        let held = opened
-            .values()
-            .filter_map(|(_, file)| Some(file.as_ref().ok()?.tensors.len()))
-            .sum();
-        builder.expect_tensors(index.weight_map.len(), held);
-        // Added in the index's order; those not opened yet (all of them for an index not in
-        // the canonical form) opened a batch at a time, so that few are held at once.
-        for batch in index.shards.chunks(OPEN_BATCH) {
-            use rayon::prelude::*;
-            let early: Vec<_> = batch.iter().map(|label| opened.remove(label)).collect();
-            let files: Vec<(PathBuf, io::Result<SafetensorsFile>)> = early
-                .into_par_iter()
-                .zip(batch.par_iter())
-                .map(|(early, label)| {
-                    early.unwrap_or_else(|| {
-                        let path = folder.join(label);
-                        let file = SafetensorsFile::open(&path);
-                        (path, file)
+        let add_shards = |index: &ShardIndex, early: &mut Early| {
+            let mut builder = Builder::new(path, source, hint);
+            builder.add_index_findings(index, &index_label);
+            builder.follow_index(index);
+            builder.expect_tensors(index.weight_map.len());
+            // Added in the index's order, each as soon as it is read; those not told of early
+            // (all of them for an index not in the canonical form) opened a batch at a time,
+            // so that few are held at once.
+            let mut unopened: Vec<String> = Vec::new();
+            for label in &index.shards {
+                match early.take(label) {
+                    Some((path, file)) => {
+                        builder.add_paths(folder, std::mem::take(&mut unopened));
+                        builder.add_opened(label.clone(), path, file);
+                    }
+                    None => unopened.push(label.clone()),
+                }
+            }
+            builder.add_paths(folder, unopened);
+            builder.check_against_index(index, &index_label);
+            builder.finish()
+        };
+        // Parsed where it lies in the page cache, up to a size, each shard read on the other
+        // core as soon as the index names it, and added once the index is read; a larger index
+        // as it is read, the shards after.
+        match usize::try_from(len).ok().filter(|&len| len <= MAPPED_INDEX) {
+            Some(len) => rayon::scope(|scope| {
+                let (sender, receiver) = std::sync::mpsc::channel();
+                let mut told = HashSet::default();
+                let index = super::mapped::with_mapped(&file, 0, len, |bytes| {
+                    ShardIndex::from_slice_naming(bytes, &mut |label| {
+                        let label = label.to_owned();
+                        told.insert(label.clone());
+                        let sender = sender.clone();
+                        scope.spawn(move |_| {
+                            let path = folder.join(&label);
+                            let file = SafetensorsFile::open(&path);
+                            // The receiver is gone only when the index could not be read.
+                            let _ = sender.send((label, (path, file)));
+                        });
                     })
                 })
-                .collect();
-            for (label, (path, file)) in batch.iter().zip(files) {
-                builder.add_opened(label.clone(), path, file);
-            }
+                .map_err(|source| Error::io(path, source))?;
+                drop(sender);
+                let mut early = Early {
+                    told,
+                    receiver: Some(receiver),
+                    arrived: HashMap::default(),
+                };
+                Ok(add_shards(&index, &mut early))
+            }),
+            None => Ok(add_shards(&ShardIndex::read(file), &mut Early::none())),
         }
-        // Told of early but not one of the index's shards in the end: let go.
-        drop(opened);
-        builder.check_against_index(&index, &index_label);
-        Ok(builder.finish())
     }
 
     /// True when the model has files and the reference accepts every one of them.
@@ -315,9 +312,56 @@ impl Model {
 /// Shard files opened side by side and held until added to the model.
 const OPEN_BATCH: usize = 64;
 
+/// A shard file read, or why it could not be.
+type Opened = (PathBuf, io::Result<SafetensorsFile>);
+
+/// The shards read while the index was read, as they arrive.
+struct Early {
+    told: HashSet<String>,
+    receiver: Option<std::sync::mpsc::Receiver<(String, Opened)>>,
+    arrived: HashMap<String, Opened>,
+}
+
+impl Early {
+    fn none() -> Early {
+        Early {
+            told: HashSet::default(),
+            receiver: None,
+            arrived: HashMap::default(),
+        }
+    }
+
+    /// Shard `label`, once it has been read, if it was told of early. Meanwhile this thread reads
+    /// the shards still to read; once none is left to take, it waits.
+    fn take(&mut self, label: &str) -> Option<Opened> {
+        if !self.told.contains(label) {
+            return None;
+        }
+        loop {
+            if let Some(opened) = self.arrived.remove(label) {
+                return Some(opened);
+            }
+            let receiver = self.receiver.as_ref()?;
+            let (told, opened) = match receiver.try_recv() {
+                Ok(next) => next,
+                // Every reader has sent what it read: this one was not read, and is opened
+                // again.
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => return None,
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    if rayon::yield_now() == Some(rayon::Yield::Executed) {
+                        continue;
+                    }
+                    receiver.recv().ok()?
+                }
+            };
+            self.arrived.insert(told, opened);
+        }
+    }
+}
+
 /// What the model's source knows of a file that is not there (a snapshot of the Hugging Face
 /// cache tells a dangling link from an unfinished download), added to the finding.
-type Hint<'a> = Option<&'a dyn Fn(&Path) -> String>;
+type Hint<'a> = Option<&'a (dyn Fn(&Path) -> String + Sync)>;
 
 pub(super) struct Builder<'a> {
     path: PathBuf,
@@ -356,30 +400,13 @@ impl<'a> Builder<'a> {
 
     /// Makes room for `count` tensors at once, as an index says how many its shards hold: the
     /// list and the table of names then grow neither shard by shard nor by rehashing every name.
-    /// The pages of the first `held` (the tensors of the shards already read, which are surely
-    /// moved in) are touched on every core now rather than one at a time as the shards are
-    /// moved in.
-    pub(super) fn expect_tensors(&mut self, count: usize, held: usize) {
-        use rayon::prelude::*;
+    pub(super) fn expect_tensors(&mut self, count: usize) {
         if self.following.is_none() {
             let (tensors, hasher) = (&self.tensors, &self.hasher);
             self.by_name
                 .reserve(count, |&i| hasher.hash_one(tensors[i as usize].name()));
         }
         self.tensors.reserve(count);
-        let blank = Tensor {
-            info: TensorInfo {
-                name: CompactString::default(),
-                dtype: TensorDtype::Known(Dtype::U8),
-                shape: Shape::default(),
-                data_offsets: [0, 0],
-            },
-            shard: 0,
-        };
-        let start = self.tensors.len();
-        self.tensors
-            .par_extend(rayon::iter::repeat_n(blank, held.min(count)));
-        self.tensors.truncate(start);
     }
 
     /// Compares the shards about to be added with the index's entries, in order. While every

@@ -279,3 +279,66 @@ fn an_index_in_the_shards_order_gives_the_same_findings_as_any_other() {
         assert_eq!(names(&followed), names(&looked_up), "{map:?}");
     }
 }
+
+/// Shards read while the index is read and shards opened after it (the index turns out not to
+/// be in the canonical form at an escaped name) are added alike, in the index's order, on any
+/// number of threads.
+#[test]
+fn shards_read_early_and_late_are_added_in_the_index_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let labels: Vec<String> = (0..6).map(|i| format!("s{i}.safetensors")).collect();
+    let names: Vec<[String; 2]> = (0..6)
+        .map(|i| [format!("t{i}a"), format!("t{i}b")])
+        .collect();
+    for (label, pair) in labels.iter().zip(&names) {
+        shard(&[&pair[0], &pair[1]])
+            .write(&dir.path().join(label))
+            .unwrap();
+    }
+    let entries = |escaped: bool| -> String {
+        let mut entries: Vec<String> = Vec::new();
+        for (label, pair) in labels.iter().zip(&names) {
+            for name in pair {
+                entries.push(format!("\"{name}\":\"{label}\""));
+            }
+        }
+        if escaped {
+            // The first name of the second shard: the first shard is read early, the others
+            // after the index.
+            entries[2] = entries[2].replacen("t1a", "t1\\u0061", 1);
+        }
+        format!("{{\"weight_map\":{{{}}}}}", entries.join(","))
+    };
+    let listing = |model: &Model| -> Vec<(String, String)> {
+        model
+            .tensors
+            .iter()
+            .map(|t| (t.name().to_owned(), model.shard_of(t).label.clone()))
+            .collect()
+    };
+    let expected: Vec<(String, String)> = labels
+        .iter()
+        .zip(&names)
+        .flat_map(|(label, pair)| pair.iter().map(|n| (n.clone(), label.clone())))
+        .collect();
+    for threads in [1, 2, 4] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        for escaped in [false, true] {
+            std::fs::write(
+                dir.path().join("model.safetensors.index.json"),
+                entries(escaped),
+            )
+            .unwrap();
+            let model = pool.install(|| Model::open(dir.path()).unwrap());
+            assert_eq!(listing(&model), expected, "{threads} threads, {escaped}");
+            assert!(
+                all_findings(&model).is_empty(),
+                "{:?}",
+                all_findings(&model)
+            );
+        }
+    }
+}
