@@ -46,9 +46,11 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
             .take_while(|run| middle > 0 && run.group == runs[middle - 1].group)
             .count();
     let (head, tail) = runs.split_at(cut);
+    // The first half has room for every member, so that the second's are moved in after it.
+    let members = |runs: &[Run]| -> usize { runs.iter().map(|run| run.len()).sum() };
     let (mut built, tail) = rayon::join(
-        || build_groups(model, declared, &entries, head, entries.len()),
-        || build_groups(model, declared, &entries, tail, entries.len() / 2),
+        || build_groups(model, declared, &entries, head, members(&runs)),
+        || build_groups(model, declared, &entries, tail, members(tail)),
     );
     let offset = u32::try_from(built.members.len()).unwrap_or(u32::MAX);
     // Moved on both cores: the copy is mostly first touches of fresh pages.
@@ -98,6 +100,13 @@ struct Run {
     start: u32,
     end: u32,
     group: u32,
+}
+
+impl Run {
+    /// How many members it holds.
+    fn len(self) -> usize {
+        (self.end - self.start) as usize
+    }
 }
 
 /// The runs of `entries`, gathered by group: the groups numbered in the order they first come,
@@ -236,7 +245,7 @@ fn for_each_group(
     }
 }
 
-/// The logical weights of the groups of `runs`, with room for those of `room` entries.
+/// The logical weights of the groups of `runs`, with room for those of `room` members.
 fn build_groups(
     model: &Model,
     declared: Option<&Declared>,
