@@ -138,8 +138,8 @@ pub(super) fn evaluate(
             .max()
             .unwrap_or(1);
         let errors = |values: &[f32]| -> Vec<ErrorSums> {
-            let mut streams = Streams::default();
-            plans
+            let mut streams = Streams::take();
+            let sums = plans
                 .iter()
                 .map(|plan| match plan {
                     Some(plan) if plan.scheme == Scheme::W8A8 => {
@@ -148,7 +148,9 @@ pub(super) fn evaluate(
                     Some(plan) => plan.error(values, &mut streams),
                     None => ErrorSums::default(),
                 })
-                .collect()
+                .collect();
+            streams.give();
+            sums
         };
         let sums = if values.is_empty() {
             let mut sums = vec![ErrorSums::default(); schemes.len()];

@@ -38,11 +38,120 @@ pub fn clamp(value: f32, low: f32, high: f32) -> f32 {
 /// The rounding of the `f32` quotient allowed for in the half-step check (see `add_lanes`).
 const EXACT_SLACK: f32 = 1.0 / 4_194_304.0;
 
-/// The largest errors of a group of values, lane by lane, in `f32`.
+/// Values of a [`Group`] at most: their squares are summed in `f32` (a lane's sum of 128 terms then loses at most
+/// 2^-17 of itself), the group's sums added into the `f64` ones once.
+pub const GROUP_VALUES: usize = 1024;
+
+/// The sums and largest errors of a group of values, lane by lane, in `f32`.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Worst {
+pub struct Group {
+    signal: [f32; LANES],
+    noise: [f32; LANES],
     abs: [f32; LANES],
     in_steps: [f32; LANES],
+    beyond: [u32; LANES],
+}
+
+impl Group {
+    /// [`Measure::add_lanes`] for values whose error `x - back` is exact in `f32` (BF16 values
+    /// on a grid of BF16 scales times small whole numbers or powers of two): the error is then
+    /// the one `f64` gives. Its square and the value's are summed in `f32` (at most
+    /// [`GROUP_VALUES`] values a group) and added into the `f64` sums when the group ends.
+    /// `steps` are the local steps in `f32`; `per_step` a power of two, the step's ratio to the
+    /// group's `unit` (see [`Measure::end_group`]). The largest errors, and the largest over
+    /// `per_step`, are kept until the group ends: by monotone rounding, the largest
+    /// of the errors times the group's inverse step is the largest of the products.
+    #[inline(always)]
+    pub fn add_lanes(
+        &mut self,
+        xs: &[f32; LANES],
+        backs: &[f32; LANES],
+        steps: &[f32; LANES],
+        per_step: &[f32; LANES],
+    ) {
+        let mut errors = [0f32; LANES];
+        for lane in 0..LANES {
+            errors[lane] = (xs[lane] - backs[lane]).abs();
+        }
+        for lane in 0..LANES {
+            self.signal[lane] += xs[lane] * xs[lane];
+            self.noise[lane] += errors[lane] * errors[lane];
+        }
+        for lane in 0..LANES {
+            let error = errors[lane];
+            self.abs[lane] = if error > self.abs[lane] {
+                error
+            } else {
+                self.abs[lane]
+            };
+            let in_steps = error * per_step[lane];
+            self.in_steps[lane] = if in_steps > self.in_steps[lane] {
+                in_steps
+            } else {
+                self.in_steps[lane]
+            };
+        }
+        for lane in 0..LANES {
+            // As in `Measure::add_lanes`, in `f32`.
+            let limit = 0.5 * steps[lane] + xs[lane].abs() * EXACT_SLACK + f32::MIN_POSITIVE;
+            let error = errors[lane];
+            self.beyond[lane] += u32::from(error.is_nan()) + u32::from(error > limit);
+        }
+    }
+
+    /// [`Group::add_lanes`] of one value, in lane 0.
+    #[inline(always)]
+    pub fn add(&mut self, x: f32, back: f32, step: f32, per_step: f32) {
+        let mut xs = [0.0; LANES];
+        let mut backs = [0.0; LANES];
+        let (mut steps, mut per_steps) = ([0.0; LANES], [0.0; LANES]);
+        (xs[0], backs[0], steps[0], per_steps[0]) = (x, back, step, per_step);
+        self.add_lanes(&xs, &backs, &steps, &per_steps);
+    }
+
+    /// Adds values `xs` that came back as `backs` on a grid of one step, `step`, the error
+    /// `x - back` exact in `f32` (see [`Group::add_lanes`]): the error over the step is
+    /// then the error itself, scaled when the group ends ([`Measure::end_group`] with the
+    /// step's inverse). At most [`GROUP_VALUES`] values a group.
+    ///
+    /// The largest error and the count beyond half a step are integer reductions (a
+    /// non-negative `f32`'s bits order as it does), which vectorize as whole loops; the sums of
+    /// squares lane by lane in a loop of their own.
+    #[inline(always)]
+    pub fn add_on_grid(&mut self, xs: &[f32], backs: &[f32], step: f32) {
+        let half_step = 0.5 * step + f32::MIN_POSITIVE;
+        let (mut largest, mut beyond) = (0u32, 0u32);
+        for (&x, &back) in xs.iter().zip(backs) {
+            let error = (x - back).abs();
+            largest = largest.max(error.to_bits());
+            // As in `Measure::add_lanes`.
+            let limit = half_step + x.abs() * EXACT_SLACK;
+            beyond += u32::from(error.is_nan()) + u32::from(error > limit);
+        }
+        let (chunks, rest) = xs.as_chunks::<LANES>();
+        let (back_chunks, back_rest) = backs.as_chunks::<LANES>();
+        for (xs, backs) in chunks.iter().zip(back_chunks) {
+            for lane in 0..LANES {
+                let error = xs[lane] - backs[lane];
+                self.signal[lane] += xs[lane] * xs[lane];
+                self.noise[lane] += error * error;
+            }
+        }
+        for (&x, &back) in rest.iter().zip(back_rest) {
+            let error = x - back;
+            self.signal[0] += x * x;
+            self.noise[0] += error * error;
+        }
+        // A NaN error is counted beyond, and left out of the largest, as in `Group::add_lanes`.
+        let largest = f32::from_bits(largest);
+        if largest > self.abs[0] {
+            self.abs[0] = largest;
+        }
+        if largest > self.in_steps[0] {
+            self.in_steps[0] = largest;
+        }
+        self.beyond[0] += beyond;
+    }
 }
 
 /// The error measures of [`ErrorSums`] and the half-step check, summed lane by lane.
@@ -114,76 +223,21 @@ impl Measure {
         }
     }
 
-    /// [`Measure::add_lanes`] for values whose error `x - back` is exact in `f32` (BF16 values
-    /// on a grid of BF16 scales times small whole numbers or powers of two): the error is then
-    /// the one `f64` gives, and the sums, added in the same order, are the same to the bit.
-    /// `steps` are the local steps in `f32`; `per_step` a power of two, the step's ratio to the
-    /// group's `unit` (see [`Measure::end_group`]). The largest errors, and the largest over
-    /// `per_step`, are kept in `worst` until the group ends: by monotone rounding, the largest
-    /// of the errors times the group's inverse step is the largest of the products.
-    #[inline(always)]
-    pub fn add_exact_lanes(
-        &mut self,
-        xs: &[f32; LANES],
-        backs: &[f32; LANES],
-        steps: &[f32; LANES],
-        per_step: &[f32; LANES],
-        worst: &mut Worst,
-    ) {
-        let mut errors = [0f32; LANES];
-        for lane in 0..LANES {
-            errors[lane] = (xs[lane] - backs[lane]).abs();
-        }
-        for lane in 0..LANES {
-            let wide = f64::from(xs[lane]);
-            let error = f64::from(errors[lane]);
-            self.signal[lane] += wide * wide;
-            self.noise[lane] += error * error;
-        }
-        for lane in 0..LANES {
-            let error = errors[lane];
-            worst.abs[lane] = if error > worst.abs[lane] {
-                error
-            } else {
-                worst.abs[lane]
-            };
-            let in_steps = error * per_step[lane];
-            worst.in_steps[lane] = if in_steps > worst.in_steps[lane] {
-                in_steps
-            } else {
-                worst.in_steps[lane]
-            };
-        }
-        for lane in 0..LANES {
-            // As in `add_lanes`, in `f32`.
-            let limit = 0.5 * steps[lane] + xs[lane].abs() * EXACT_SLACK + f32::MIN_POSITIVE;
-            let error = errors[lane];
-            self.beyond[lane] += u32::from(error.is_nan()) + u32::from(error > limit);
-        }
-    }
-
-    /// [`Measure::add_exact_lanes`] of one value, in lane 0.
-    #[inline(always)]
-    pub fn add_exact(&mut self, x: f32, back: f32, step: f32, per_step: f32, worst: &mut Worst) {
-        let mut xs = [0.0; LANES];
-        let mut backs = [0.0; LANES];
-        let (mut steps, mut per_steps) = ([0.0; LANES], [0.0; LANES]);
-        (xs[0], backs[0], steps[0], per_steps[0]) = (x, back, step, per_step);
-        self.add_exact_lanes(&xs, &backs, &steps, &per_steps, worst);
-    }
-
-    /// Ends a group of [`Measure::add_exact_lanes`] whose unit step's inverse is
+    /// Ends a [`Group`] whose unit step's inverse is
     /// `inverse_unit` (0 when the step is).
     #[inline(always)]
-    pub fn end_group(&mut self, worst: &Worst, inverse_unit: f64) {
+    pub fn end_group(&mut self, group: &Group, inverse_unit: f64) {
         for lane in 0..LANES {
-            let error = f64::from(worst.abs[lane]);
+            self.signal[lane] += f64::from(group.signal[lane]);
+            self.noise[lane] += f64::from(group.noise[lane]);
+            self.beyond[lane] += group.beyond[lane];
+            let error = f64::from(group.abs[lane]);
             self.max_abs[lane] = if error > self.max_abs[lane] {
                 error
             } else {
                 self.max_abs[lane]
             };
-            let in_steps = f64::from(worst.in_steps[lane]) * inverse_unit;
+            let in_steps = f64::from(group.in_steps[lane]) * inverse_unit;
             self.max_in_steps[lane] = if in_steps > self.max_in_steps[lane] {
                 in_steps
             } else {
@@ -202,6 +256,28 @@ impl Measure {
         };
         (sums, self.beyond == [0; LANES])
     }
+}
+
+/// Holds the sums of [`Measure::add_exact_lanes`] to those of [`Measure::add_lanes`] on the
+/// same values: the largest errors the same to the bit, the sums of squares within their
+/// `f32` rounding.
+#[cfg(test)]
+pub fn assert_agree(
+    plain: &ErrorSums,
+    exact: &ErrorSums,
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    for (name, a, b) in [
+        ("signal", plain.signal, exact.signal),
+        ("noise", plain.noise, exact.noise),
+    ] {
+        proptest::prop_assert!(
+            (a - b).abs() <= a.abs() * 2f64.powi(-16),
+            "{name}: {a} against {b}"
+        );
+    }
+    proptest::prop_assert_eq!(plain.max_abs.to_bits(), exact.max_abs.to_bits());
+    proptest::prop_assert_eq!(plain.max_in_steps.to_bits(), exact.max_in_steps.to_bits());
+    Ok(())
 }
 
 #[cfg(test)]

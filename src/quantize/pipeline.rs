@@ -327,7 +327,7 @@ impl Context<'_> {
             plan.row_multiple(),
             self.control,
             |_, values: &[f32]| {
-                let mut streams = Streams::default();
+                let mut streams = Streams::take();
                 if scales_alone {
                     plan.quantize_scales(values, &mut streams);
                 } else {
@@ -344,6 +344,7 @@ impl Context<'_> {
                 if let Some((sums, within)) = checked {
                     measured.add(&streams, &sums, within);
                 }
+                streams.give();
                 Ok(())
             },
         )?;

@@ -4,6 +4,7 @@
 
 use super::{fp8, int_packed, nvfp4};
 use crate::format::{Dtype, Shape};
+use crate::recycle::Recycled;
 use serde::Serialize;
 
 /// A quantization scheme, as the compressed-tensors preset of the same name.
@@ -372,7 +373,21 @@ impl Streams {
         self.scales.clear();
         self.zero_points.clear();
     }
+
+    /// Streams given back before (emptied, with their room), or new ones.
+    pub fn take() -> Streams {
+        let mut streams = RECYCLED.take();
+        streams.clear();
+        streams
+    }
+
+    /// Gives the streams' room back for [`Streams::take`].
+    pub fn give(self) {
+        RECYCLED.give(self);
+    }
 }
+
+static RECYCLED: Recycled<Streams> = Recycled::new();
 
 /// Sums of the error a quantization leaves, merged over rows.
 #[derive(Clone, Copy, Debug, Default)]
