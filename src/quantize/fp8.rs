@@ -225,48 +225,86 @@ fn measure_block(values: &[f32], codes: &[u8], scale: f64, measure: &mut Measure
 /// [`measure_block`] for BF16 values and a BF16 `scale`, in `f32`: an E4M3 value (4 significant
 /// bits) times the scale has at most 12, and the value's distance from it is exact in `f32`, so
 /// the errors are [`measure_block`]'s; their squares are summed in `f32` a part of the block at
-/// a time (see [`Group::add_lanes`]).
+/// a time (see [`Group::add_on_grid`]).
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
-fn measure_block_exact(values: &[f32], codes: &[u8], scale: f32, measure: &mut Measure) {
+fn measure_block_exact(
+    values: &[f32],
+    codes: &[u8],
+    scale: f32,
+    scratch: &mut Scratch,
+    measure: &mut Measure,
+) {
     let mut local = *measure;
     for (values, codes) in values.chunks(GROUP_VALUES).zip(codes.chunks(GROUP_VALUES)) {
+        let len = values.len();
+        let (backs, steps, per_steps) = (
+            &mut scratch.backs[..len],
+            &mut scratch.steps[..len],
+            &mut scratch.per_steps[..len],
+        );
+        // Decoded in a loop of their own, without tables, which vectorizes.
+        for (i, &code) in codes.iter().enumerate() {
+            let (value, step, per_step) = value_and_step(code);
+            backs[i] = value * scale;
+            steps[i] = step * scale;
+            per_steps[i] = per_step;
+        }
         let mut group = Group::default();
-        let (chunks, rest) = values.as_chunks::<LANES>();
-        let (code_chunks, code_rest) = codes.as_chunks::<LANES>();
-        for (xs, cs) in chunks.iter().zip(code_chunks) {
-            let (mut backs, mut steps, mut per_step) =
-                ([0f32; LANES], [0f32; LANES], [0f32; LANES]);
-            for lane in 0..LANES {
-                let step = step(cs[lane]);
-                backs[lane] = decode(cs[lane]) * scale;
-                steps[lane] = step * scale;
-                per_step[lane] = PER_STEP[usize::from(cs[lane])];
-            }
-            group.add_lanes(xs, &backs, &steps, &per_step);
-        }
-        for (&x, &code) in rest.iter().zip(code_rest) {
-            group.add(
-                x,
-                decode(code) * scale,
-                step(code) * scale,
-                PER_STEP[usize::from(code)],
-            );
-        }
+        group.add_on_steps(values, backs, steps, per_steps);
         local.end_group(&group, 1.0 / f64::from(scale));
     }
     *measure = local;
 }
 
-/// The inverse of each E4M3 byte's [`step`], a power of two.
-static PER_STEP: [f32; 256] = {
-    let mut table = [0f32; 256];
-    let mut byte = 0;
-    while byte < 256 {
-        table[byte] = 1.0 / STEP[byte];
-        byte += 1;
+/// Room for decoding a part of a block in [`measure_block_exact`].
+struct Scratch {
+    backs: [f32; GROUP_VALUES],
+    steps: [f32; GROUP_VALUES],
+    per_steps: [f32; GROUP_VALUES],
+}
+
+impl Scratch {
+    fn new() -> Box<Scratch> {
+        Box::new(Scratch {
+            backs: [0.0; GROUP_VALUES],
+            steps: [0.0; GROUP_VALUES],
+            per_steps: [0.0; GROUP_VALUES],
+        })
     }
-    table
-};
+}
+
+/// An E4M3 byte's value, its [`step`] and the step's inverse, worked out from its bits (as
+/// [`decode`] and [`step`] look them up) so that a loop of them vectorizes.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn value_and_step(code: u8) -> (f32, f32, f32) {
+    let byte = u32::from(code);
+    let (exponent, mantissa) = ((byte >> 3) & 15, byte & 7);
+    #[expect(clippy::cast_precision_loss, reason = "a mantissa of 3 bits")]
+    let subnormal = mantissa as f32 / 512.0;
+    let normal = f32::from_bits(((exponent + 120) << 23) | (mantissa << 20));
+    let magnitude = if byte & 0x7F == 0x7F {
+        f32::NAN
+    } else if exponent == 0 {
+        subnormal
+    } else {
+        normal
+    };
+    let value = if byte & 0x80 == 0 {
+        magnitude
+    } else {
+        -magnitude
+    };
+    let binade = exponent.max(1);
+    (
+        value,
+        f32::from_bits((binade + 117) << 23),
+        f32::from_bits((137 - binade) << 23),
+    )
+}
 
 pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool) {
     let columns = columns(plan);
@@ -276,6 +314,7 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
     // BF16 scales come from BF16 sources.
     let exact = plan.scale_dtype == Dtype::Bf16;
     let mut measure = Measure::default();
+    let mut scratch = Scratch::new();
     for (row, (values, codes)) in source
         .chunks(columns)
         .zip(written.codes.chunks(columns))
@@ -293,7 +332,7 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
             )]
             let scale32 = scale as f32;
             if exact && scale32 > 0.0 && scale32.is_finite() {
-                measure_block_exact(values, codes, scale32, &mut measure);
+                measure_block_exact(values, codes, scale32, &mut scratch, &mut measure);
             } else {
                 measure_block(values, codes, scale, &mut measure);
             }
@@ -324,11 +363,21 @@ mod tests {
             encode_block(&values, scale, &mut codes);
             let (mut plain, mut exact) = (Measure::default(), Measure::default());
             measure_block(&values, &codes, scale, &mut plain);
-            measure_block_exact(&values, &codes, scale32, &mut exact);
+            measure_block_exact(&values, &codes, scale32, &mut Scratch::new(), &mut exact);
             let ((a, a_within), (b, b_within)) = (plain.finish(), exact.finish());
             super::super::lanes::assert_agree(&a, &b)?;
             proptest::prop_assert_eq!(a_within, b_within);
             proptest::prop_assert!(b_within);
+        }
+    }
+
+    #[test]
+    fn every_byte_is_worked_out_from_its_bits_as_the_tables_give_it() {
+        for byte in 0..=255u8 {
+            let (value, step_of, per_step) = value_and_step(byte);
+            assert_eq!(value.to_bits(), decode(byte).to_bits(), "{byte:#04x}");
+            assert_eq!(step_of, step(byte), "{byte:#04x}");
+            assert_eq!(per_step, 1.0 / step(byte), "{byte:#04x}");
         }
     }
 

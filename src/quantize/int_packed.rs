@@ -282,7 +282,7 @@ fn measure_group(values: &[f32], codes: &[u8], offset: i32, scale: f64, measure:
 /// [`measure_group`] for BF16 values and a BF16 `scale`, in `f32`: `(code - offset) · scale` is a
 /// whole number below 2^8 times 8 significant bits, and the value's distance from it is exact in
 /// `f32`, so the errors are [`measure_group`]'s; their squares are summed in `f32` a part of
-/// the group at a time (see [`Group::add_lanes`]).
+/// the group at a time (see [`Group::add_on_grid`]).
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
 fn measure_group_exact(
     values: &[f32],

@@ -38,81 +38,46 @@ pub fn clamp(value: f32, low: f32, high: f32) -> f32 {
 /// The rounding of the `f32` quotient allowed for in the half-step check (see `add_lanes`).
 const EXACT_SLACK: f32 = 1.0 / 4_194_304.0;
 
-/// Values of a [`Group`] at most: their squares are summed in `f32` (a lane's sum of 128 terms then loses at most
-/// 2^-17 of itself), the group's sums added into the `f64` ones once.
+/// Values of a [`Group`] at most: their squares are summed in `f32` (a lane's sum of 128 terms
+/// then loses at most 2^-17 of itself), the group's sums added into the `f64` ones once.
 pub const GROUP_VALUES: usize = 1024;
 
-/// The sums and largest errors of a group of values, lane by lane, in `f32`.
+/// The sums (lane by lane) and largest errors of a group of values, in `f32`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Group {
     signal: [f32; LANES],
     noise: [f32; LANES],
-    abs: [f32; LANES],
-    in_steps: [f32; LANES],
-    beyond: [u32; LANES],
+    abs: f32,
+    in_steps: f32,
+    beyond: u32,
 }
 
 impl Group {
-    /// [`Measure::add_lanes`] for values whose error `x - back` is exact in `f32` (BF16 values
-    /// on a grid of BF16 scales times small whole numbers or powers of two): the error is then
-    /// the one `f64` gives. Its square and the value's are summed in `f32` (at most
-    /// [`GROUP_VALUES`] values a group) and added into the `f64` sums when the group ends.
-    /// `steps` are the local steps in `f32`; `per_step` a power of two, the step's ratio to the
-    /// group's `unit` (see [`Measure::end_group`]). The largest errors, and the largest over
-    /// `per_step`, are kept until the group ends: by monotone rounding, the largest
-    /// of the errors times the group's inverse step is the largest of the products.
+    /// [`Group::add_on_grid`] on a grid whose step changes from value to value (FP8's
+    /// binades): `steps[i]` is the local step around `backs[i]`, `per_steps[i]` a power of two,
+    /// the step's ratio to the group's unit (see [`Measure::end_group`]). By monotone rounding,
+    /// the largest of the errors times `per_steps` times the group's inverse unit is the
+    /// largest of the errors over their steps.
     #[inline(always)]
-    pub fn add_lanes(
-        &mut self,
-        xs: &[f32; LANES],
-        backs: &[f32; LANES],
-        steps: &[f32; LANES],
-        per_step: &[f32; LANES],
-    ) {
-        let mut errors = [0f32; LANES];
-        for lane in 0..LANES {
-            errors[lane] = (xs[lane] - backs[lane]).abs();
+    pub fn add_on_steps(&mut self, xs: &[f32], backs: &[f32], steps: &[f32], per_steps: &[f32]) {
+        let (mut largest, mut in_steps, mut beyond) = (0u32, 0u32, 0u32);
+        for (((&x, &back), &step), &per_step) in xs.iter().zip(backs).zip(steps).zip(per_steps) {
+            let error = (x - back).abs();
+            largest = largest.max(bits_unless_nan(error));
+            in_steps = in_steps.max(bits_unless_nan(error * per_step));
+            let limit = 0.5 * step + x.abs() * EXACT_SLACK + f32::MIN_POSITIVE;
+            beyond += u32::from(error.is_nan()) + u32::from(error > limit);
         }
-        for lane in 0..LANES {
-            self.signal[lane] += xs[lane] * xs[lane];
-            self.noise[lane] += errors[lane] * errors[lane];
-        }
-        for lane in 0..LANES {
-            let error = errors[lane];
-            self.abs[lane] = if error > self.abs[lane] {
-                error
-            } else {
-                self.abs[lane]
-            };
-            let in_steps = error * per_step[lane];
-            self.in_steps[lane] = if in_steps > self.in_steps[lane] {
-                in_steps
-            } else {
-                self.in_steps[lane]
-            };
-        }
-        for lane in 0..LANES {
-            // As in `Measure::add_lanes`, in `f32`.
-            let limit = 0.5 * steps[lane] + xs[lane].abs() * EXACT_SLACK + f32::MIN_POSITIVE;
-            let error = errors[lane];
-            self.beyond[lane] += u32::from(error.is_nan()) + u32::from(error > limit);
-        }
+        self.add_squares(xs, backs);
+        self.add_largest(f32::from_bits(largest), f32::from_bits(in_steps), beyond);
     }
 
-    /// [`Group::add_lanes`] of one value, in lane 0.
-    #[inline(always)]
-    pub fn add(&mut self, x: f32, back: f32, step: f32, per_step: f32) {
-        let mut xs = [0.0; LANES];
-        let mut backs = [0.0; LANES];
-        let (mut steps, mut per_steps) = ([0.0; LANES], [0.0; LANES]);
-        (xs[0], backs[0], steps[0], per_steps[0]) = (x, back, step, per_step);
-        self.add_lanes(&xs, &backs, &steps, &per_steps);
-    }
-
-    /// Adds values `xs` that came back as `backs` on a grid of one step, `step`, the error
-    /// `x - back` exact in `f32` (see [`Group::add_lanes`]): the error over the step is
-    /// then the error itself, scaled when the group ends ([`Measure::end_group`] with the
-    /// step's inverse). At most [`GROUP_VALUES`] values a group.
+    /// Adds values `xs` that came back as `backs` on a grid of one step, `step`, for values
+    /// whose error `x - back` is exact in `f32` (BF16 values on a grid of BF16 scales times
+    /// small whole numbers or powers of two): the error is then the one `f64` gives. Its square
+    /// and the value's are summed in `f32` (at most [`GROUP_VALUES`] values a group) and added
+    /// into the `f64` sums when the group ends. The error over the step is the error itself,
+    /// scaled when the group ends ([`Measure::end_group`] with the step's inverse).
     ///
     /// The largest error and the count beyond half a step are integer reductions (a
     /// non-negative `f32`'s bits order as it does), which vectorize as whole loops; the sums of
@@ -123,11 +88,19 @@ impl Group {
         let (mut largest, mut beyond) = (0u32, 0u32);
         for (&x, &back) in xs.iter().zip(backs) {
             let error = (x - back).abs();
-            largest = largest.max(error.to_bits());
+            largest = largest.max(bits_unless_nan(error));
             // As in `Measure::add_lanes`.
             let limit = half_step + x.abs() * EXACT_SLACK;
             beyond += u32::from(error.is_nan()) + u32::from(error > limit);
         }
+        self.add_squares(xs, backs);
+        let largest = f32::from_bits(largest);
+        self.add_largest(largest, largest, beyond);
+    }
+
+    /// Sums the squares of `xs` and of their errors against `backs`, lane by lane.
+    #[inline(always)]
+    fn add_squares(&mut self, xs: &[f32], backs: &[f32]) {
         let (chunks, rest) = xs.as_chunks::<LANES>();
         let (back_chunks, back_rest) = backs.as_chunks::<LANES>();
         for (xs, backs) in chunks.iter().zip(back_chunks) {
@@ -142,16 +115,23 @@ impl Group {
             self.signal[0] += x * x;
             self.noise[0] += error * error;
         }
-        // A NaN error is counted beyond, and left out of the largest, as in `Group::add_lanes`.
-        let largest = f32::from_bits(largest);
-        if largest > self.abs[0] {
-            self.abs[0] = largest;
-        }
-        if largest > self.in_steps[0] {
-            self.in_steps[0] = largest;
-        }
-        self.beyond[0] += beyond;
     }
+
+    /// Adds a part's largest error and largest error over its step, and how many of its values
+    /// were beyond half a step.
+    #[inline(always)]
+    fn add_largest(&mut self, error: f32, in_steps: f32, beyond: u32) {
+        self.abs = self.abs.max(error);
+        self.in_steps = self.in_steps.max(in_steps);
+        self.beyond += beyond;
+    }
+}
+
+/// The bits of a non-negative `value`, which order as it does; 0 for NaN, which is counted
+/// beyond half a step and left out of the largest errors.
+#[inline(always)]
+fn bits_unless_nan(value: f32) -> u32 {
+    if value.is_nan() { 0 } else { value.to_bits() }
 }
 
 /// The error measures of [`ErrorSums`] and the half-step check, summed lane by lane.
@@ -230,20 +210,10 @@ impl Measure {
         for lane in 0..LANES {
             self.signal[lane] += f64::from(group.signal[lane]);
             self.noise[lane] += f64::from(group.noise[lane]);
-            self.beyond[lane] += group.beyond[lane];
-            let error = f64::from(group.abs[lane]);
-            self.max_abs[lane] = if error > self.max_abs[lane] {
-                error
-            } else {
-                self.max_abs[lane]
-            };
-            let in_steps = f64::from(group.in_steps[lane]) * inverse_unit;
-            self.max_in_steps[lane] = if in_steps > self.max_in_steps[lane] {
-                in_steps
-            } else {
-                self.max_in_steps[lane]
-            };
         }
+        self.beyond[0] += group.beyond;
+        self.max_abs[0] = self.max_abs[0].max(f64::from(group.abs));
+        self.max_in_steps[0] = self.max_in_steps[0].max(f64::from(group.in_steps) * inverse_unit);
     }
 
     /// The sums, and whether every value was within half a step.
@@ -258,7 +228,7 @@ impl Measure {
     }
 }
 
-/// Holds the sums of [`Measure::add_exact_lanes`] to those of [`Measure::add_lanes`] on the
+/// Holds the sums of a [`Group`] to those of [`Measure::add_lanes`] on the
 /// same values: the largest errors the same to the bit, the sums of squares within their
 /// `f32` rounding.
 #[cfg(test)]
