@@ -103,10 +103,15 @@ impl Group {
     fn add_squares(&mut self, xs: &[f32], backs: &[f32]) {
         let (chunks, rest) = xs.as_chunks::<LANES>();
         let (back_chunks, back_rest) = backs.as_chunks::<LANES>();
+        // Two loops: the vectorizer leaves one summing both partly scalar.
+        for xs in chunks {
+            for (sum, &x) in self.signal.iter_mut().zip(xs) {
+                *sum += x * x;
+            }
+        }
         for (xs, backs) in chunks.iter().zip(back_chunks) {
             for lane in 0..LANES {
                 let error = xs[lane] - backs[lane];
-                self.signal[lane] += xs[lane] * xs[lane];
                 self.noise[lane] += error * error;
             }
         }
