@@ -436,6 +436,9 @@ impl Control {
 
 /// Rows read at a time are about this many bytes,
 const CHUNK: u64 = 4 << 20;
+/// Values of a run decoded and worked on at a time: 128 KiB of `f32`, which the passes over them
+/// find in the core's cache.
+const BLOCK_VALUES: usize = 32 << 10;
 /// and at most this many rows, so that what is kept for each row (its scale) stays small however
 /// narrow the rows are.
 const MAX_ROWS: u64 = 1 << 16;
@@ -958,7 +961,9 @@ fn map_rows<E: Element, T: Send>(
     map_rows_aligned(model, files, tensor, 1, control, compute, consume)
 }
 
-/// [`map_rows`], each run of rows starting at a multiple of `align` rows.
+/// [`map_rows`], each run of rows starting at a multiple of `align` rows. `compute` is called on
+/// a block of rows at a time (a multiple of `align`, about [`BLOCK_VALUES`] values), each block
+/// decoded as it comes, so that the passes over a block's values stay in the core's cache.
 fn map_rows_aligned<E: Element, T: Send>(
     model: &Model,
     files: &[File],
@@ -966,33 +971,47 @@ fn map_rows_aligned<E: Element, T: Send>(
     align: u64,
     control: &Control,
     compute: impl Fn(usize, &[E]) -> io::Result<T> + Sync,
-    consume: impl FnMut(T) -> io::Result<()> + Send,
+    mut consume: impl FnMut(T) -> io::Result<()> + Send,
 ) -> io::Result<()> {
     let dtype = tensor
         .info
         .dtype
         .known()
         .ok_or_else(|| io::Error::other("unknown dtype"))?;
+    let columns = row_length(tensor)?;
+    let row_bytes = usize::try_from(dtype.byte_len(columns as u64).unwrap_or(0))
+        .map_err(io::Error::other)?
+        .max(1);
+    let align = usize::try_from(align).map_err(io::Error::other)?.max(1);
+    let block_rows = ((BLOCK_VALUES / columns) / align).max(1) * align;
     map_byte_runs(
         model,
         files,
         tensor,
-        align,
+        align as u64,
         control,
         |first, bytes| {
-            let in_place = (dtype == E::IN_PLACE && cfg!(target_endian = "little"))
-                .then(|| bytemuck::try_cast_slice::<u8, E>(bytes).ok())
-                .flatten();
-            if let Some(values) = in_place {
-                return compute(first, values);
+            let mut results: smallvec::SmallVec<[T; 1]> = smallvec::SmallVec::new();
+            let mut decoded = None;
+            for (block, bytes) in bytes.chunks(block_rows * row_bytes).enumerate() {
+                let first = first + block * block_rows;
+                let in_place = (dtype == E::IN_PLACE && cfg!(target_endian = "little"))
+                    .then(|| bytemuck::try_cast_slice::<u8, E>(bytes).ok())
+                    .flatten();
+                if let Some(values) = in_place {
+                    results.push(compute(first, values)?);
+                    continue;
+                }
+                let decoded = decoded.get_or_insert_with(|| E::buffers().take());
+                E::decode(dtype, bytes, decoded);
+                results.push(compute(first, decoded)?);
             }
-            let mut decoded = E::buffers().take();
-            E::decode(dtype, bytes, &mut decoded);
-            let value = compute(first, &decoded);
-            E::buffers().give(decoded);
-            value
+            if let Some(decoded) = decoded {
+                E::buffers().give(decoded);
+            }
+            Ok(results)
         },
-        consume,
+        |results| results.into_iter().try_for_each(&mut consume),
     )
 }
 

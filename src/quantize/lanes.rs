@@ -54,10 +54,10 @@ pub struct Group {
 
 impl Group {
     /// [`Group::add_on_grid`] on a grid whose step changes from value to value (FP8's
-    /// binades): `steps[i]` is the local step around `backs[i]`, `per_steps[i]` a power of two,
-    /// the step's ratio to the group's unit (see [`Measure::end_group`]). By monotone rounding,
-    /// the largest of the errors times `per_steps` times the group's inverse unit is the
-    /// largest of the errors over their steps.
+    /// binades, NVFP4's groups): `steps[i]` is the local step around `backs[i]`, `per_steps[i]`
+    /// the group's unit over that step (see [`Measure::end_group`]). Where these are powers of
+    /// two, by monotone rounding the largest of the errors times `per_steps` times the group's
+    /// inverse unit is the largest of the errors over their steps.
     #[inline(always)]
     pub fn add_on_steps(&mut self, xs: &[f32], backs: &[f32], steps: &[f32], per_steps: &[f32]) {
         let (mut largest, mut in_steps, mut beyond) = (0u32, 0u32, 0u32);

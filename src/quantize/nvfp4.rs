@@ -10,7 +10,7 @@
 //! group's largest value would land more than half a step beyond 6 is rounded up instead.
 
 use super::fp8;
-use super::lanes::{LANES, Measure};
+use super::lanes::{GROUP_VALUES, Group, LANES, Measure};
 use super::scheme::{ErrorSums, Plan, Streams};
 use multiversion::multiversion;
 
@@ -104,12 +104,13 @@ fn columns(plan: &Plan) -> usize {
 }
 
 /// The squared error each of up to [`LANES`] groups (`groups[lane]`, zeros past the last) is
-/// left with under `scales[lane]`, each summed in the order of its values: the sums choose the
-/// scale written, so their rounding must be that of one group at a time.
+/// left with under `scales[lane]`, in `f32` throughout so that each step vectorizes across the
+/// lanes whole (a mix of `f32` and `f64` halves the lanes): a sum of 16 squares, close to the
+/// exact one to `2^-19` of itself, which only a near tie between the two scales tried could
+/// feel, and either scale then serves as well.
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
-fn group_errors(groups: &[[f32; LANES]; GROUP], scales: [f32; LANES]) -> [f64; LANES] {
-    // One short loop a step, each of which vectorizes across the lanes.
-    let mut sums = [0f64; LANES];
+fn group_errors(groups: &[[f32; LANES]; GROUP], scales: [f32; LANES]) -> [f32; LANES] {
+    let mut sums = [0f32; LANES];
     for xs in groups {
         let mut backs = [0f32; LANES];
         for lane in 0..LANES {
@@ -118,16 +119,10 @@ fn group_errors(groups: &[[f32; LANES]; GROUP], scales: [f32; LANES]) -> [f64; L
         for back in &mut backs {
             *back = rounded_magnitude(*back);
         }
-        // The quotient's sign is the value's: the scales are positive.
-        for (back, &x) in backs.iter_mut().zip(xs) {
-            *back = back.copysign(x);
-        }
-        let mut errors = [0f64; LANES];
         for lane in 0..LANES {
-            errors[lane] = f64::from(xs[lane]) - f64::from(backs[lane]) * f64::from(scales[lane]);
-        }
-        for (sum, error) in sums.iter_mut().zip(errors) {
-            *sum += error * error;
+            // The quotient's sign is the value's: the scales are positive.
+            let error = xs[lane] - (backs[lane] * scales[lane]).copysign(xs[lane]);
+            sums[lane] += error * error;
         }
     }
     sums
@@ -163,9 +158,9 @@ fn group_scales(plan: &Plan, groups: &[[f32; GROUP]]) -> [(u8, f32); LANES] {
     let errors = |bytes: &[u8; LANES]| {
         let scales = std::array::from_fn(|lane| fp8::decode(bytes[lane]) / global);
         let sums = group_errors(&transposed, scales);
-        std::array::from_fn::<f64, LANES, _>(|lane| {
+        std::array::from_fn::<f32, LANES, _>(|lane| {
             if scales[lane] == 0.0 {
-                f64::INFINITY
+                f32::INFINITY
             } else {
                 sums[lane]
             }
@@ -175,7 +170,7 @@ fn group_scales(plan: &Plan, groups: &[[f32; GROUP]]) -> [(u8, f32); LANES] {
     std::array::from_fn(|lane| {
         let within =
             |byte: u8| absmax[lane] == 0.0 || absmax[lane] / (fp8::decode(byte) / global) <= 7.0;
-        let mut best = None::<(f64, u8)>;
+        let mut best = None::<(f32, u8)>;
         for (byte, e) in [
             (nearest[lane], nearest_errors[lane]),
             (other[lane], other_errors[lane]),
@@ -233,29 +228,78 @@ pub fn quantize(plan: &Plan, values: &[f32], out: &mut Streams) {
     }
 }
 
-/// Adds a group's values, which came back from `codes` (two to a byte) under `scale`.
+/// Adds a row's values, which came back from `codes` (two to a byte) under each group's
+/// `scales`, in `f32`: the back value `e2m1 · scale` and the error are rounded once each, at
+/// most `2^-24 · |x|` beside the exact ones, well within the half-step check's slack and far
+/// below the errors the sums report.
 #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
-fn measure_group(values: &[f32; GROUP], codes: &[u8], scale: f64, measure: &mut Measure) {
+fn measure_row(
+    values: &[f32],
+    codes: &[u8],
+    scales: &[f32],
+    scratch: &mut Scratch,
+    measure: &mut Measure,
+) {
+    let per_part = GROUP_VALUES / GROUP;
+    for ((values, codes), scales) in values
+        .chunks(GROUP_VALUES)
+        .zip(codes.chunks(GROUP_VALUES / 2))
+        .zip(scales.chunks(per_part))
+    {
+        let len = values.len();
+        let (backs, steps, per_steps) = (
+            &mut scratch.backs[..len],
+            &mut scratch.steps[..len],
+            &mut scratch.per_steps[..len],
+        );
+        for ((((backs, steps), per_steps), bytes), &scale) in backs
+            .as_chunks_mut::<GROUP>()
+            .0
+            .iter_mut()
+            .zip(steps.as_chunks_mut::<GROUP>().0)
+            .zip(per_steps.as_chunks_mut::<GROUP>().0)
+            .zip(codes.as_chunks::<{ GROUP / 2 }>().0)
+            .zip(scales)
+        {
+            decode_group(bytes, scale, (backs, steps, per_steps));
+        }
+        let mut group = Group::default();
+        group.add_on_steps(values, backs, steps, per_steps);
+        measure.end_group(&group, 1.0);
+    }
+}
+
+/// A group's values as they come back from its codes `bytes` under `scale`, the grid's step
+/// around each and the inverse of that step, in loops over the group that vectorize.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn decode_group(
+    bytes: &[u8; GROUP / 2],
+    scale: f32,
+    (backs, steps, per_steps): (&mut [f32; GROUP], &mut [f32; GROUP], &mut [f32; GROUP]),
+) {
     let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-    let mut unpacked = [0u8; GROUP];
-    for (pair, &byte) in unpacked.as_chunks_mut::<2>().0.iter_mut().zip(codes) {
+    let mut codes = [0u8; GROUP];
+    for (pair, &byte) in codes.as_chunks_mut::<2>().0.iter_mut().zip(bytes) {
         *pair = [byte & 15, byte >> 4];
     }
-    let (halves, _) = values.as_chunks::<LANES>();
-    let (code_halves, _) = unpacked.as_chunks::<LANES>();
-    let mut local = *measure;
-    for (xs, cs) in halves.iter().zip(code_halves) {
-        let (mut backs, mut steps, mut inverses) = ([0f64; LANES], [0f64; LANES], [0f64; LANES]);
-        for lane in 0..LANES {
-            let (value, step) = value_and_step(cs[lane]);
-            let step = f64::from(step);
-            backs[lane] = f64::from(value) * scale;
-            steps[lane] = step * scale;
-            inverses[lane] = inverse / step;
-        }
-        local.add_lanes(xs, &backs, &steps, &inverses);
+    for lane in 0..GROUP {
+        let (value, step) = value_and_step(codes[lane]);
+        backs[lane] = value * scale;
+        steps[lane] = step * scale;
+        // The step is 1/2, 1 or 2: its inverse is exact.
+        per_steps[lane] = inverse * (1.0 / step);
     }
-    *measure = local;
+}
+
+/// Room for decoding a part of a row in [`measure_row`].
+struct Scratch {
+    backs: [f32; GROUP_VALUES],
+    steps: [f32; GROUP_VALUES],
+    per_steps: [f32; GROUP_VALUES],
 }
 
 pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool) {
@@ -263,14 +307,27 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
     let groups = columns / GROUP;
     let bytes = columns / 2;
     let mut measure = Measure::default();
+    let mut scratch = Box::new(Scratch {
+        backs: [0.0; GROUP_VALUES],
+        steps: [0.0; GROUP_VALUES],
+        per_steps: [0.0; GROUP_VALUES],
+    });
+    let mut scales = Vec::with_capacity(groups);
     for (row, values) in source.chunks(columns).enumerate() {
-        let (values, _) = values.as_chunks::<GROUP>();
         let codes = &written.codes[row * bytes..][..bytes];
-        let scales = &written.scales[row * groups..][..groups];
-        for ((values, codes), &byte) in values.iter().zip(codes.chunks(GROUP / 2)).zip(scales) {
-            let scale = f64::from(fp8::decode(byte) / plan.global_scale);
-            measure_group(values, codes, scale, &mut measure);
-        }
+        scales.clear();
+        scales.extend(
+            written.scales[row * groups..][..groups]
+                .iter()
+                .map(|&byte| fp8::decode(byte) / plan.global_scale),
+        );
+        measure_row(
+            &values[..groups * GROUP],
+            codes,
+            &scales,
+            &mut scratch,
+            &mut measure,
+        );
     }
     measure.finish()
 }
