@@ -8,6 +8,7 @@ use std::process::Command;
 use stui::demo::{Fill, SyntheticModel};
 use stui::finding::Severity;
 use stui::format::{Dtype, Model};
+use stui::quantize::scheme::Scheme;
 use stui::quantize::{self, Control, Granularity, NonFinite, Options};
 
 fn model(dtype: Dtype) -> SyntheticModel {
@@ -229,6 +230,74 @@ fn nan_stops_or_is_skipped_and_the_source_is_never_overwritten() {
     let before = std::fs::read(&source).unwrap();
     assert!(quantize::quantize(&loaded, &source, &options, &Control::default()).is_err());
     assert_eq!(std::fs::read(&source).unwrap(), before);
+}
+
+/// Every scheme refuses a weight holding Inf late in it (past its first block of rows), leaving
+/// nothing, or keeps it as it is when told to skip such weights.
+#[test]
+fn every_scheme_stops_at_a_late_nan_or_leaves_its_weight_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("model.safetensors");
+    let mut model = SyntheticModel::new(5);
+    for layer in 0..3 {
+        model = model.tensor(
+            &format!("model.layers.{layer}.mlp.down_proj.weight"),
+            Dtype::Bf16,
+            &[256, 256],
+            Fill::Normal {
+                mean: 0.0,
+                std: 0.02,
+            },
+        );
+    }
+    let poisoned = "model.layers.1.mlp.down_proj.weight";
+    model
+        .plant(poisoned, 250 * 256 + 7, f64::INFINITY)
+        .write(&source)
+        .unwrap();
+    let loaded = Model::open(&source).unwrap();
+    for scheme in [
+        Scheme::W8A16,
+        Scheme::W4A16,
+        Scheme::W4A16Asym,
+        Scheme::Fp8Dynamic,
+        Scheme::Fp8Block,
+        Scheme::Nvfp4A16,
+    ] {
+        let output = dir.path().join(format!("{scheme}.safetensors"));
+        let stop = Options {
+            scheme,
+            ..Options::default()
+        };
+        let refused = quantize::quantize(&loaded, &output, &stop, &Control::default());
+        let message = refused.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains(poisoned), "{scheme}: {message}");
+        assert!(!output.exists(), "{scheme}: nothing written when it stops");
+        let skip = Options {
+            non_finite: NonFinite::Skip,
+            ..stop
+        };
+        let summary = quantize::quantize(&loaded, &output, &skip, &Control::default()).unwrap();
+        let kept: Vec<_> = summary
+            .kept()
+            .map(|(t, why)| (loaded.tensors[t].name(), why))
+            .collect();
+        assert_eq!(kept, [(poisoned, quantize::Kept::NonFinite)], "{scheme}");
+        assert_eq!(summary.quantized.len(), 2, "{scheme}");
+        let written = Model::open(&output).unwrap();
+        let as_it_was = written
+            .tensors
+            .iter()
+            .find(|t| t.name() == poisoned)
+            .unwrap();
+        assert_eq!(as_it_was.info.dtype.known(), Some(Dtype::Bf16), "{scheme}");
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".stui-tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{scheme}: no temporary file left");
+    }
 }
 
 #[test]
