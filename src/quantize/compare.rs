@@ -102,15 +102,20 @@ pub(super) fn evaluate(
     control.bytes_total.fetch_add(total, Ordering::Relaxed);
     let mut results = Vec::with_capacity(tensors.len());
     let mut non_finite = Vec::new();
+    // Handed from weight to weight: a block this large allocated for each would be fresh
+    // memory every time, a page fault every 4 KiB (see `recycle`).
+    let mut values = Vec::new();
     for &index in tensors {
         let tensor = &model.tensors[index];
         let path = &model.shard_of(tensor).path;
-        let (absmax, values) = if held(tensor) {
-            read_whole(model, files, tensor, control).map_err(|e| Error::io(path, e))?
+        values.clear();
+        let absmax = if held(tensor) {
+            read_whole(model, files, tensor, control, &mut values)
+                .map_err(|e| Error::io(path, e))?
         } else {
-            let absmax = tensor_absmax(model, files, tensor, false, control)
-                .map_err(|e| Error::io(path, e))?;
-            (absmax.map(|(largest, _)| largest), Vec::new())
+            tensor_absmax(model, files, tensor, false, control)
+                .map_err(|e| Error::io(path, e))?
+                .map(|(largest, _)| largest)
         };
         let Some(absmax) = absmax else {
             non_finite.push(index);
@@ -219,15 +224,17 @@ fn evaluate_held(
 /// Values evaluated at a time from a weight held in memory: about a million.
 const RUN_VALUES: usize = 1 << 20;
 
-/// A weight's values, read once, and its largest magnitude (`None` when it holds NaN or Inf).
+/// A weight's values, read once onto the end of `values`, and its largest magnitude (`None`
+/// when it holds NaN or Inf).
 fn read_whole(
     model: &Model,
     files: &[File],
     tensor: &Tensor,
     control: &Control,
-) -> std::io::Result<(Option<f64>, Vec<f32>)> {
+    values: &mut Vec<f32>,
+) -> std::io::Result<Option<f64>> {
     let count = usize::try_from(tensor.info.element_count().unwrap_or(0)).unwrap_or(0);
-    let mut values = Vec::with_capacity(count);
+    values.reserve(count);
     let mut largest = 0u32;
     map_rows_aligned(
         model,
@@ -245,7 +252,7 @@ fn read_whole(
             Ok(())
         },
     )?;
-    Ok((Bits::F32.magnitude(largest), values))
+    Ok(Bits::F32.magnitude(largest))
 }
 
 /// W8A8's error on whole rows, with each row's own scale or `shared`.
