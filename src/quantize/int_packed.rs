@@ -125,11 +125,15 @@ fn group_errors(
     let scale32: [f32; CANDIDATES] = std::array::from_fn(|c| candidates[c].0 as f32);
     #[expect(clippy::cast_precision_loss, reason = "a code, within 2^7")]
     let zero32: [f32; CANDIDATES] = std::array::from_fn(|c| candidates[c].1 as f32);
+    // Multiplied by the inverse rather than divided: four divisions a value would be most of
+    // the work, and a quotient a rounding off moves a value to the next code only at a tie,
+    // where the sum barely moves.
+    let inverse: [f32; CANDIDATES] = std::array::from_fn(|c| 1.0 / scale32[c]);
     let mut sums = [0f32; CANDIDATES];
     for &x in values {
         for c in 0..CANDIDATES {
             let q = clamp(
-                round_even(clamp(x / scale32[c], -LIMIT, LIMIT)) + zero32[c],
+                round_even(clamp(x * inverse[c], -LIMIT, LIMIT)) + zero32[c],
                 -half,
                 half - 1.0,
             );
