@@ -792,6 +792,7 @@ fn within_half_a_scale<E: Element>(
     control: &Control,
 ) -> io::Result<bool> {
     let columns = row_length(source)?;
+    let narrow = is_narrow(source);
     let mut ok = true;
     map_rows(
         model,
@@ -812,7 +813,7 @@ fn within_half_a_scale<E: Element>(
                 .enumerate()
                 .all(|(offset, (row, row_int8))| {
                     let scale = scales[if scales.len() == 1 { 0 } else { offset }];
-                    row_within_half_a_scale(row, row_int8, scale)
+                    E::within(row, row_int8, scale, narrow)
                 });
             INT8_BUFFERS.give(int8);
             Ok(within)
@@ -857,6 +858,10 @@ trait Element: bytemuck::Pod + Send + Sync + Into<f64> {
     /// [`quantize_row`], in `f32` when `narrow` says the source's values and its scale have at
     /// most 11 significant bits (see [`quantize_narrow_row`]).
     fn quantize(row: &[Self], scale: f64, out: &mut [u8], narrow: bool) -> ErrorSums;
+
+    /// [`row_within_half_a_scale`], in `f32` when `narrow` says so (see
+    /// [`narrow_row_within_half_a_scale`]).
+    fn within(row: &[Self], int8: &[u8], scale: f64, narrow: bool) -> bool;
 }
 
 impl Element for f32 {
@@ -899,6 +904,18 @@ impl Element for f32 {
         clippy::cast_possible_truncation,
         reason = "a narrow source's scale is stored as BF16 or F16, which f32 holds exactly"
     )]
+    fn within(row: &[f32], int8: &[u8], scale: f64, narrow: bool) -> bool {
+        if narrow {
+            narrow_row_within_half_a_scale(row, int8, scale as f32)
+        } else {
+            row_within_half_a_scale(row, int8, scale)
+        }
+    }
+
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a narrow source's scale is stored as BF16 or F16, which f32 holds exactly"
+    )]
     fn quantize(row: &[f32], scale: f64, out: &mut [u8], narrow: bool) -> ErrorSums {
         if narrow {
             quantize_narrow_row(row, scale as f32, out)
@@ -931,6 +948,10 @@ impl Element for f64 {
     fn quantize(row: &[f64], scale: f64, out: &mut [u8], _narrow: bool) -> ErrorSums {
         quantize_row(row, scale, out)
     }
+
+    fn within(row: &[f64], int8: &[u8], scale: f64, _narrow: bool) -> bool {
+        row_within_half_a_scale(row, int8, scale)
+    }
 }
 
 /// Elements in a row of a `[out, in]` weight (at least one, so that rows can be cut).
@@ -938,6 +959,17 @@ fn row_length(tensor: &Tensor) -> io::Result<usize> {
     Ok(usize::try_from(tensor.info.shape.get(1).unwrap_or(1))
         .map_err(io::Error::other)?
         .max(1))
+}
+
+/// Whether a tensor's values have at most 11 significant bits (BF16, F16 and the F8, F6 and F4
+/// types), its scales stored as BF16 or F16: its int8 rows are made and checked in `f32` (see
+/// [`quantize_narrow_row`]).
+fn is_narrow(tensor: &Tensor) -> bool {
+    tensor
+        .info
+        .dtype
+        .known()
+        .is_some_and(|dtype| dtype.is_float() && dtype.bits() <= 16)
 }
 
 /// Whether a tensor's values are read as `f64` (F64) rather than `f32`.
@@ -1269,6 +1301,21 @@ fn row_within_half_a_scale<E: Element>(row: &[E], int8: &[u8], scale: f64) -> bo
     beyond == [0; LANES]
 }
 
+/// [`row_within_half_a_scale`] in `f32`, for sources of at most 11 significant bits and a
+/// scale stored as BF16 or F16: `x - q · scale` is then exact in `f32` (see
+/// [`quantize_narrow_row`]), and the next value above half a scale that such an error can take
+/// is further from it than the `f64` check's allowance, so both say the same.
+#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+fn narrow_row_within_half_a_scale(row: &[f32], int8: &[u8], scale: f32) -> bool {
+    let limit = 0.5 * scale + f32::MIN_POSITIVE;
+    let mut beyond = 0u32;
+    for (&x, &q) in row.iter().zip(int8) {
+        let error = (x - f32::from(q.cast_signed()) * scale).abs();
+        beyond += u32::from(error.is_nan()) + u32::from(error > limit);
+    }
+    beyond == 0
+}
+
 /// Where a written tensor's bytes come from: a source tensor copied, quantized, or its scales,
 /// by index among the model's tensors.
 #[derive(Clone, Copy)]
@@ -1560,11 +1607,7 @@ fn write_weight_as<E: Element>(
     control: &Control,
 ) -> io::Result<Error8> {
     let columns = row_length(tensor)?;
-    let narrow = tensor
-        .info
-        .dtype
-        .known()
-        .is_some_and(|dtype| dtype.is_float() && dtype.bits() <= 16);
+    let narrow = is_narrow(tensor);
     let mut sums = ErrorSums::default();
     map_rows(
         model,
@@ -2078,6 +2121,25 @@ mod tests {
                 }
                 assert_eq!(sums.max_abs, expected.max_abs);
                 assert!((sums.noise - expected.noise).abs() <= 1e-12 * expected.noise);
+                // The check of the written rows says the same in `f32`, on the bytes as made (of
+                // rows clipped when the scale is below their largest value) and with a byte in
+                // turn one step off.
+                #[expect(clippy::cast_possible_truncation, reason = "stored as BF16 or F16")]
+                let scale32 = scale as f32;
+                assert_eq!(
+                    narrow_row_within_half_a_scale(&row, &fast, scale32),
+                    row_within_half_a_scale(&row, &fast, scale),
+                    "{dtype} scale {scale}"
+                );
+                for at in (0..row.len()).step_by(97) {
+                    let mut off = fast.clone();
+                    off[at] = off[at].wrapping_add(1);
+                    assert_eq!(
+                        narrow_row_within_half_a_scale(&row, &off, scale32),
+                        row_within_half_a_scale(&row, &off, scale),
+                        "{dtype} scale {scale} at {at}"
+                    );
+                }
             }
         }
     }
