@@ -343,6 +343,10 @@ pub fn write_atomically(
     let temp = builder
         .tempfile_in(folder)
         .map_err(|e| Error::io(folder, without_temporary_name(e)))?;
+    // Held while the file is written, so that another save into the same folder, which clears
+    // the temporaries an interrupted save left there, leaves this one alone. Where the file
+    // system has no locks the write goes on unguarded.
+    let _ = temp.as_file().try_lock();
     {
         let mut out = BufWriter::with_capacity(1 << 20, temp.as_file());
         write(&mut out).map_err(|e| Error::io(path, e))?;

@@ -599,6 +599,29 @@ fn narrow_and_empty_weights() {
     }
 }
 
+/// A save clears the temporaries an interrupted save left in its folder, but not one that
+/// another save is still writing (which holds it locked).
+#[test]
+fn a_save_leaves_another_saves_temporary_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("model.safetensors");
+    model(Dtype::F32).write(&source).unwrap();
+    let loaded = Model::open(&source).unwrap();
+    let others = dir.path().join(".stui-tmp-other.partial");
+    let left = dir.path().join(".stui-tmp-left.partial");
+    std::fs::write(&others, b"in progress").unwrap();
+    std::fs::write(&left, b"interrupted").unwrap();
+    let held = std::fs::File::open(&others).unwrap();
+    held.lock().unwrap();
+    let output = dir.path().join("out.safetensors");
+    quantize::quantize(&loaded, &output, &Options::default(), &Control::default()).unwrap();
+    assert!(others.exists(), "another save's temporary is left alone");
+    assert!(!left.exists(), "a left-over temporary is cleared");
+    drop(held);
+    quantize::quantize(&loaded, &output, &Options::default(), &Control::default()).unwrap();
+    assert!(!others.exists(), "cleared once no save holds it");
+}
+
 #[test]
 fn kill_9_during_a_save_leaves_the_source_and_no_output() {
     let dir = tempfile::tempdir().unwrap();
