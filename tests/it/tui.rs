@@ -279,6 +279,31 @@ fn a_flood_of_findings_is_listed_up_to_a_bound_and_says_what_it_leaves_out() {
     assert!(text.contains("25 more not listed"), "{text}");
 }
 
+/// A scope holding no weight a scheme would quantize (the demo opens on `lm_head.weight`, which
+/// every scheme keeps) shows dashes in the comparison, not zero bits and infinite SNRs.
+#[test]
+fn a_scope_without_weights_compares_as_dashes() {
+    use stui::quantize::Granularity;
+    use stui::tui::app::Effect;
+    let mut app = demo(true);
+    let (_, effect) = app.update(Action::Quantize);
+    let Some(Effect::Preview(chosen, Granularity::PerChannel, Some(compare))) = effect else {
+        panic!("a preview and a comparison of the tensor selected")
+    };
+    assert!(chosen.is_empty());
+    let comparison =
+        stui::quantize::compare(&app.model, &compare, &stui::quantize::Control::default())
+            .map_err(|e| e.to_string());
+    assert!(app.on_compared(&compare.include, comparison));
+    let shown = screen(&mut app, 100, 40);
+    let row = shown
+        .lines()
+        .find(|line| line.contains("W4A16_ASYM"))
+        .unwrap_or_default();
+    assert_eq!(row.matches('–').count(), 3, "{shown}");
+    assert!(!shown.contains("inf"), "{shown}");
+}
+
 #[test]
 fn the_quantize_dialog_previews_saves_and_reports() {
     use stui::quantize::{Granularity, Scheme};
