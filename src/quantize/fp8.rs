@@ -4,7 +4,7 @@
 //! `scale = absmax / 448`, `q = e4m3(clamp(x / scale, ±448))` rounded to nearest, ties to even;
 //! `x' = q · scale`.
 
-use super::lanes::{GROUP_VALUES, Group, LANES, Measure, byte_of, clamp};
+use super::lanes::{GROUP_VALUES, Group, LANES, Measure, Scratch, byte_of, clamp, scale_in_f32};
 use super::scheme::{BLOCK, ErrorSums, Plan, Scheme, Streams, decode_scales};
 use super::{encode_scale, stored_at_least};
 use multiversion::multiversion;
@@ -236,12 +236,7 @@ fn measure_block_in_f32(
 ) {
     let mut local = *measure;
     for (values, codes) in values.chunks(GROUP_VALUES).zip(codes.chunks(GROUP_VALUES)) {
-        let len = values.len();
-        let (backs, steps, per_steps) = (
-            &mut scratch.backs[..len],
-            &mut scratch.steps[..len],
-            &mut scratch.per_steps[..len],
-        );
+        let (backs, steps, per_steps) = scratch.parts(values.len());
         // Decoded in a loop of their own, without tables, which vectorizes.
         for (i, &code) in codes.iter().enumerate() {
             let (value, step, per_step) = value_and_step(code);
@@ -254,23 +249,6 @@ fn measure_block_in_f32(
         local.end_group(&group, 1.0 / f64::from(scale));
     }
     *measure = local;
-}
-
-/// Room for decoding a part of a block in [`measure_block_in_f32`].
-struct Scratch {
-    backs: [f32; GROUP_VALUES],
-    steps: [f32; GROUP_VALUES],
-    per_steps: [f32; GROUP_VALUES],
-}
-
-impl Scratch {
-    fn new() -> Box<Scratch> {
-        Box::new(Scratch {
-            backs: [0.0; GROUP_VALUES],
-            steps: [0.0; GROUP_VALUES],
-            per_steps: [0.0; GROUP_VALUES],
-        })
-    }
 }
 
 /// An E4M3 byte's value, its [`step`] and the step's inverse, worked out from its bits (as
@@ -324,12 +302,7 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
             .zip(codes.chunks(block_columns))
             .zip(scales)
         {
-            #[expect(
-                clippy::cast_possible_truncation,
-                reason = "used only when exact in f32"
-            )]
-            let scale32 = scale as f32;
-            if f64::from(scale32) == scale && scale32 > 0.0 && scale32.is_finite() {
+            if let Some(scale32) = scale_in_f32(scale) {
                 measure_block_in_f32(values, codes, scale32, &mut scratch, &mut measure);
             } else {
                 measure_block(values, codes, scale, &mut measure);

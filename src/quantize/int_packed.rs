@@ -14,7 +14,9 @@
 //! one difference: a scale that storing rounded below its exact value is rounded up instead, so
 //! that no value is clipped by more than half a step.
 
-use super::lanes::{GROUP_VALUES, Group, LANES, Measure, byte_of, clamp, round_even};
+use super::lanes::{
+    GROUP_VALUES, Group, LANES, Measure, Scratch, byte_of, clamp, round_even, scale_in_f32,
+};
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{encode_scale, stored_at_least};
 use multiversion::multiversion;
@@ -294,7 +296,7 @@ fn measure_group_in_f32(
     values: &[f32],
     codes: &[u8],
     (offset, scale): (i32, f32),
-    backs: &mut [f32; GROUP_VALUES],
+    scratch: &mut Scratch,
     measure: &mut Measure,
 ) {
     #[expect(clippy::cast_precision_loss, reason = "a code offset, within 2^8")]
@@ -302,7 +304,7 @@ fn measure_group_in_f32(
     let mut local = *measure;
     for (values, codes) in values.chunks(GROUP_VALUES).zip(codes.chunks(GROUP_VALUES)) {
         // Decoded in a loop of their own, which vectorizes, before the sums.
-        let backs = &mut backs[..values.len()];
+        let (backs, _, _) = scratch.parts(values.len());
         for (back, &code) in backs.iter_mut().zip(codes) {
             *back = (f32::from(code) - offset) * scale;
         }
@@ -322,7 +324,7 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
     let per_word = 32 / bits as usize;
     let mut measure = Measure::default();
     let mut codes = vec![0u8; columns];
-    let mut backs = Box::new([0f32; GROUP_VALUES]);
+    let mut scratch = Scratch::new();
     for (row, values) in source.chunks(columns).enumerate() {
         let codes = &mut codes[..values.len()];
         unpack_row(
@@ -339,17 +341,12 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
             } else {
                 0
             };
-            #[expect(
-                clippy::cast_possible_truncation,
-                reason = "used only when exact in f32"
-            )]
-            let scale32 = scale as f32;
-            if f64::from(scale32) == scale && scale32 > 0.0 && scale32.is_finite() {
+            if let Some(scale32) = scale_in_f32(scale) {
                 measure_group_in_f32(
                     values,
                     codes,
                     (half + zero, scale32),
-                    &mut backs,
+                    &mut scratch,
                     &mut measure,
                 );
             } else {
@@ -381,9 +378,9 @@ mod tests {
             .collect()
     }
 
-    /// Values, rounded to BF16 unless `wide`.
     use proptest::strategy::Strategy as _;
 
+    /// Values, rounded to BF16 unless `wide`.
     fn source_values(wide: bool) -> impl proptest::strategy::Strategy<Value = Vec<f32>> {
         use proptest::prelude::*;
         let value = prop_oneof![
@@ -426,7 +423,7 @@ mod tests {
                 &values,
                 &codes,
                 (half + zero, scale32),
-                &mut [0.0; GROUP_VALUES],
+                &mut Scratch::new(),
                 &mut exact,
             );
             let ((a, a_within), (b, b_within)) = (plain.finish(), exact.finish());

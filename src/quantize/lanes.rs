@@ -46,6 +46,41 @@ const HALF_STEP_SLACK: f32 = 1.0 + 1.0 / 2_097_152.0;
 /// then loses at most 2^-17 of itself), the group's sums added into the `f64` ones once.
 pub const GROUP_VALUES: usize = 1024;
 
+/// Room for a part of at most [`GROUP_VALUES`] values decoded before it is measured: the values
+/// they came back as, the local step around each, and that step's share of the group's unit.
+pub struct Scratch {
+    backs: [f32; GROUP_VALUES],
+    steps: [f32; GROUP_VALUES],
+    per_steps: [f32; GROUP_VALUES],
+}
+
+impl Scratch {
+    pub fn new() -> Box<Scratch> {
+        Box::new(Scratch {
+            backs: [0.0; GROUP_VALUES],
+            steps: [0.0; GROUP_VALUES],
+            per_steps: [0.0; GROUP_VALUES],
+        })
+    }
+
+    /// The first `len` (at most [`GROUP_VALUES`]) of the back values, steps and shares.
+    pub fn parts(&mut self, len: usize) -> (&mut [f32], &mut [f32], &mut [f32]) {
+        (
+            &mut self.backs[..len],
+            &mut self.steps[..len],
+            &mut self.per_steps[..len],
+        )
+    }
+}
+
+/// `scale` as `f32` when `f32` holds it exactly and it is a positive finite step: its group can
+/// then be measured in `f32` (see [`Group`]).
+pub fn scale_in_f32(scale: f64) -> Option<f32> {
+    #[expect(clippy::cast_possible_truncation, reason = "kept only when exact")]
+    let narrow = scale as f32;
+    (f64::from(narrow) == scale && narrow > 0.0 && narrow.is_finite()).then_some(narrow)
+}
+
 /// The sums (lane by lane) and largest errors of a group of values, in `f32`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Group {
@@ -76,11 +111,12 @@ impl Group {
         self.add_largest(f32::from_bits(largest), f32::from_bits(in_steps), beyond);
     }
 
-    /// Adds values `xs` that came back as `backs` on a grid of one step, `step`, for values
-    /// whose error `x - back` is exact in `f32` (BF16 values on a grid of BF16 scales times
-    /// small whole numbers or powers of two): the error is then the one `f64` gives. Its square
-    /// and the value's are summed in `f32` (at most [`GROUP_VALUES`] values a group) and added
-    /// into the `f64` sums when the group ends. The error over the step is the error itself,
+    /// Adds values `xs` that came back as `backs` on a grid of one step, `step`. The error
+    /// `x - back` is exact in `f32` for BF16 values on a grid of BF16 scales times small whole
+    /// numbers or powers of two, the one `f64` gives; for wider values the back value and the
+    /// error are each rounded once, which the half-step check allows for
+    /// ([`HALF_STEP_SLACK`]). Its square and the value's are summed in `f32` (at most
+    /// [`GROUP_VALUES`] values a group) and added into the `f64` sums when the group ends. The error over the step is the error itself,
     /// scaled when the group ends ([`Measure::end_group`] with the step's inverse).
     ///
     /// The largest error and the count beyond half a step are integer reductions (a

@@ -10,7 +10,7 @@
 //! group's largest value would land more than half a step beyond 6 is rounded up instead.
 
 use super::fp8;
-use super::lanes::{GROUP_VALUES, Group, LANES, Measure};
+use super::lanes::{GROUP_VALUES, Group, LANES, Measure, Scratch};
 use super::scheme::{ErrorSums, Plan, Streams};
 use multiversion::multiversion;
 
@@ -246,12 +246,7 @@ fn measure_row(
         .zip(codes.chunks(GROUP_VALUES / 2))
         .zip(scales.chunks(per_part))
     {
-        let len = values.len();
-        let (backs, steps, per_steps) = (
-            &mut scratch.backs[..len],
-            &mut scratch.steps[..len],
-            &mut scratch.per_steps[..len],
-        );
+        let (backs, steps, per_steps) = scratch.parts(values.len());
         for ((((backs, steps), per_steps), bytes), &scale) in backs
             .as_chunks_mut::<GROUP>()
             .0
@@ -295,23 +290,12 @@ fn decode_group(
     }
 }
 
-/// Room for decoding a part of a row in [`measure_row`].
-struct Scratch {
-    backs: [f32; GROUP_VALUES],
-    steps: [f32; GROUP_VALUES],
-    per_steps: [f32; GROUP_VALUES],
-}
-
 pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool) {
     let columns = columns(plan);
     let groups = columns / GROUP;
     let bytes = columns / 2;
     let mut measure = Measure::default();
-    let mut scratch = Box::new(Scratch {
-        backs: [0.0; GROUP_VALUES],
-        steps: [0.0; GROUP_VALUES],
-        per_steps: [0.0; GROUP_VALUES],
-    });
+    let mut scratch = Scratch::new();
     let mut scales = Vec::with_capacity(groups);
     for (row, values) in source.chunks(columns).enumerate() {
         let codes = &written.codes[row * bytes..][..bytes];
