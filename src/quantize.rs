@@ -838,9 +838,11 @@ fn remove_stale_temporaries(folder: &Path) {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
+        if !(name.starts_with(".stui-tmp-") && name.ends_with(".partial")) {
+            continue;
+        }
         // A temporary still locked is another save's, in progress (see `write_atomically`).
-        let left_over = std::fs::File::open(entry.path()).is_ok_and(|file| file.try_lock().is_ok());
-        if name.starts_with(".stui-tmp-") && name.ends_with(".partial") && left_over {
+        if std::fs::File::open(entry.path()).is_ok_and(|file| file.try_lock().is_ok()) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
