@@ -256,14 +256,7 @@ fn every_scheme_stops_at_a_late_nan_or_leaves_its_weight_as_it_is() {
         .write(&source)
         .unwrap();
     let loaded = Model::open(&source).unwrap();
-    for scheme in [
-        Scheme::W8A16,
-        Scheme::W4A16,
-        Scheme::W4A16Asym,
-        Scheme::Fp8Dynamic,
-        Scheme::Fp8Block,
-        Scheme::Nvfp4A16,
-    ] {
+    for scheme in Scheme::ALL {
         let output = dir.path().join(format!("{scheme}.safetensors"));
         let stop = Options {
             scheme,
