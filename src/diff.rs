@@ -513,7 +513,7 @@ fn add_f32_pairs(a: &[f32], b: &[f32]) -> Sums {
 }
 
 /// [`Sums::add`] over pairs of f32 values, in branch-free lanes the compiler vectorizes.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn add_f32_pairs_in_lanes(a: &[f32], b: &[f32]) -> Sums {
     let mut diff_sq = [0f64; LANES];
     let mut a_sq = [0f64; LANES];

@@ -1257,7 +1257,7 @@ fn write_row_scales<E: Element>(
 const LANES: usize = 8;
 
 /// A row's largest magnitude, and whether every value is finite.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn absmax_of<E: Element>(row: &[E]) -> (f64, bool) {
     // `x * 0.0` is 0 for a finite `x` and NaN otherwise: one branch-free pass.
     let (mut max, mut poison) = ([0f64; LANES], [0f64; LANES]);
@@ -1282,7 +1282,7 @@ fn absmax_of<E: Element>(row: &[E]) -> (f64, bool) {
 
 /// Whether every value of `row`, dequantized from `int8` with `scale`, is within half a scale
 /// of the source value.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn row_within_half_a_scale<E: Element>(row: &[E], int8: &[u8], scale: f64) -> bool {
     let limit = scale * 0.5 * (1.0 + 1e-9) + f64::MIN_POSITIVE;
     // Counted, not tested one by one, so that the loop vectorizes; NaN (in the source) counts.
@@ -1309,7 +1309,7 @@ fn row_within_half_a_scale<E: Element>(row: &[E], int8: &[u8], scale: f64) -> bo
 /// scale stored as BF16 or F16: `x - q · scale` is then exact in `f32` (see
 /// [`quantize_narrow_row`]), and the next value above half a scale that such an error can take
 /// is further from it than the `f64` check's allowance, so both say the same.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn narrow_row_within_half_a_scale(row: &[f32], int8: &[u8], scale: f32) -> bool {
     let limit = 0.5 * scale + f32::MIN_POSITIVE;
     let mut beyond = 0u32;
@@ -1643,7 +1643,7 @@ fn write_weight_as<E: Element>(
 
 /// Quantizes one row with its scale into `out`, measuring the error left. The worst error in
 /// scales is worked out once for the row, from its worst error.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn quantize_row<E: Element>(row: &[E], scale: f64, out: &mut [u8]) -> ErrorSums {
     if scale == 0.0 || !scale.is_finite() {
         // Every value becomes 0 (see `quantize_value`): its error is itself.
@@ -1765,7 +1765,7 @@ fn quantize_lanes<E: Copy, F: Quotient>(
 /// is then at least 2^-12 away from any half-integer it is not equal to, far more than `f32`'s
 /// rounding error below 128, so the correctly rounded quotient rounds to the same integer, and
 /// `x - q * scale` is exact in `f32`.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn quantize_narrow_row(row: &[f32], scale: f32, out: &mut [u8]) -> ErrorSums {
     if scale == 0.0 || !scale.is_finite() {
         return quantize_row(row, f64::from(scale), out);

@@ -232,7 +232,7 @@ macro_rules! block_kernel {
     ($name:ident, $float:ty) => {
         /// Counts, range and sums of one block, in branch-free lanes the compiler vectorizes
         /// (dispatched at run time to the best instruction set the CPU has).
-        #[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+        #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
         fn $name(values: &[$float], smallest_normal: $float) -> Moments {
             let mut low = [<$float>::INFINITY; LANES];
             let mut high = [<$float>::NEG_INFINITY; LANES];

@@ -117,7 +117,7 @@ fn block_rows(plan: &Plan) -> usize {
 }
 
 /// The largest magnitude of `values`.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn absmax(values: &[f32]) -> f32 {
     let mut max = [0f32; LANES];
     let (chunks, rest) = values.as_chunks::<LANES>();
@@ -134,7 +134,7 @@ fn absmax(values: &[f32]) -> f32 {
 }
 
 /// Quantizes `row` with `scale` (as stored) onto the end of `out`.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn encode_block(row: &[f32], scale: f64, out: &mut Vec<u8>) {
     #[expect(
         clippy::cast_possible_truncation,
@@ -193,7 +193,7 @@ pub fn quantize_scales(plan: &Plan, values: &[f32], out: &mut Streams) {
 }
 
 /// Adds a block's values, which came back from `codes` under `scale`.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn measure_block(values: &[f32], codes: &[u8], scale: f64, measure: &mut Measure) {
     let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
     let mut local = *measure;
@@ -226,7 +226,7 @@ fn measure_block(values: &[f32], codes: &[u8], scale: f64, measure: &mut Measure
 /// distance from it is exact in `f32`, so the errors are [`measure_block`]'s; for wider values
 /// each is rounded once more (see [`Group::add_on_grid`]). Their squares are summed in `f32` a
 /// part of the block at a time.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn measure_block_in_f32(
     values: &[f32],
     codes: &[u8],

@@ -35,7 +35,7 @@ fn group(plan: &Plan) -> usize {
 }
 
 /// The smallest and largest of `values` and 0.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn range(values: &[f32]) -> (f32, f32) {
     let (mut low, mut high) = ([0f32; LANES], [0f32; LANES]);
     let (chunks, rest) = values.as_chunks::<LANES>();
@@ -114,7 +114,7 @@ const CANDIDATES: usize = 4;
 /// that the candidates' steps vectorize whole (see `nvfp4::group_errors`): close to the exact
 /// sums to `2^-16` of themselves for groups of up to 128, which only a near tie between two
 /// candidates could feel, and either then serves as well.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn group_errors(
     values: &[f32],
     candidates: &[(f64, i32); CANDIDATES],
@@ -152,7 +152,7 @@ const LIMIT: f32 = 1_048_576.0;
 
 /// Each value's code `clamp(round(x / scale) + zero) + 2^(b-1)`; every code `2^(b-1)` (the
 /// value 0) when the scale is 0 or not finite.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn encode_group(values: &[f32], scale: f64, zero: i32, half: i32, codes: &mut [u8]) {
     #[expect(
         clippy::cast_possible_truncation,
@@ -193,7 +193,7 @@ fn pack_row(codes: &[u8], bits: u32, words: usize, out: &mut Vec<u8>) {
 }
 
 /// Each pair of 4-bit codes as one byte, the first in the low half.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn pack_pairs(pairs: &[[u8; 2]], out: &mut [u8]) {
     for (byte, &pair) in out.iter_mut().zip(pairs) {
         // The pair as a 16-bit word: shifting it down by 4 puts the second code above the
@@ -266,7 +266,7 @@ pub fn quantize(plan: &Plan, values: &[f32], out: &mut Streams) {
 }
 
 /// Adds a group's values, which came back from `codes` as `(code - offset) · scale`.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn measure_group(values: &[f32], codes: &[u8], offset: i32, scale: f64, measure: &mut Measure) {
     let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
     let back = |code: u8| f64::from(i32::from(code) - offset) * scale;
@@ -291,7 +291,7 @@ fn measure_group(values: &[f32], codes: &[u8], offset: i32, scale: f64, measure:
 /// value's distance from it is exact in `f32`, so the errors are [`measure_group`]'s; for wider
 /// values each is rounded once more (see [`Group::add_on_grid`]). Their squares are summed in
 /// `f32` a part of the group at a time.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn measure_group_in_f32(
     values: &[f32],
     codes: &[u8],

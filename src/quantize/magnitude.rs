@@ -80,7 +80,7 @@ impl Bits {
     }
 }
 
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn largest_half(halves: &[u16]) -> u16 {
     let mut max = [0u16; LANES];
     let (chunks, rest) = halves.as_chunks::<LANES>();
@@ -93,7 +93,7 @@ fn largest_half(halves: &[u16]) -> u16 {
     max.into_iter().fold(rest, u16::max)
 }
 
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn largest_word(words: &[u32]) -> u32 {
     let mut max = [0u32; LANES];
     let (chunks, rest) = words.as_chunks::<LANES>();
@@ -107,7 +107,7 @@ fn largest_word(words: &[u32]) -> u32 {
 }
 
 /// BF16 elements (`bytes`, little-endian) widened into `values`, one per element.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 pub fn widen_bf16(bytes: &[u8], values: &mut [f32]) {
     match bytemuck::try_cast_slice::<u8, u16>(bytes) {
         Ok(halves) if cfg!(target_endian = "little") => {

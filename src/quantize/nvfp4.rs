@@ -108,7 +108,7 @@ fn columns(plan: &Plan) -> usize {
 /// lanes whole (a mix of `f32` and `f64` halves the lanes): a sum of 16 squares, close to the
 /// exact one to `2^-19` of itself, which only a near tie between the two scales tried could
 /// feel, and either scale then serves as well.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn group_errors(groups: &[[f32; LANES]; GROUP], scales: [f32; LANES]) -> [f32; LANES] {
     let mut sums = [0f32; LANES];
     for xs in groups {
@@ -196,7 +196,7 @@ fn group_scales(plan: &Plan, groups: &[[f32; GROUP]]) -> [(u8, f32); LANES] {
 }
 
 /// A group's codes under `scale`, two to a byte, onto the end of `out`.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn encode_group(values: &[f32; GROUP], scale: f32, out: &mut Vec<u8>) {
     if scale == 0.0 || !scale.is_finite() {
         out.extend_from_slice(&[0; GROUP / 2]);
@@ -232,7 +232,7 @@ pub fn quantize(plan: &Plan, values: &[f32], out: &mut Streams) {
 /// `scales`, in `f32`: the back value `e2m1 · scale` and the error are rounded once each, at
 /// most `2^-24 · |x|` beside the exact ones, well within the half-step check's slack and far
 /// below the errors the sums report.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn measure_row(
     values: &[f32],
     codes: &[u8],

@@ -79,7 +79,7 @@ pub fn unpack(packing: Packing, bits: u32, bytes: &[u8], out: &mut [u8]) {
 }
 
 /// `⌊32/B⌋` codes per word.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn per_word<const B: usize>(bytes: &[u8], out: &mut [u8]) {
     let per = 32 / B;
     let mask = (1u32 << B) - 1;
@@ -98,7 +98,7 @@ fn per_word<const B: usize>(bytes: &[u8], out: &mut [u8]) {
 }
 
 /// A dense stream: 32 codes in every `B` words.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn stream<const B: usize>(bytes: &[u8], out: &mut [u8]) {
     let mask = (1u64 << B) - 1;
     let mut chunks = out.chunks_exact_mut(32);

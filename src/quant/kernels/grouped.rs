@@ -870,7 +870,7 @@ impl Segment {
 }
 
 /// `round((value(c) − z) · s)` over each segment.
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn segments_zero<V: Fn(u8) -> f32, R: Fn(f32) -> f32>(
     codes: &[u8],
     out: &mut [f32],
@@ -891,7 +891,7 @@ fn segments_zero<V: Fn(u8) -> f32, R: Fn(f32) -> f32>(
 
 /// `round(round(value(c) · s) + b)` over each segment: MLX's multiply, then add, each
 /// rounded to the type it computes in (never fused).
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn segments_bias<V: Fn(u8) -> f32, R: Fn(f32) -> f32>(
     codes: &[u8],
     out: &mut [f32],
@@ -910,7 +910,7 @@ fn segments_bias<V: Fn(u8) -> f32, R: Fn(f32) -> f32>(
     }
 }
 
-#[multiversion(targets("x86_64+avx2+fma", "x86_64+avx512f+avx512bw+avx512dq+avx512vl"))]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn scale_by(out: &mut [f32], factor: f32) {
     for value in out {
         *value *= factor;
