@@ -34,16 +34,33 @@ fn group(plan: &Plan) -> usize {
     usize::try_from(plan.group).unwrap_or(usize::MAX).max(1)
 }
 
+/// Values [`range`] compares side by side: one AVX-512 register, two AVX2 ones.
+const RANGE_LANES: usize = 16;
+
 /// The smallest and largest of `values` and 0.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn range(values: &[f32]) -> (f32, f32) {
-    let (mut low, mut high) = ([0f32; LANES], [0f32; LANES]);
-    let (chunks, rest) = values.as_chunks::<LANES>();
+    let (chunks, rest) = values.as_chunks::<RANGE_LANES>();
+    // Two loops: in one, the compiler packed both ends' lanes into one register and shuffled
+    // them apart at every step.
+    let mut low = [0f32; RANGE_LANES];
     for chunk in chunks {
-        for lane in 0..LANES {
-            let x = chunk[lane];
-            low[lane] = if x < low[lane] { x } else { low[lane] };
-            high[lane] = if x > high[lane] { x } else { high[lane] };
+        for lane in 0..RANGE_LANES {
+            low[lane] = if chunk[lane] < low[lane] {
+                chunk[lane]
+            } else {
+                low[lane]
+            };
+        }
+    }
+    let mut high = [0f32; RANGE_LANES];
+    for chunk in chunks {
+        for lane in 0..RANGE_LANES {
+            high[lane] = if chunk[lane] > high[lane] {
+                chunk[lane]
+            } else {
+                high[lane]
+            };
         }
     }
     for &x in rest {
