@@ -330,7 +330,7 @@ impl<W: Write> Write for Counted<W> {
 /// so the path holds either its old contents or the whole new file, never a part.
 pub fn write_atomically(
     path: &Path,
-    write: impl FnOnce(&mut BufWriter<&std::fs::File>) -> io::Result<()>,
+    write: impl FnOnce(&mut BufWriter<WriteBehind<'_>>) -> io::Result<()>,
 ) -> Result<()> {
     let folder = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
@@ -348,7 +348,7 @@ pub fn write_atomically(
     // system has no locks the write goes on unguarded.
     let _ = temp.as_file().try_lock();
     {
-        let mut out = BufWriter::with_capacity(1 << 20, temp.as_file());
+        let mut out = BufWriter::with_capacity(1 << 20, WriteBehind::new(temp.as_file()));
         write(&mut out).map_err(|e| Error::io(path, e))?;
         out.flush().map_err(|e| Error::io(path, e))?;
     }
@@ -356,6 +356,78 @@ pub fn write_atomically(
     temp.persist(path).map_err(|e| Error::io(path, e.error))?;
     Ok(())
 }
+
+/// A file written from its start, whose every written part is sent on to the disk at once
+/// rather than left in the page cache until the closing sync: the disk then writes while the rest
+/// of the file is being made, and the sync waits only for the last part. (Saving a quantized
+/// model, the sync of a file left whole to the end was a fifth of the time.)
+#[derive(Debug)]
+pub struct WriteBehind<'f> {
+    file: &'f std::fs::File,
+    written: u64,
+    sent: u64,
+}
+
+impl<'f> WriteBehind<'f> {
+    /// Written bytes are sent on to the disk in parts of this size.
+    const PART: u64 = 16 << 20;
+
+    fn new(file: &'f std::fs::File) -> Self {
+        WriteBehind {
+            file,
+            written: 0,
+            sent: 0,
+        }
+    }
+
+    /// The file written, for bytes written at their offsets by another thread
+    /// ([`crate::format::write_all_at`], then [`start_disk_write`]).
+    pub fn file(&self) -> &'f std::fs::File {
+        self.file
+    }
+
+    /// Moves on past the next `len` bytes, left to be written at their offsets.
+    pub fn skip(&mut self, len: u64) -> io::Result<()> {
+        let by = i64::try_from(len).map_err(io::Error::other)?;
+        io::Seek::seek(&mut self.file, io::SeekFrom::Current(by))?;
+        self.written += len;
+        Ok(())
+    }
+}
+
+impl Write for WriteBehind<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let written = self.file.write(buf)?;
+        self.written += written as u64;
+        if self.written - self.sent >= Self::PART {
+            start_disk_write(self.file, self.sent, self.written - self.sent);
+            self.sent = self.written;
+        }
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// Starts writing `len` bytes of `file` from `offset` to the disk, without waiting for them.
+#[cfg(target_os = "linux")]
+#[expect(unsafe_code, reason = "a call into the C library")]
+pub fn start_disk_write(file: &std::fs::File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: the descriptor is open for as long as `file` is borrowed, and the call only reads
+    // its arguments. A failure leaves the bytes to the closing sync, which reports any error.
+    let _ = unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE)
+    };
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn start_disk_write(_: &std::fs::File, _: u64, _: u64) {}
 
 /// `tempfile` adds the temporary file's name to its errors; the user never asked for that file,
 /// so the error is told by its kind, beside the folder.
