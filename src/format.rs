@@ -150,6 +150,29 @@ pub fn read_exact_at(file: &File, buffer: &mut [u8], offset: u64) -> io::Result<
     std::os::unix::fs::FileExt::read_exact_at(file, buffer, offset)
 }
 
+/// Writes all of `bytes` at `offset`, without moving a file position (so threads can share the
+/// file).
+#[cfg(unix)]
+pub fn write_all_at(file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(file, bytes, offset)
+}
+
+/// Writes all of `bytes` at `offset`.
+#[cfg(windows)]
+pub fn write_all_at(file: &File, mut bytes: &[u8], mut offset: u64) -> io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !bytes.is_empty() {
+        match file.seek_write(bytes, offset)? {
+            0 => return Err(io::ErrorKind::WriteZero.into()),
+            n => {
+                bytes = &bytes[n..];
+                offset += n as u64;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Reads exactly `buffer.len()` bytes at `offset`; a file that ends first gives `UnexpectedEof`.
 #[cfg(windows)]
 pub fn read_exact_at(file: &File, mut buffer: &mut [u8], mut offset: u64) -> io::Result<()> {

@@ -30,8 +30,10 @@ use crate::analysis::simd::Lanes;
 use crate::analysis::values;
 use crate::error::{Error, Result};
 use crate::format::mapped::with_mapped;
-use crate::format::writer::{FileLayout, Metadata, Name, Specs, write_atomically};
-use crate::format::{Dtype, Model, Shape, StringMap, Tensor, read_exact_at};
+use crate::format::writer::{
+    FileLayout, Metadata, Name, Specs, WriteBehind, start_disk_write, write_atomically,
+};
+use crate::format::{Dtype, Model, Shape, StringMap, Tensor, read_exact_at, write_all_at};
 use crate::paths::open_file;
 use crate::recycle::Recycled;
 use crate::text::escape;
@@ -39,7 +41,7 @@ use magnitude::Bits;
 use multiversion::multiversion;
 use serde::Serialize;
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -1148,6 +1150,65 @@ fn tensor_absmax(
     )
 }
 
+/// The largest magnitude of each of `tensors` (indices into the model's), `None` for one that
+/// holds NaN or Inf. Those of F32, BF16 or F16 are read in runs shared out among the threads
+/// across all the tensors at once: read tensor by tensor, a tensor of a few runs kept the threads
+/// waiting on one another, and the pass took a fifth of a quantization. An error names the file.
+fn largest_magnitudes(
+    model: &Model,
+    files: &[File],
+    tensors: &[usize],
+    control: &Control,
+) -> Result<Vec<Option<f64>>> {
+    use rayon::prelude::*;
+    let mut runs = Vec::new();
+    for (slot, &index) in tensors.iter().enumerate() {
+        let tensor = &model.tensors[index];
+        let Some(bits) = tensor.info.dtype.known().and_then(Bits::of) else {
+            continue;
+        };
+        let (start, len) = model.file_range(tensor);
+        let end = start.saturating_add(len);
+        let run = CHUNK - CHUNK % bits.size() as u64;
+        runs.extend(
+            (start..end)
+                .step_by(usize::try_from(run).unwrap_or(usize::MAX))
+                .map(|begin| (slot, bits, begin, run.min(end - begin))),
+        );
+    }
+    let read = |&(slot, bits, begin, len): &(usize, Bits, u64, u64)| {
+        let tensor = &model.tensors[tensors[slot]];
+        let largest = (|| {
+            control.check()?;
+            let len = usize::try_from(len).map_err(io::Error::other)?;
+            with_mapped(&files[tensor.shard], begin, len, |bytes| {
+                bits.largest_bits(bytes)
+            })
+        })()
+        .map_err(|e| Error::io(&model.shard_of(tensor).path, e))?;
+        control.bytes_done.fetch_add(len, Ordering::Relaxed);
+        Ok((slot, largest))
+    };
+    let largest_bits: Vec<(usize, u32)> = runs.par_iter().map(read).collect::<Result<_>>()?;
+    let mut largest: Vec<Option<u32>> = vec![None; tensors.len()];
+    for (slot, bits) in largest_bits {
+        largest[slot] = Some(largest[slot].unwrap_or(0).max(bits));
+    }
+    tensors
+        .iter()
+        .zip(largest)
+        .map(|(&index, bits)| {
+            let tensor = &model.tensors[index];
+            match tensor.info.dtype.known().and_then(Bits::of) {
+                Some(kind) => Ok(kind.magnitude(bits.unwrap_or(0))),
+                None => tensor_absmax(model, files, tensor, false, control)
+                    .map(|largest| largest.map(|(value, _)| value))
+                    .map_err(|e| Error::io(&model.shard_of(tensor).path, e)),
+            }
+        })
+        .collect()
+}
+
 /// [`tensor_absmax`] of F32, BF16 or F16, read from the values' bits.
 fn tensor_absmax_of_bits(
     model: &Model,
@@ -1465,42 +1526,50 @@ impl Writer for ShardContext<'_> {
         let layout = FileLayout::plan(&specs, Some(metadata))?;
         let mut quantized = Vec::with_capacity(weights);
         write_atomically(target, |out| {
-            layout.write(out, |spec, out| match specs.sources[spec] {
-                Source::Copy(index) => {
-                    copy_tensor(model, files, &model.tensors[index as usize], out, control)
-                }
-                Source::Scale(index) => {
-                    let tensor = &model.tensors[index as usize];
-                    let dtype = specs.dtype(spec);
-                    let mut bytes = Vec::new();
-                    match absmax.row_scales(model, index as usize) {
-                        RowScales::Shared(scale) => encode_scale(dtype, scale, &mut bytes),
-                        RowScales::Kept(scales) => {
-                            for &scale in scales {
-                                encode_scale(dtype, scale, &mut bytes);
+            let copied = |spec| match specs.sources[spec] {
+                Source::Copy(index) => Some(index as usize),
+                Source::Scale(_) | Source::Weight(_) => None,
+            };
+            write_copying_beside(
+                &layout,
+                out,
+                copied,
+                (model, files, control),
+                |spec, out| match specs.sources[spec] {
+                    Source::Copy(_) => Ok(()),
+                    Source::Scale(index) => {
+                        let tensor = &model.tensors[index as usize];
+                        let dtype = specs.dtype(spec);
+                        let mut bytes = Vec::new();
+                        match absmax.row_scales(model, index as usize) {
+                            RowScales::Shared(scale) => encode_scale(dtype, scale, &mut bytes),
+                            RowScales::Kept(scales) => {
+                                for &scale in scales {
+                                    encode_scale(dtype, scale, &mut bytes);
+                                }
+                            }
+                            RowScales::Own(dtype) => {
+                                return by_element!(
+                                    tensor,
+                                    write_row_scales(model, files, tensor, dtype, out, control)
+                                );
                             }
                         }
-                        RowScales::Own(dtype) => {
-                            return by_element!(
-                                tensor,
-                                write_row_scales(model, files, tensor, dtype, out, control)
-                            );
-                        }
+                        out.write_all(&bytes)
                     }
-                    out.write_all(&bytes)
-                }
-                Source::Weight(index) => {
-                    let index = index as usize;
-                    let tensor = &model.tensors[index];
-                    let scales = absmax.row_scales(model, index);
-                    let error = write_weight(model, files, tensor, scales, out, control)?;
-                    quantized.push(Quantized {
-                        tensor: index,
-                        error,
-                    });
-                    Ok(())
-                }
-            })
+                    Source::Weight(index) => {
+                        let index = index as usize;
+                        let tensor = &model.tensors[index];
+                        let scales = absmax.row_scales(model, index);
+                        let error = write_weight(model, files, tensor, scales, out, control)?;
+                        quantized.push(Quantized {
+                            tensor: index,
+                            error,
+                        });
+                        Ok(())
+                    }
+                },
+            )
         })?;
         let verified =
             layout.differences(target)?.is_none() && self.weights_read_back(&layout, target)?;
@@ -1564,12 +1633,101 @@ impl ShardContext<'_> {
     }
 }
 
-fn copy_tensor(
+/// Writes `layout` into `out`, each tensor by `write_tensor` but those that `copied` gives a
+/// source tensor for: a thread of their own copies these into their places meanwhile, and the
+/// stream moves on past them. Written in the file's order, the copies (most often at its end)
+/// kept one thread busy while the others had nothing left to do.
+fn write_copying_beside<'a, S: Specs + ?Sized, M: Metadata<'a>>(
+    layout: &FileLayout<'a, S, M>,
+    out: &mut BufWriter<WriteBehind<'_>>,
+    copied: impl Fn(usize) -> Option<usize>,
+    (model, files, control): (&Model, &[File], &Control),
+    mut write_tensor: impl FnMut(usize, &mut BufWriter<WriteBehind<'_>>) -> io::Result<()>,
+) -> io::Result<()> {
+    let data_start = crate::format::LENGTH_PREFIX + layout.header_len();
+    let places: Vec<(usize, u64)> = layout
+        .placed()
+        .filter_map(|(spec, [begin, _])| Some((copied(spec)?, data_start + begin)))
+        .collect();
+    if places.is_empty() {
+        return layout.write(out, write_tensor);
+    }
+    let file = out.get_ref().file();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let copying = scope.spawn(|| copy_into_places(model, files, &places, file, control, &stop));
+        let streamed = layout.write(out, |spec, out| {
+            if stop.load(Ordering::Relaxed) {
+                return Err(io::Error::new(io::ErrorKind::Interrupted, "stopped"));
+            }
+            match copied(spec) {
+                Some(index) => {
+                    out.flush()?;
+                    out.get_mut().skip(model.tensors[index].info.byte_len())
+                }
+                None => write_tensor(spec, out),
+            }
+        });
+        if streamed.is_err() {
+            stop.store(true, Ordering::Relaxed);
+        }
+        let copied_all = copying
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        // Whichever side failed first stopped the other, which then has no error of its own.
+        copied_all.and(streamed)
+    })
+}
+
+/// Copies each `(tensor, offset)` of `places` into `out` at its offset. Stops early, with no
+/// error, once `stop` is set; sets it when it fails.
+fn copy_into_places(
+    model: &Model,
+    files: &[File],
+    places: &[(usize, u64)],
+    out: &File,
+    control: &Control,
+    stop: &AtomicBool,
+) -> io::Result<()> {
+    let copied = places.iter().try_for_each(|&(index, at)| {
+        let tensor = &model.tensors[index];
+        copy_runs(model, files, tensor, control, |done, bytes| {
+            if stop.load(Ordering::Relaxed) {
+                return Err(io::Error::new(io::ErrorKind::Interrupted, "stopped"));
+            }
+            write_all_at(out, bytes, at + done)?;
+            start_disk_write(out, at + done, bytes.len() as u64);
+            Ok(())
+        })
+        .map_err(|error| {
+            let source = model.shard_of(tensor).path.display().to_string();
+            io::Error::new(
+                error.kind(),
+                format!(
+                    "copying `{}` from {}: {error}",
+                    escape(tensor.name()),
+                    escape(&source)
+                ),
+            )
+        })
+    });
+    match copied {
+        Err(_) if stop.load(Ordering::Relaxed) => Ok(()),
+        Err(error) => {
+            stop.store(true, Ordering::Relaxed);
+            Err(error)
+        }
+        Ok(()) => Ok(()),
+    }
+}
+
+/// Reads a tensor's bytes in runs, handing `write` each run and where in the tensor it starts.
+fn copy_runs(
     model: &Model,
     files: &[File],
     tensor: &Tensor,
-    out: &mut impl Write,
     control: &Control,
+    mut write: impl FnMut(u64, &[u8]) -> io::Result<()>,
 ) -> io::Result<()> {
     let (start, len) = model.file_range(tensor);
     let mut buffer = vec![0u8; usize::try_from(CHUNK.min(len)).map_err(io::Error::other)?];
@@ -1578,7 +1736,7 @@ fn copy_tensor(
         control.check()?;
         let count = usize::try_from((len - done).min(CHUNK)).map_err(io::Error::other)?;
         read_exact_at(&files[tensor.shard], &mut buffer[..count], start + done)?;
-        out.write_all(&buffer[..count])?;
+        write(done, &buffer[..count])?;
         done += count as u64;
         control
             .bytes_done
@@ -2219,6 +2377,135 @@ mod tests {
                 "{granularity:?}"
             );
         }
+    }
+
+    /// The pass shared out across tensors finds each tensor's largest magnitude, or its NaN or
+    /// Inf, as the pass over that tensor alone does: tensors of several runs, of one, of a dtype
+    /// read as values, and non-finite values in a tensor's first and last runs.
+    #[test]
+    fn largest_magnitudes_match_each_tensor_alone() {
+        use crate::demo::{Fill, SyntheticModel};
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("model.safetensors");
+        let normal = Fill::Normal {
+            mean: 0.0,
+            std: 1.0,
+        };
+        // 3 MiB of BF16 and 9 MiB of F32: one and three runs.
+        SyntheticModel::new(5)
+            .tensor("a.weight", Dtype::Bf16, &[1024, 1536], normal.clone())
+            .tensor("b.weight", Dtype::F32, &[2048, 1152], normal.clone())
+            .tensor("c.weight", Dtype::F32, &[2048, 1152], normal.clone())
+            .tensor("d.weight", Dtype::F16, &[64, 96], normal.clone())
+            .tensor("e.weight", Dtype::F64, &[300, 7], normal.clone())
+            .tensor("f.weight", Dtype::Bf16, &[16, 16], Fill::Zeros)
+            .plant("b.weight", -1, f64::NAN)
+            .plant("c.weight", 0, f64::NEG_INFINITY)
+            .plant("a.weight", 1_000_000, -8192.0)
+            .write(&source)
+            .unwrap();
+        let model = Model::open(&source).unwrap();
+        let files = vec![open_file(&source).unwrap()];
+        let control = Control::default();
+        let all: Vec<usize> = (0..model.tensors.len()).collect();
+        let found = largest_magnitudes(&model, &files, &all, &control).unwrap();
+        for (tensor, found) in model.tensors.iter().zip(found) {
+            let alone = tensor_absmax(&model, &files, tensor, false, &control)
+                .unwrap()
+                .map(|(largest, _)| largest);
+            assert_eq!(found, alone, "{}", tensor.name());
+        }
+        let by_name = |name: &str| model.tensors.iter().position(|t| t.name() == name).unwrap();
+        let picked = [
+            by_name("b.weight"),
+            by_name("a.weight"),
+            by_name("f.weight"),
+        ];
+        let found = largest_magnitudes(&model, &files, &picked, &control).unwrap();
+        assert_eq!(found, [None, Some(8192.0), Some(0.0)]);
+    }
+
+    /// Tensors copied whole are written beside the quantized ones, by every scheme, byte for
+    /// byte; a copy that fails (its source shrank) fails the save, naming the tensor and its
+    /// file, and leaves no output.
+    #[test]
+    fn tensors_copied_beside_the_stream_arrive_whole() {
+        use crate::demo::{Fill, SyntheticModel};
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("model.safetensors");
+        let normal = Fill::Normal {
+            mean: 0.0,
+            std: 1.0,
+        };
+        // F32 first in the file, then BF16: the copied `z.norm.weight` (9 MiB, three runs) last.
+        SyntheticModel::new(9)
+            .tensor("a.weight", Dtype::F32, &[256, 512], normal.clone())
+            .tensor("b.norm.weight", Dtype::F32, &[512], normal.clone())
+            .tensor("c.weight", Dtype::F32, &[128, 256], normal.clone())
+            .tensor("z.norm.weight", Dtype::Bf16, &[9 << 19], normal)
+            .write(&source)
+            .unwrap();
+        let model = Model::open(&source).unwrap();
+        let source_bytes = std::fs::read(&source).unwrap();
+        let bytes_of = |model: &Model, bytes: &[u8], name: &str| {
+            let tensor = model.tensors.iter().find(|t| t.name() == name).unwrap();
+            let (start, len) = model.file_range(tensor);
+            bytes[usize::try_from(start).unwrap()..][..usize::try_from(len).unwrap()].to_vec()
+        };
+        for scheme in Scheme::ALL {
+            let options = Options {
+                scheme,
+                ..Options::default()
+            };
+            let output = dir.path().join(format!("{scheme}.safetensors"));
+            let summary = quantize(&model, &output, &options, &Control::default()).unwrap();
+            assert!(summary.verified, "{scheme}");
+            assert_eq!(summary.quantized.len(), 2, "{scheme}");
+            let written = Model::open(&output).unwrap();
+            let written_bytes = std::fs::read(&output).unwrap();
+            safetensors::SafeTensors::deserialize(&written_bytes).unwrap();
+            for name in ["b.norm.weight", "z.norm.weight"] {
+                assert!(
+                    bytes_of(&model, &source_bytes, name)
+                        == bytes_of(&written, &written_bytes, name),
+                    "{scheme}: {name}"
+                );
+            }
+        }
+        let copied = model
+            .tensors
+            .iter()
+            .find(|t| t.name() == "z.norm.weight")
+            .unwrap();
+        let (start, len) = model.file_range(copied);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&source)
+            .unwrap()
+            .set_len(start + len / 2)
+            .unwrap();
+        for scheme in [Scheme::W8A8, Scheme::W4A16] {
+            let options = Options {
+                scheme,
+                ..Options::default()
+            };
+            let output = dir.path().join(format!("shrunk-{scheme}.safetensors"));
+            let error = quantize(&model, &output, &options, &Control::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains("copying `z.norm.weight` from")
+                    && error.contains("model.safetensors"),
+                "{scheme}: {error}"
+            );
+            assert!(!output.exists(), "{scheme}");
+        }
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.contains(".partial"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     #[test]

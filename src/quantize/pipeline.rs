@@ -14,8 +14,8 @@
 use super::digest::Digest;
 use super::scheme::{ErrorSums, Member, Plan, Role, Streams};
 use super::{
-    Choice, Control, Kept, NonFinite, Options, Quantized, Summary, Writer, Written, copy_tensor,
-    map_rows_aligned, output_metadata, prepare, tensor_absmax,
+    Choice, Control, Kept, NonFinite, Options, Quantized, Summary, Writer, Written,
+    largest_magnitudes, map_rows_aligned, output_metadata, prepare, write_copying_beside,
 };
 use crate::error::{Error, Result};
 use crate::format::mapped::with_mapped;
@@ -72,21 +72,20 @@ fn quantize_then(
         .sum();
     control.bytes_total.fetch_add(total, Ordering::Relaxed);
     let mut absmax = vec![0.0; model.tensors.len()];
-    for (index, tensor) in model.tensors.iter().enumerate() {
-        if choices[index] != Choice::Quantize {
-            continue;
-        }
-        match tensor_absmax(model, &files, tensor, false, control)
-            .map_err(|e| Error::io(&model.shard_of(tensor).path, e))?
-        {
-            Some((largest, _)) => absmax[index] = largest,
+    let wanted: Vec<usize> = (0..model.tensors.len())
+        .filter(|&index| choices[index] == Choice::Quantize)
+        .collect();
+    let largest = largest_magnitudes(model, &files, &wanted, control)?;
+    for (&index, largest) in wanted.iter().zip(largest) {
+        match largest {
+            Some(largest) => absmax[index] = largest,
             None if options.non_finite == NonFinite::Skip => {
                 choices[index] = Choice::Keep(Kept::NonFinite);
             }
             None => {
                 return Err(Error::Invalid(format!(
                     "`{}` holds NaN or Inf; quantizing it would spread them (skip such tensors to go on)",
-                    escape(tensor.name())
+                    escape(model.tensors[index].name())
                 )));
             }
         }
@@ -203,15 +202,18 @@ impl Writer for Context<'_> {
         let mut kept_bytes = 0u64;
         let mut measured: HashMap<u32, Measured> = HashMap::new();
         write_atomically(target, |out| {
-            layout.write(out, |spec, out| match specs.entries[spec] {
-                Entry::Copy(index) => copy_tensor(
-                    model,
-                    self.files,
-                    &model.tensors[index as usize],
-                    out,
-                    self.control,
-                ),
-                Entry::Member(index, member) => {
+            write_copying_beside(
+                &layout,
+                out,
+                |spec| match specs.entries[spec] {
+                    Entry::Copy(index) => Some(index as usize),
+                    Entry::Member(..) => None,
+                },
+                (model, self.files, self.control),
+                |spec, out| {
+                    let Entry::Member(index, member) = specs.entries[spec] else {
+                        return Ok(());
+                    };
                     if let Some(bytes) = kept.remove(&(index, member)) {
                         kept_bytes -= bytes.len() as u64;
                         return out.write_all(&bytes);
@@ -222,8 +224,8 @@ impl Writer for Context<'_> {
                         measured: &mut measured,
                     };
                     self.write_member(index, member, out, &mut keeping)
-                }
-            })
+                },
+            )
         })?;
         let mut quantized = Vec::new();
         (self.before_read_back)(target);
@@ -388,6 +390,8 @@ impl Context<'_> {
             ranges[spec] = (data_start + begin, end - begin);
         }
         let mut all_within = true;
+        // Every member's bytes to check, `(spec, begin, len, digest)`, read back side by side.
+        let mut checks = Vec::new();
         for (spec, entry) in specs.entries.iter().enumerate() {
             let Entry::Member(index, 0) = *entry else {
                 continue;
@@ -404,26 +408,37 @@ impl Context<'_> {
                     .digest(member.role)
                     .unwrap_or_else(|| Digest::of(&plan.whole(member.role)));
                 let (begin, len) = ranges[spec + m];
-                let found = digest_of(&written, begin, len, self.control)
-                    .map_err(|e| Error::io(target, e))?;
-                if found != expected {
-                    return Err(Error::Invalid(format!(
-                        "{}: `{}` read back differs from the bytes written",
-                        escape(&target.display().to_string()),
-                        escape(&self.name(specs.entries[spec + m]).to_string())
-                    )));
-                }
+                checks.push((spec + m, begin, len, expected));
             }
             all_within &= measure.within;
-            // Counted as the read of the source it replaces, so the progress still ends full.
-            self.control.bytes_done.fetch_add(
-                self.model.tensors[index as usize].info.byte_len(),
-                Ordering::Relaxed,
-            );
             quantized.push(Quantized {
                 tensor: index as usize,
                 error: super::finish(&measure.sums),
             });
+        }
+        let found: Vec<u64> = {
+            use rayon::prelude::*;
+            checks
+                .par_iter()
+                .map(|&(_, begin, len, _)| digest_of(&written, begin, len, self.control))
+                .collect::<io::Result<_>>()
+                .map_err(|e| Error::io(target, e))?
+        };
+        for (&(spec, _, _, expected), found) in checks.iter().zip(found) {
+            if found != expected {
+                return Err(Error::Invalid(format!(
+                    "{}: `{}` read back differs from the bytes written",
+                    escape(&target.display().to_string()),
+                    escape(&self.name(specs.entries[spec]).to_string())
+                )));
+            }
+        }
+        for weight in &*quantized {
+            // Counted as the read of the source it replaces, so the progress still ends full.
+            self.control.bytes_done.fetch_add(
+                self.model.tensors[weight.tensor].info.byte_len(),
+                Ordering::Relaxed,
+            );
         }
         Ok(all_within)
     }
