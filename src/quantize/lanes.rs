@@ -143,23 +143,21 @@ impl Group {
     fn add_squares(&mut self, xs: &[f32], backs: &[f32]) {
         let (chunks, rest) = xs.as_chunks::<LANES>();
         let (back_chunks, back_rest) = backs.as_chunks::<LANES>();
-        // Two loops: the vectorizer leaves one summing both partly scalar.
-        for xs in chunks {
-            for (sum, &x) in self.signal.iter_mut().zip(xs) {
-                *sum += x * x;
-            }
-        }
-        for (xs, backs) in chunks.iter().zip(back_chunks) {
+        // The rest as one more chunk, padded with zeros (whose error is 0): added into lane 0
+        // alone, it split the lanes into pieces of one, two and four.
+        let (mut rest_chunk, mut back_rest_chunk) = ([0f32; LANES], [0f32; LANES]);
+        rest_chunk[..rest.len()].copy_from_slice(rest);
+        back_rest_chunk[..back_rest.len()].copy_from_slice(back_rest);
+        let (mut signal, mut noise) = (self.signal, self.noise);
+        let pairs = chunks.iter().zip(back_chunks);
+        for (xs, backs) in pairs.chain([(&rest_chunk, &back_rest_chunk)]) {
             for lane in 0..LANES {
                 let error = xs[lane] - backs[lane];
-                self.noise[lane] += error * error;
+                signal[lane] += xs[lane] * xs[lane];
+                noise[lane] += error * error;
             }
         }
-        for (&x, &back) in rest.iter().zip(back_rest) {
-            let error = x - back;
-            self.signal[0] += x * x;
-            self.noise[0] += error * error;
-        }
+        (self.signal, self.noise) = (signal, noise);
     }
 
     /// Adds a part's largest error and largest error over its step, and how many of its values
