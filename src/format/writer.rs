@@ -387,17 +387,16 @@ impl<'f> WriteBehind<'f> {
     }
 
     /// Moves on past the next `len` bytes, left to be written at their offsets.
-    pub fn skip(&mut self, len: u64) -> io::Result<()> {
-        let by = i64::try_from(len).map_err(io::Error::other)?;
-        io::Seek::seek(&mut self.file, io::SeekFrom::Current(by))?;
+    pub fn skip(&mut self, len: u64) {
         self.written += len;
-        Ok(())
     }
 }
 
 impl Write for WriteBehind<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let written = self.file.write(buf)?;
+        // At its offset, not through the file's position: skipping a part costs no call.
+        super::write_all_at(self.file, buf, self.written)?;
+        let written = buf.len();
         self.written += written as u64;
         if self.written - self.sent >= Self::PART {
             start_disk_write(self.file, self.sent, self.written - self.sent);
