@@ -31,6 +31,16 @@ use std::sync::atomic::Ordering;
 /// Bytes of a member digested at a time when it is read back.
 const READ_BACK_RUN: u64 = 4 << 20;
 
+/// What keeping a small member of `len` bytes costs in memory: its bytes, and its entry and
+/// allocation (the scales of a tiny weight are a few bytes, and half a million of them were
+/// counted as a megabyte while they took over 40).
+fn kept_cost(len: u64) -> u64 {
+    len + 96
+}
+
+/// Members read back side by side at most.
+const READ_BACK_BATCH: usize = 4096;
+
 /// Bytes of small members kept between the codes' pass and the place they are written.
 const KEPT_BYTES: u64 = 32 << 20;
 
@@ -157,7 +167,12 @@ impl Context<'_> {
     /// The entries of the model's tensors from `first` to `end`, each quantized weight's
     /// members one after another.
     fn entries(&self, first: usize, end: usize) -> Vec<Entry> {
-        let mut entries = Vec::new();
+        let members = |index: usize| match self.choices[index] {
+            Choice::Quantize => self.plan(index).members().len(),
+            Choice::Keep(_) => 1,
+        };
+        // Sized exactly: doubling a list of millions would hold both copies at once.
+        let mut entries = Vec::with_capacity((first..end).map(members).sum());
         for index in first..end {
             let index32 = u32::try_from(index).unwrap_or(u32::MAX);
             if self.choices[index] == Choice::Quantize {
@@ -200,7 +215,13 @@ impl Writer for Context<'_> {
         let layout = FileLayout::plan(&specs, Some(metadata))?;
         let mut kept: HashMap<(u32, u8), Vec<u8>> = HashMap::new();
         let mut kept_bytes = 0u64;
-        let mut measured: HashMap<u32, Measured> = HashMap::new();
+        let weights = self.choices[first..end]
+            .iter()
+            .filter(|&&choice| choice == Choice::Quantize)
+            .count();
+        // By weight, sized exactly, and sorted once written: a table of half a million weights
+        // took twice the room.
+        let mut measured: Vec<(u32, Measured)> = Vec::with_capacity(weights);
         write_atomically(target, |out| {
             write_copying_beside(
                 &layout,
@@ -215,7 +236,7 @@ impl Writer for Context<'_> {
                         return Ok(());
                     };
                     if let Some(bytes) = kept.remove(&(index, member)) {
-                        kept_bytes -= bytes.len() as u64;
+                        kept_bytes -= kept_cost(bytes.len() as u64);
                         return out.write_all(&bytes);
                     }
                     let mut keeping = Keeping {
@@ -230,6 +251,7 @@ impl Writer for Context<'_> {
         let mut quantized = Vec::new();
         (self.before_read_back)(target);
         let differs = layout.differences(target)?.is_some();
+        measured.sort_unstable_by_key(|&(index, _)| index);
         let read_back = self.read_back(&layout, target, &measured, &mut quantized)?;
         Ok(Written {
             quantized,
@@ -239,10 +261,11 @@ impl Writer for Context<'_> {
     }
 }
 
-/// What the pass that made a weight's codes measured: the error of the members it made against
-/// the source, whether every value is within half a step, and a digest of each member's bytes.
+/// What the pass that makes a weight's codes measures while it runs: the error of the members
+/// it makes against the source, whether every value is within half a step, and a digest of each
+/// member's bytes.
 #[derive(Default)]
-struct Measured {
+struct Measuring {
     sums: ErrorSums,
     within: bool,
     codes: Digest,
@@ -250,7 +273,7 @@ struct Measured {
     zero_points: Digest,
 }
 
-impl Measured {
+impl Measuring {
     fn add(&mut self, streams: &Streams, sums: &ErrorSums, within: bool) {
         self.sums.merge(sums);
         self.within &= within;
@@ -259,11 +282,35 @@ impl Measured {
         self.zero_points.update(&streams.zero_points);
     }
 
+    /// What is kept of it until the file is read back: the digests finished, a few words
+    /// rather than three hash states of over 500 bytes each (a model of half a million small
+    /// weights held 1.9 GB of them).
+    fn finish(&self) -> Measured {
+        Measured {
+            sums: self.sums,
+            within: self.within,
+            codes: self.codes.finish(),
+            scales: self.scales.finish(),
+            zero_points: self.zero_points.finish(),
+        }
+    }
+}
+
+/// What the pass that made a weight's codes measured (see [`Measuring`]).
+struct Measured {
+    sums: ErrorSums,
+    within: bool,
+    codes: u64,
+    scales: u64,
+    zero_points: u64,
+}
+
+impl Measured {
     fn digest(&self, role: Role) -> Option<u64> {
         match role {
-            Role::Codes => Some(self.codes.finish()),
-            Role::Scales { .. } => Some(self.scales.finish()),
-            Role::ZeroPoints { .. } => Some(self.zero_points.finish()),
+            Role::Codes => Some(self.codes),
+            Role::Scales { .. } => Some(self.scales),
+            Role::ZeroPoints { .. } => Some(self.zero_points),
             Role::Shape | Role::GlobalScale => None,
         }
     }
@@ -274,7 +321,7 @@ impl Measured {
 struct Keeping<'a> {
     kept: &'a mut HashMap<(u32, u8), Vec<u8>>,
     kept_bytes: &'a mut u64,
-    measured: &'a mut HashMap<u32, Measured>,
+    measured: &'a mut Vec<(u32, Measured)>,
 }
 
 impl Context<'_> {
@@ -305,8 +352,10 @@ impl Context<'_> {
             }
             let len = other.byte_len();
             // Written already when it comes before this member in the file.
-            if *keeping.kept_bytes + len <= KEPT_BYTES && self.comes_after(index, member, m) {
-                *keeping.kept_bytes += len;
+            if *keeping.kept_bytes + kept_cost(len) <= KEPT_BYTES
+                && self.comes_after(index, member, m)
+            {
+                *keeping.kept_bytes += kept_cost(len);
                 keep.push((
                     m,
                     other.role,
@@ -318,9 +367,9 @@ impl Context<'_> {
         let scales_alone = keep.is_empty() && matches!(role, Role::Scales { .. });
         let makes_codes =
             role == Role::Codes || keep.iter().any(|&(_, kept, _)| kept == Role::Codes);
-        let mut measured = Measured {
+        let mut measured = Measuring {
             within: true,
-            ..Measured::default()
+            ..Measuring::default()
         };
         map_rows_aligned(
             self.model,
@@ -354,7 +403,7 @@ impl Context<'_> {
             keeping.kept.insert((index, m), bytes);
         }
         if makes_codes {
-            keeping.measured.insert(index, measured);
+            keeping.measured.push((index, measured.finish()));
         }
         Ok(())
     }
@@ -379,7 +428,7 @@ impl Context<'_> {
         &self,
         layout: &FileLayout<'a, ShardSpecs<'a>, impl Metadata<'a>>,
         target: &Path,
-        measured: &HashMap<u32, Measured>,
+        measured: &[(u32, Measured)],
         quantized: &mut Vec<Quantized>,
     ) -> Result<bool> {
         let written = crate::paths::open_file(target).map_err(|e| Error::io(target, e))?;
@@ -390,14 +439,43 @@ impl Context<'_> {
             ranges[spec] = (data_start + begin, end - begin);
         }
         let mut all_within = true;
-        // Every member's bytes to check, `(spec, begin, len, digest)`, read back side by side.
-        let mut checks = Vec::new();
+        // Sized exactly: doubling a list of half a million would hold both copies at once.
+        quantized.reserve_exact(
+            specs
+                .entries
+                .iter()
+                .filter(|entry| matches!(entry, Entry::Member(_, 0)))
+                .count(),
+        );
+        // Members' bytes to check, `(spec, begin, len, digest)`, read back side by side a
+        // batch at a time.
+        let mut checks = Vec::with_capacity(READ_BACK_BATCH);
+        let verify = |checks: &mut Vec<(usize, u64, u64, u64)>| -> Result<()> {
+            use rayon::prelude::*;
+            let found: Vec<u64> = checks
+                .par_iter()
+                .map(|&(_, begin, len, _)| digest_of(&written, begin, len, self.control))
+                .collect::<io::Result<_>>()
+                .map_err(|e| Error::io(target, e))?;
+            for (&(spec, _, _, expected), found) in checks.iter().zip(found) {
+                if found != expected {
+                    return Err(Error::Invalid(format!(
+                        "{}: `{}` read back differs from the bytes written",
+                        escape(&target.display().to_string()),
+                        escape(&self.name(specs.entries[spec]).to_string())
+                    )));
+                }
+            }
+            checks.clear();
+            Ok(())
+        };
         for (spec, entry) in specs.entries.iter().enumerate() {
             let Entry::Member(index, 0) = *entry else {
                 continue;
             };
             let plan = self.plan(index as usize);
-            let Some(measure) = measured.get(&index) else {
+            let found = measured.binary_search_by_key(&index, |&(index, _)| index);
+            let Some((_, measure)) = found.ok().map(|at| &measured[at]) else {
                 return Err(Error::Invalid(format!(
                     "`{}`: its codes were not measured when written",
                     escape(self.model.tensors[index as usize].name())
@@ -410,29 +488,16 @@ impl Context<'_> {
                 let (begin, len) = ranges[spec + m];
                 checks.push((spec + m, begin, len, expected));
             }
+            if checks.len() >= READ_BACK_BATCH {
+                verify(&mut checks)?;
+            }
             all_within &= measure.within;
             quantized.push(Quantized {
                 tensor: index as usize,
                 error: super::finish(&measure.sums),
             });
         }
-        let found: Vec<u64> = {
-            use rayon::prelude::*;
-            checks
-                .par_iter()
-                .map(|&(_, begin, len, _)| digest_of(&written, begin, len, self.control))
-                .collect::<io::Result<_>>()
-                .map_err(|e| Error::io(target, e))?
-        };
-        for (&(spec, _, _, expected), found) in checks.iter().zip(found) {
-            if found != expected {
-                return Err(Error::Invalid(format!(
-                    "{}: `{}` read back differs from the bytes written",
-                    escape(&target.display().to_string()),
-                    escape(&self.name(specs.entries[spec]).to_string())
-                )));
-            }
-        }
+        verify(&mut checks)?;
         for weight in &*quantized {
             // Counted as the read of the source it replaces, so the progress still ends full.
             self.control.bytes_done.fetch_add(
