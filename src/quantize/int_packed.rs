@@ -19,6 +19,7 @@ use super::lanes::{
 };
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{encode_scale, stored_at_least};
+use crate::format::Dtype;
 use multiversion::multiversion;
 use smallvec::SmallVec;
 
@@ -85,6 +86,17 @@ fn scale_and_zero(plan: &Plan, values: &[f32]) -> (f64, i32) {
     let half = f64::from(1u32 << (bits(plan) - 1));
     let (min, max) = range(values);
     let (min, max) = (f64::from(min), f64::from(max));
+    if min == 0.0 && max == 0.0 {
+        // An all-zero group: the presets store the scale dtype's epsilon, not 0 (a zero scale
+        // reads as a group zeroed by mistake), every value at the zero point (`-2^(b-1)` when
+        // asymmetric, as theirs).
+        let zero = if plan.scheme == Scheme::W4A16Asym {
+            -(1i32 << (bits(plan) - 1))
+        } else {
+            0
+        };
+        return (epsilon(plan.scale_dtype), zero);
+    }
     if plan.scheme != Scheme::W4A16Asym {
         let need = (max / (half - 0.5)).max(-min / (half + 0.5));
         return (stored_at_least(plan.scale_dtype, need), 0);
@@ -121,6 +133,16 @@ fn scale_and_zero(plan: &Plan, values: &[f32]) -> (f64, i32) {
         }
     }
     (best.1, best.2)
+}
+
+/// The gap between 1 and the next value of a scale dtype (`torch.finfo(dtype).eps`).
+fn epsilon(dtype: Dtype) -> f64 {
+    match dtype {
+        Dtype::Bf16 => 2f64.powi(-7),
+        Dtype::F16 => 2f64.powi(-10),
+        Dtype::F64 => f64::EPSILON,
+        _ => f64::from(f32::EPSILON),
+    }
 }
 
 /// Scale and zero point pairs tried at once for an asymmetric group: two scales with at most

@@ -531,3 +531,55 @@ fn f64_sources_are_quantized_through_f32() {
         }
     }
 }
+
+/// All-zero groups (a weight's first group of every row, and a whole weight) under every
+/// scheme read back without a zero-scale finding: the int schemes store the scale dtype's
+/// epsilon there, as the presets do (`calculate_qparams` puts it in place of 0), and those
+/// values still come back 0.
+#[test]
+fn all_zero_groups_read_back_without_a_zero_scale() {
+    use stui::demo::{Fill, SyntheticModel};
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("model.safetensors");
+    let half_zero: Vec<f64> = (0..256)
+        .map(|i| {
+            if i < 128 {
+                0.0
+            } else {
+                f64::from(i - 190) / 64.0
+            }
+        })
+        .collect();
+    SyntheticModel::new(3)
+        .tensor("a.weight", Dtype::Bf16, &[16, 256], Fill::Values(half_zero))
+        .tensor("z.weight", Dtype::Bf16, &[16, 256], Fill::Zeros)
+        .write(&source)
+        .unwrap();
+    let model = Model::open(&source).unwrap();
+    for scheme in Scheme::ALL {
+        let output = dir.path().join(format!("{scheme}.safetensors"));
+        let options = Options {
+            scheme,
+            ..Options::default()
+        };
+        let summary = quantize::quantize(&model, &output, &options, &Control::default()).unwrap();
+        assert!(summary.verified, "{scheme}");
+        assert_eq!(summary.quantized.len(), 2, "{scheme}");
+        let run = crate::support::run_within(
+            crate::support::stui(dir.path(), ["stats".as_ref(), output.as_os_str()]),
+            std::time::Duration::from_secs(60),
+        );
+        let text = String::from_utf8_lossy(&run.stdout);
+        assert!(!text.contains("quant-scale"), "{scheme}: {text}");
+        assert_eq!(run.code, Some(0), "{scheme}: {text}");
+        if matches!(scheme, Scheme::W8A16 | Scheme::W4A16 | Scheme::W4A16Asym) {
+            let bytes = std::fs::read(&output).unwrap();
+            let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+            let scales = file.tensor("z.weight_scale").unwrap();
+            for pair in scales.data().chunks(2) {
+                let scale = half::bf16::from_le_bytes([pair[0], pair[1]]).to_f32();
+                assert_eq!(scale, 2f32.powi(-7), "{scheme}");
+            }
+        }
+    }
+}
