@@ -14,6 +14,7 @@
 //! written through a temporary file in the target folder that is renamed into place.
 
 mod compare;
+mod copying;
 mod digest;
 mod fp8;
 mod int_packed;
@@ -30,18 +31,17 @@ use crate::analysis::simd::Lanes;
 use crate::analysis::values;
 use crate::error::{Error, Result};
 use crate::format::mapped::with_mapped;
-use crate::format::writer::{
-    FileLayout, Metadata, Name, Specs, WriteBehind, start_disk_write, write_atomically,
-};
-use crate::format::{Dtype, Model, Shape, StringMap, Tensor, read_exact_at, write_all_at};
+use crate::format::writer::{FileLayout, Metadata, Name, Specs, write_atomically};
+use crate::format::{Dtype, Model, Shape, StringMap, Tensor, read_exact_at};
 use crate::paths::open_file;
 use crate::recycle::Recycled;
 use crate::text::escape;
+use copying::write_copying_beside;
 use magnitude::Bits;
 use multiversion::multiversion;
 use serde::Serialize;
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -1631,172 +1631,6 @@ impl ShardContext<'_> {
         }
         Ok(true)
     }
-}
-
-/// Writes `layout` into `out`, each tensor by `write_tensor` but those that `copied` gives a
-/// source tensor for: a thread of their own copies these into their places meanwhile, and the
-/// stream moves on past them. Written in the file's order, the copies (most often at its end)
-/// kept one thread busy while the others had nothing left to do.
-fn write_copying_beside<'a, S: Specs + ?Sized, M: Metadata<'a>>(
-    layout: &FileLayout<'a, S, M>,
-    out: &mut BufWriter<WriteBehind<'_>>,
-    copied: impl Fn(usize) -> Option<usize>,
-    (model, files, control): (&Model, &[File], &Control),
-    mut write_tensor: impl FnMut(usize, &mut BufWriter<WriteBehind<'_>>) -> io::Result<()>,
-) -> io::Result<()> {
-    let data_start = crate::format::LENGTH_PREFIX + layout.header_len();
-    let places: Vec<(usize, u64)> = layout
-        .placed()
-        .filter_map(|(spec, [begin, _])| Some((copied(spec)?, data_start + begin)))
-        .collect();
-    if places.is_empty() {
-        return layout.write(out, write_tensor);
-    }
-    let file = out.get_ref().file();
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        let copying = scope.spawn(|| copy_into_places(model, files, &places, file, control, &stop));
-        let streamed = layout.write(out, |spec, out| {
-            if stop.load(Ordering::Relaxed) {
-                return Err(io::Error::new(io::ErrorKind::Interrupted, "stopped"));
-            }
-            match copied(spec) {
-                Some(index) => {
-                    out.flush()?;
-                    out.get_mut().skip(model.tensors[index].info.byte_len());
-                    Ok(())
-                }
-                None => write_tensor(spec, out),
-            }
-        });
-        if streamed.is_err() {
-            stop.store(true, Ordering::Relaxed);
-        }
-        let copied_all = copying
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        // Whichever side failed first stopped the other, which then has no error of its own.
-        copied_all.and(streamed)
-    })
-}
-
-/// Copies each `(tensor, offset)` of `places` (in the file's order) into `out` at its offset,
-/// tensors whose bytes lie back to back in their source, as their places do, in one run (a model
-/// of half a million tiny tensors made as many reads and writes otherwise). Stops early, with no
-/// error, once `stop` is set; sets it when it fails.
-fn copy_into_places(
-    model: &Model,
-    files: &[File],
-    places: &[(usize, u64)],
-    out: &File,
-    control: &Control,
-    stop: &AtomicBool,
-) -> io::Result<()> {
-    let mut buffer = Vec::new();
-    let mut first = 0;
-    let copied = loop {
-        let Some(&(index, at)) = places.get(first) else {
-            break Ok(());
-        };
-        let shard = model.tensors[index].shard;
-        let (start, mut len) = model.file_range(&model.tensors[index]);
-        let mut end = first + 1;
-        while let Some(&(next, next_at)) = places.get(end) {
-            let (next_start, next_len) = model.file_range(&model.tensors[next]);
-            if model.tensors[next].shard != shard
-                || next_start != start + len
-                || next_at != at + len
-            {
-                break;
-            }
-            len += next_len;
-            end += 1;
-        }
-        let span = &places[first..end];
-        let result = copy_span(
-            &files[shard],
-            (start, len),
-            out,
-            at,
-            control,
-            stop,
-            &mut buffer,
-        )
-        .map_err(|(failed_at, error)| {
-            // The tensor the failed read was in.
-            let failed = span
-                .iter()
-                .map(|&(index, _)| &model.tensors[index])
-                .rfind(|t| model.file_range(t).0 <= failed_at)
-                .unwrap_or(&model.tensors[index]);
-            with_tensor_named(model, failed, error)
-        });
-        if let Err(error) = result {
-            break Err(error);
-        }
-        first = end;
-    };
-    match copied {
-        Err(_) if stop.load(Ordering::Relaxed) => Ok(()),
-        Err(error) => {
-            stop.store(true, Ordering::Relaxed);
-            Err(error)
-        }
-        Ok(()) => Ok(()),
-    }
-}
-
-/// Copies `len` bytes of `source` from `start` into `out` at `at`, a run at a time; an error
-/// comes with the offset in `source` of the run it stopped at.
-fn copy_span(
-    source: &File,
-    (start, len): (u64, u64),
-    out: &File,
-    at: u64,
-    control: &Control,
-    stop: &AtomicBool,
-    buffer: &mut Vec<u8>,
-) -> Result<(), (u64, io::Error)> {
-    let mut done = 0;
-    while done < len {
-        let mut copy_run = || -> io::Result<usize> {
-            control.check()?;
-            if stop.load(Ordering::Relaxed) {
-                return Err(io::Error::new(io::ErrorKind::Interrupted, "stopped"));
-            }
-            let count = usize::try_from((len - done).min(CHUNK)).map_err(io::Error::other)?;
-            buffer.resize(count, 0);
-            read_exact_at(source, buffer, start + done)?;
-            write_all_at(out, buffer, at + done)?;
-            if count >= 1 << 20 {
-                start_disk_write(out, at + done, count as u64);
-            }
-            Ok(count)
-        };
-        let count = copy_run().map_err(|error| (start + done, error))?;
-        done += count as u64;
-        control
-            .bytes_done
-            .fetch_add(count as u64, Ordering::Relaxed);
-    }
-    Ok(())
-}
-
-/// `error` in copying `tensor`, said with the tensor's name and source file (a cancellation
-/// or a stop as it is: not the copy's own failure).
-fn with_tensor_named(model: &Model, tensor: &Tensor, error: io::Error) -> io::Error {
-    if error.kind() == io::ErrorKind::Interrupted {
-        return error;
-    }
-    let source = model.shard_of(tensor).path.display().to_string();
-    io::Error::new(
-        error.kind(),
-        format!(
-            "copying `{}` from {}: {error}",
-            escape(tensor.name()),
-            escape(&source)
-        ),
-    )
 }
 
 /// Writes a tensor's int8 values and measures the error they leave.

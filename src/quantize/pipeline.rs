@@ -11,11 +11,12 @@
 //! streaming a weight's codes are kept for later when they fit in [`KEPT_BYTES`], and worked out
 //! again otherwise, so that memory does not grow with the model.
 
+use super::copying::write_copying_beside;
 use super::digest::Digest;
 use super::scheme::{ErrorSums, Member, Plan, Role, Streams};
 use super::{
     Choice, Control, Kept, NonFinite, Options, Quantized, Summary, Writer, Written,
-    largest_magnitudes, map_rows_aligned, output_metadata, prepare, write_copying_beside,
+    largest_magnitudes, map_rows_aligned, output_metadata, prepare,
 };
 use crate::error::{Error, Result};
 use crate::format::mapped::with_mapped;
