@@ -3,6 +3,8 @@
 //! global scale and W8A8's per-tensor scale need it) and then quantized under every scheme in
 //! turn, a run of rows at a time.
 
+use super::int_packed;
+use super::lanes::Tally;
 use super::magnitude::Bits;
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{
@@ -129,6 +131,7 @@ pub(super) fn evaluate(
                     .then(|| plan_for(scheme, options.group_size, tensor, absmax))
             })
             .collect();
+        let source = tensor.info.dtype.known().unwrap_or(Dtype::F32);
         let int8_scales = match options.granularity {
             Granularity::PerChannel => None,
             Granularity::PerTensor => Some(scale_for(scales_dtype_of(tensor), absmax)),
@@ -148,7 +151,7 @@ pub(super) fn evaluate(
                 .iter()
                 .map(|plan| match plan {
                     Some(plan) if plan.scheme == Scheme::W8A8 => {
-                        int8_sums(tensor, values, columns, int8_scales)
+                        int8_sums(source, values, columns, int8_scales)
                     }
                     Some(plan) => plan.error(values, &mut streams),
                     None => ErrorSums::default(),
@@ -255,19 +258,40 @@ fn read_whole(
     Ok(Bits::F32.magnitude(largest))
 }
 
-/// W8A8's error on whole rows, with each row's own scale or `shared`.
-fn int8_sums(tensor: &Tensor, values: &[f32], columns: usize, shared: Option<f64>) -> ErrorSums {
-    let dtype = scales_dtype_of(tensor);
-    let narrow = tensor
-        .info
-        .dtype
-        .known()
-        .is_some_and(|d| d.is_float() && d.bits() <= 16);
+/// W8A8's error on whole rows, with each row's own scale or `shared`, as its writer's measure
+/// gives it, without codes (see [`int_packed::error`]) where `f32` holds the scales.
+fn int8_sums(source: Dtype, values: &[f32], columns: usize, shared: Option<f64>) -> ErrorSums {
+    let dtype = super::scale_dtype(source);
+    let scale_of =
+        |row: &[f32]| shared.unwrap_or_else(|| scale_for(dtype, super::absmax_of(row).0));
+    if dtype == Dtype::F64 {
+        return int8_sums_written(source, values, columns, scale_of);
+    }
+    let mut tally = Tally::default();
+    for row in values.chunks(columns) {
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "scales are at most f32 here"
+        )]
+        let scale = scale_of(row) as f32;
+        int_packed::tally_row(row, columns, &[(scale, 0.0)], (-127.0, 127.0), &mut tally);
+    }
+    tally.finish()
+}
+
+/// [`int8_sums`] from the codes its writer makes.
+fn int8_sums_written(
+    source: Dtype,
+    values: &[f32],
+    columns: usize,
+    scale_of: impl Fn(&[f32]) -> f64,
+) -> ErrorSums {
+    let narrow = source.is_float() && source.bits() <= 16;
     let mut out = vec![0u8; columns];
     let mut sums = ErrorSums::default();
     for row in values.chunks(columns) {
-        let scale = shared.unwrap_or_else(|| scale_for(dtype, super::absmax_of(row).0));
-        let row_sums = <f32 as super::Element>::quantize(row, scale, &mut out[..row.len()], narrow);
+        let row_sums =
+            <f32 as super::Element>::quantize(row, scale_of(row), &mut out[..row.len()], narrow);
         sums.merge(&ErrorSums {
             signal: row_sums.signal,
             noise: row_sums.noise,
@@ -375,5 +399,41 @@ pub(super) fn below_snr(
 pub(super) fn keep_below(choices: &mut [Choice], below: &[usize]) {
     for &tensor in below {
         choices[tensor] = Choice::Keep(Kept::BelowSnr);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// W8A8's error worked out without codes is the one its writer measures.
+        #[test]
+        fn the_int8_error_without_codes_is_the_one_written(
+            values in proptest::collection::vec(
+                proptest::prop_oneof![8 => -4.0f32..4.0, 2 => -1e-3f32..1e-3, 1 => proptest::strategy::Just(0.0f32)],
+                1..2000,
+            ),
+            columns in 1usize..300,
+            source in proptest::sample::select(&[Dtype::Bf16, Dtype::F16, Dtype::F32][..]),
+            shared: bool,
+        ) {
+            let values: Vec<f32> = values
+                .into_iter()
+                .map(|x| match source {
+                    Dtype::Bf16 => half::bf16::from_f32(x).to_f32(),
+                    Dtype::F16 => half::f16::from_f32(x).to_f32(),
+                    _ => x,
+                })
+                .collect();
+            let dtype = super::super::scale_dtype(source);
+            let shared = shared.then(|| scale_for(dtype, super::super::absmax_of(&values).0));
+            let scale_of = |row: &[f32]| {
+                shared.unwrap_or_else(|| scale_for(dtype, super::super::absmax_of(row).0))
+            };
+            let written = int8_sums_written(source, &values, columns, scale_of);
+            let worked_out = int8_sums(source, &values, columns, shared);
+            super::super::lanes::assert_agree(&written, &worked_out, false)?;
+        }
     }
 }

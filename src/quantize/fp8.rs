@@ -4,7 +4,10 @@
 //! `scale = absmax / 448`, `q = e4m3(clamp(x / scale, ±448))` rounded to nearest, ties to even;
 //! `x' = q · scale`.
 
-use super::lanes::{GROUP_VALUES, Group, LANES, Measure, Scratch, byte_of, clamp, scale_in_f32};
+use super::lanes::{
+    GROUP_VALUES, Group, LANES, Measure, Scratch, Tally, WIDE, byte_of, clamp, round_even,
+    scale_in_f32, wide_chunks,
+};
 use super::scheme::{BLOCK, ErrorSums, Plan, Scheme, Streams, decode_scales};
 use super::{encode_scale, stored_at_least};
 use multiversion::multiversion;
@@ -310,6 +313,82 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
         }
     }
     measure.finish()
+}
+
+/// The error [`check`] would measure of what [`quantize`] writes for `values` (whole rows of
+/// blocks), worked out without codes: each block's scale as [`quantize`] chooses it, each value
+/// rounded to the E4M3 grid from its quotient by the scale, as [`quantize`] codes it. For
+/// scales `f32` holds (see [`Plan::error`]).
+pub fn error(plan: &Plan, values: &[f32]) -> ErrorSums {
+    let columns = columns(plan);
+    let (block_rows, block_columns) = (block_rows(plan), block_columns(plan));
+    let (mut scales, mut encoded) = (Vec::new(), Vec::new());
+    let mut tally = Tally::default();
+    for rows in values.chunks(columns * block_rows) {
+        scales.clear();
+        block_scales(plan, rows, &mut encoded, &mut scales);
+        encoded.clear();
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "scales are at most f32 here"
+        )]
+        let scales: Vec<f32> = scales.iter().map(|&scale| scale as f32).collect();
+        for row in rows.chunks(columns) {
+            tally_row(row, block_columns, &scales, &mut tally);
+        }
+    }
+    tally.finish()
+}
+
+/// Adds a row's values, each block's under its scale of `scales`, to `tally`.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+fn tally_row(row: &[f32], block_columns: usize, scales: &[f32], tally: &mut Tally) {
+    let mut local = *tally;
+    for (values, &scale) in row.chunks(block_columns).zip(scales) {
+        // A scale of 0 or beyond `f32` codes every value as 0: the quotient by an infinite
+        // divisor.
+        // Values are divided as the writer divides them, for the same codes: a quotient by the
+        // inverse rounds to another code where the value is within its rounding of a tie, and
+        // that can move a value from one grid step to another.
+        let (divisor, inverse) = if scale > 0.0 && scale.is_finite() {
+            (scale, 1.0 / scale)
+        } else {
+            (f32::INFINITY, 0.0)
+        };
+        for xs in wide_chunks(values) {
+            let (mut backs, mut inverse_steps) = ([0f32; WIDE], [0f32; WIDE]);
+            for lane in 0..WIDE {
+                let quotient = clamp(xs[lane] / divisor, -MAX, MAX);
+                let (rounded, per_step) = rounded_and_per_step(quotient.abs());
+                backs[lane] = rounded.copysign(quotient) * scale;
+                inverse_steps[lane] = per_step * inverse;
+            }
+            local.add(&xs, &backs, &inverse_steps);
+        }
+    }
+    *tally = local;
+}
+
+/// A magnitude within 448 rounded to the E4M3 grid as [`encode_clamped`] rounds it, and the
+/// inverse of the grid's step there ([`value_and_step`]'s third), from its bits alone.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn rounded_and_per_step(magnitude: f32) -> (f32, f32) {
+    let bits = magnitude.to_bits();
+    let normal = f32::from_bits((bits + 0x7_FFFF + ((bits >> 20) & 1)) & 0xFFF0_0000);
+    let subnormal = round_even(magnitude * 512.0) * (1.0 / 512.0);
+    if magnitude < 1.0 / 64.0 {
+        (subnormal, 512.0)
+    } else {
+        // The binade's step is 2^(e - 127 - 3) for the biased exponent e of the value rounded.
+        (
+            normal,
+            f32::from_bits((257 - (normal.to_bits() >> 23)) << 23),
+        )
+    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,8 @@
 //! that no value is clipped by more than half a step.
 
 use super::lanes::{
-    GROUP_VALUES, Group, LANES, Measure, Scratch, byte_of, clamp, round_even, scale_in_f32,
+    GROUP_VALUES, Group, LANES, Measure, Scratch, Tally, WIDE, byte_of, clamp, round_even,
+    scale_in_f32, wide_chunks,
 };
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{encode_scale, stored_at_least};
@@ -394,6 +395,72 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
         }
     }
     measure.finish()
+}
+
+/// The error [`check`] would measure of what [`quantize`] writes for `values` (whole rows),
+/// worked out without codes: each group's scale and zero point as [`quantize`] chooses them, each
+/// value's code from its quotient by the scale, as [`quantize`] codes it. For scales `f32`
+/// holds (see [`Plan::error`]).
+pub fn error(plan: &Plan, values: &[f32]) -> ErrorSums {
+    let (columns, group) = (columns(plan), group(plan));
+    #[expect(clippy::cast_precision_loss, reason = "2^(b-1), at most 128")]
+    let half = (1u32 << (bits(plan) - 1)) as f32;
+    let codes = (-half, half - 1.0);
+    let mut tally = Tally::default();
+    let mut grid = Vec::with_capacity(columns.div_ceil(group));
+    for row in values.chunks(columns) {
+        grid.clear();
+        grid.extend(row.chunks(group).map(|chunk| {
+            let (scale, zero) = scale_and_zero(plan, chunk);
+            #[expect(
+                clippy::cast_possible_truncation,
+                reason = "scales are at most f32 here"
+            )]
+            #[expect(clippy::cast_precision_loss, reason = "a code, within 2^7")]
+            (scale as f32, zero as f32)
+        }));
+        tally_row(row, group, &grid, codes, &mut tally);
+    }
+    tally.finish()
+}
+
+/// Adds a row's values, each group's coded with its `(scale, zero)` of `grid` as the whole
+/// numbers from `low` to `high`, to `tally`.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+pub(super) fn tally_row(
+    row: &[f32],
+    group: usize,
+    grid: &[(f32, f32)],
+    (low, high): (f32, f32),
+    tally: &mut Tally,
+) {
+    let mut local = *tally;
+    for (values, &(scale, zero)) in row.chunks(group).zip(grid) {
+        // A scale of 0 or beyond `f32` codes every value as 0 (its zero point is then 0): the
+        // quotient by an infinite divisor.
+        // Values are divided as the writer divides them, for the same codes: a quotient by the
+        // inverse rounds to another code where the value is within its rounding of a tie, and
+        // that can move a value from one grid step to another.
+        let (divisor, inverse) = if scale > 0.0 && scale.is_finite() {
+            (scale, 1.0 / scale)
+        } else {
+            (f32::INFINITY, 0.0)
+        };
+        let inverse_steps = [inverse; WIDE];
+        for xs in wide_chunks(values) {
+            let mut backs = [0f32; WIDE];
+            for lane in 0..WIDE {
+                let q = clamp(
+                    round_even(clamp(xs[lane] / divisor, -LIMIT, LIMIT)) + zero,
+                    low,
+                    high,
+                );
+                backs[lane] = (q - zero) * scale;
+            }
+            local.add(&xs, &backs, &inverse_steps);
+        }
+    }
+    *tally = local;
 }
 
 /// Whether `columns` can be cut into the scheme's groups: the presets' loaders want whole

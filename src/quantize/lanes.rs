@@ -271,6 +271,84 @@ impl Measure {
     }
 }
 
+/// Values a [`Tally`] takes side by side: one AVX-512 register, two AVX2 ones.
+pub const WIDE: usize = 16;
+
+/// The error measures of [`ErrorSums`] for values measured as they are quantized, without
+/// codes (a comparison of schemes, which writes nothing): lane by lane, the squares summed in
+/// `f32` for at most [`GROUP_VALUES`] values (as in [`Group`]), then added into `f64` sums.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tally {
+    signal: [f32; WIDE],
+    noise: [f32; WIDE],
+    max_abs: [f32; WIDE],
+    max_in_steps: [f32; WIDE],
+    pending: usize,
+    total_signal: [f64; WIDE],
+    total_noise: [f64; WIDE],
+}
+
+impl Tally {
+    /// Adds values `xs`, which would come back as `backs`, each on a grid whose local step's
+    /// inverse is `inverse_steps[lane]`. Padding of zeros coming back as zeros adds nothing.
+    #[inline(always)]
+    pub fn add(&mut self, xs: &[f32; WIDE], backs: &[f32; WIDE], inverse_steps: &[f32; WIDE]) {
+        for lane in 0..WIDE {
+            let error = xs[lane] - backs[lane];
+            self.signal[lane] += xs[lane] * xs[lane];
+            self.noise[lane] += error * error;
+            let error = error.abs();
+            self.max_abs[lane] = if error > self.max_abs[lane] {
+                error
+            } else {
+                self.max_abs[lane]
+            };
+            let in_steps = error * inverse_steps[lane];
+            self.max_in_steps[lane] = if in_steps > self.max_in_steps[lane] {
+                in_steps
+            } else {
+                self.max_in_steps[lane]
+            };
+        }
+        self.pending += WIDE;
+        if self.pending >= GROUP_VALUES {
+            self.flush();
+        }
+    }
+
+    /// Adds the `f32` sums into the `f64` ones.
+    fn flush(&mut self) {
+        for lane in 0..WIDE {
+            self.total_signal[lane] += f64::from(self.signal[lane]);
+            self.total_noise[lane] += f64::from(self.noise[lane]);
+        }
+        (self.signal, self.noise, self.pending) = ([0.0; WIDE], [0.0; WIDE], 0);
+    }
+
+    pub fn finish(mut self) -> ErrorSums {
+        self.flush();
+        let largest = |lanes: [f32; WIDE]| f64::from(lanes.into_iter().fold(0.0, f32::max));
+        ErrorSums {
+            signal: self.total_signal.iter().sum(),
+            noise: self.total_noise.iter().sum(),
+            max_abs: largest(self.max_abs),
+            max_in_steps: largest(self.max_in_steps),
+        }
+    }
+}
+
+/// `values` as chunks of [`WIDE`], the last padded with zeros.
+#[inline(always)]
+pub fn wide_chunks(values: &[f32]) -> impl Iterator<Item = [f32; WIDE]> + '_ {
+    let (chunks, rest) = values.as_chunks::<WIDE>();
+    let padded = (!rest.is_empty()).then(|| {
+        let mut chunk = [0f32; WIDE];
+        chunk[..rest.len()].copy_from_slice(rest);
+        chunk
+    });
+    chunks.iter().copied().chain(padded)
+}
+
 /// Holds the sums of a [`Group`] to those of [`Measure::add_lanes`] on the same values.
 /// When `exact` (BF16 values and scales) the errors are the same, so the largest are the same to
 /// the bit and the sums of squares within their `f32` rounding. Otherwise each error may be off

@@ -10,7 +10,7 @@
 //! group's largest value would land more than half a step beyond 6 is rounded up instead.
 
 use super::fp8;
-use super::lanes::{GROUP_VALUES, Group, LANES, Measure, Scratch};
+use super::lanes::{GROUP_VALUES, Group, LANES, Measure, Scratch, Tally, WIDE};
 use super::scheme::{ErrorSums, Plan, Streams};
 use multiversion::multiversion;
 
@@ -314,6 +314,60 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
         );
     }
     measure.finish()
+}
+
+/// The error [`check`] would measure of what [`quantize`] writes for `values` (whole rows),
+/// worked out without codes: each group's scale as [`quantize`] chooses it, each value rounded to
+/// the E2M1 grid from its quotient by the scale, as [`quantize`] codes it.
+pub fn error(plan: &Plan, values: &[f32]) -> ErrorSums {
+    let columns = columns(plan);
+    let mut tally = Tally::default();
+    let mut scales = Vec::with_capacity(columns / GROUP);
+    for row in values.chunks(columns) {
+        // The model's weights are cut into whole groups (see `fits`).
+        let (groups, _) = row.as_chunks::<GROUP>();
+        scales.clear();
+        for batch in groups.chunks(LANES) {
+            scales.extend(group_scales(plan, batch).iter().map(|&(_, scale)| scale));
+        }
+        tally_row(groups, &scales, &mut tally);
+    }
+    tally.finish()
+}
+
+/// Adds a row's groups, each under its scale of `scales`, to `tally`.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+fn tally_row(groups: &[[f32; GROUP]], scales: &[f32], tally: &mut Tally) {
+    const { assert!(GROUP == WIDE) };
+    let mut local = *tally;
+    for (xs, &scale) in groups.iter().zip(scales) {
+        // A scale of 0 or beyond `f32` codes every value as 0: the quotient by an infinite
+        // divisor.
+        // Values are divided as the writer divides them, for the same codes: a quotient by the
+        // inverse rounds to another code where the value is within its rounding of a tie, and
+        // that can move a value from one grid step to another.
+        let (divisor, inverse) = if scale > 0.0 && scale.is_finite() {
+            (scale, 1.0 / scale)
+        } else {
+            (f32::INFINITY, 0.0)
+        };
+        let (mut backs, mut inverse_steps) = ([0f32; WIDE], [0f32; WIDE]);
+        for lane in 0..WIDE {
+            let rounded = rounded_magnitude((xs[lane] / divisor).abs());
+            backs[lane] = (rounded * scale).copysign(xs[lane]);
+            // The grid's step: 0.5 below 2, 1 below 4, 2 above.
+            let per_step = if rounded < 2.0 {
+                2.0
+            } else if rounded < 4.0 {
+                1.0
+            } else {
+                0.5
+            };
+            inverse_steps[lane] = inverse * per_step;
+        }
+        local.add(xs, &backs, &inverse_steps);
+    }
+    *tally = local;
 }
 
 #[cfg(test)]

@@ -307,11 +307,21 @@ impl Plan {
         }
     }
 
-    /// The error quantizing `values` leaves: [`Plan::quantize`] and [`Plan::check`].
+    /// The error quantizing `values` (as for [`Plan::quantize`]) leaves, as [`Plan::check`]
+    /// would measure it of what [`Plan::quantize`] writes, without writing the codes; `streams`
+    /// serves only scales that `f32` does not hold (`F64` sources), measured that way.
     pub fn error(&self, values: &[f32], streams: &mut Streams) -> ErrorSums {
-        streams.clear();
-        self.quantize(values, streams);
-        self.check(values, streams).0
+        match self.scheme {
+            _ if self.scale_dtype == Dtype::F64 => {
+                streams.clear();
+                self.quantize(values, streams);
+                self.check(values, streams).0
+            }
+            Scheme::W8A16 | Scheme::W4A16 | Scheme::W4A16Asym => int_packed::error(self, values),
+            Scheme::Fp8Dynamic | Scheme::Fp8Block => fp8::error(self, values),
+            Scheme::Nvfp4A16 => nvfp4::error(self, values),
+            Scheme::W8A8 => ErrorSums::default(),
+        }
     }
 
     /// Dequantizes the members read back for whole rows and compares them with `source`, the
@@ -517,5 +527,56 @@ mod tests {
         let nvfp4 = Plan::new(Scheme::Nvfp4A16, 128, [128, 192], Dtype::Bf16, 1.0);
         let shapes: Vec<Vec<u64>> = nvfp4.members().iter().map(|m| m.shape.to_vec()).collect();
         assert_eq!(shapes, [vec![128, 96], vec![128, 12], vec![1]]);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// The error worked out without codes is the one measured of the codes written.
+        #[test]
+        fn the_error_without_codes_is_the_one_written(
+            scheme in proptest::sample::select(&Scheme::ALL[1..]),
+            (group, groups) in (proptest::sample::select(&[16u64, 24, 32, 128][..]), 1u64..4),
+            rows in proptest::prop_oneof![1u64..20, 120u64..140],
+            source in proptest::sample::select(&[Dtype::Bf16, Dtype::F16, Dtype::F32][..]),
+            magnitude in proptest::sample::select(&[1e-6f32, 0.02, 3.0, 1e4][..]),
+            seed: u64,
+        ) {
+            let columns = group * groups;
+            proptest::prop_assume!(scheme != Scheme::Nvfp4A16 || columns.is_multiple_of(16));
+            let count = usize::try_from(rows * columns).unwrap();
+            let width = usize::try_from(columns).unwrap();
+            let mut state = seed | 1;
+            let values: Vec<f32> = (0..count)
+                .map(|i| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    #[expect(clippy::cast_precision_loss, reason = "a test pattern")]
+                    let unit = (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+                    // Some zeros, some groups of one sign, rows of values far below their
+                    // largest (FP8's subnormals), the rest centred.
+                    let x = match i % 97 {
+                        _ if (i / width) % 4 == 1 && i % width > 0 => {
+                            unit * magnitude / 8192.0
+                        }
+                        0..=4 => 0.0,
+                        5..=40 if (i / 128) % 3 == 0 => unit.abs() * magnitude,
+                        _ => unit * magnitude,
+                    };
+                    match source {
+                        Dtype::Bf16 => half::bf16::from_f32(x).to_f32(),
+                        Dtype::F16 => half::f16::from_f32(x).to_f32(),
+                        _ => x,
+                    }
+                })
+                .collect();
+            let absmax = values.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let plan = Plan::new(scheme, group, [rows, columns], source, f64::from(absmax));
+            let mut written = Streams::default();
+            plan.quantize(&values, &mut written);
+            let (measured, _) = plan.check(&values, &written);
+            let worked_out = plan.error(&values, &mut Streams::default());
+            super::super::lanes::assert_agree(&measured, &worked_out, false)?;
+        }
     }
 }
