@@ -109,7 +109,8 @@ fn scale_and_zero(plan: &Plan, values: &[f32]) -> (f64, i32) {
     }
     let nearest = super::stored(plan.scale_dtype, exact);
     let mut candidates: SmallVec<[(f64, i32); 2 * CANDIDATES]> = SmallVec::new();
-    for scale in [nearest, up] {
+    let scales: &[f64] = if nearest == up { &[up] } else { &[nearest, up] };
+    for &scale in scales {
         if scale <= 0.0 {
             continue;
         }
@@ -125,8 +126,7 @@ fn scale_and_zero(plan: &Plan, values: &[f32]) -> (f64, i32) {
     #[expect(clippy::cast_possible_truncation, reason = "2^(b-1), at most 128")]
     let half = half as f32;
     for tried in candidates.chunks(CANDIDATES) {
-        let padded = std::array::from_fn(|c| tried[c.min(tried.len() - 1)]);
-        let errors = group_errors(values, &padded, half);
+        let errors = group_errors(values, tried, half);
         for (&(scale, zero), &error) in tried.iter().zip(&errors) {
             if error < best.0 {
                 best = (error, scale, zero);
@@ -150,38 +150,39 @@ fn epsilon(dtype: Dtype) -> f64 {
 /// two zero points each, as a range holding 0 gives.
 const CANDIDATES: usize = 4;
 
-/// The squared error a group is left with under each `(scale, zero)`, in `f32` throughout so
-/// that the candidates' steps vectorize whole (see `nvfp4::group_errors`): close to the exact
-/// sums to `2^-16` of themselves for groups of up to 128, which only a near tie between two
+/// The squared error a group is left with under each `(scale, zero)` of `candidates` (at most
+/// [`CANDIDATES`]), in `f32` throughout, [`WIDE`] values side by side: close to the exact sums
+/// to `2^-16` of themselves for groups of up to 128, which only a near tie between two
 /// candidates could feel, and either then serves as well.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-fn group_errors(
-    values: &[f32],
-    candidates: &[(f64, i32); CANDIDATES],
-    half: f32,
-) -> [f32; CANDIDATES] {
-    #[expect(
-        clippy::cast_possible_truncation,
-        reason = "scales are at most f32 here"
-    )]
-    let scale32: [f32; CANDIDATES] = std::array::from_fn(|c| candidates[c].0 as f32);
-    #[expect(clippy::cast_precision_loss, reason = "a code, within 2^7")]
-    let zero32: [f32; CANDIDATES] = std::array::from_fn(|c| candidates[c].1 as f32);
-    // Multiplied by the inverse rather than divided: four divisions a value would be most of
-    // the work, and a quotient a rounding off moves a value to the next code only at a tie,
-    // where the sum barely moves.
-    let inverse: [f32; CANDIDATES] = std::array::from_fn(|c| 1.0 / scale32[c]);
+fn group_errors(values: &[f32], candidates: &[(f64, i32)], half: f32) -> [f32; CANDIDATES] {
     let mut sums = [0f32; CANDIDATES];
-    for &x in values {
-        for c in 0..CANDIDATES {
-            let q = clamp(
-                round_even(clamp(x * inverse[c], -LIMIT, LIMIT)) + zero32[c],
-                -half,
-                half - 1.0,
-            );
-            let error = x - (q - zero32[c]) * scale32[c];
-            sums[c] += error * error;
+    for (sum, &(scale, zero)) in sums.iter_mut().zip(candidates) {
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "scales are at most f32 here"
+        )]
+        let scale = scale as f32;
+        #[expect(clippy::cast_precision_loss, reason = "a code, within 2^7")]
+        let zero = zero as f32;
+        // Multiplied by the inverse rather than divided: a division a value for each candidate
+        // would be most of the work, and a quotient a rounding off moves a value to the next
+        // code only at a tie, where the sum barely moves.
+        let inverse = 1.0 / scale;
+        let mut lanes = [0f32; WIDE];
+        // Padding of zeros codes as the zero point: no error.
+        for xs in wide_chunks(values) {
+            for lane in 0..WIDE {
+                let q = clamp(
+                    round_even(clamp(xs[lane] * inverse, -LIMIT, LIMIT)) + zero,
+                    -half,
+                    half - 1.0,
+                );
+                let error = xs[lane] - (q - zero) * scale;
+                lanes[lane] += error * error;
+            }
         }
+        *sum = lanes.iter().sum();
     }
     sums
 }
