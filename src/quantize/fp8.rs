@@ -17,7 +17,8 @@ pub const MAX: f32 = 448.0;
 
 /// `value` rounded to the nearest E4M3 value (clamped to ±448), ties to even, as its byte. NaN
 /// becomes 0.
-pub fn encode(value: f32) -> u8 {
+#[cfg(test)]
+fn encode(value: f32) -> u8 {
     if value.is_nan() {
         return 0;
     }
@@ -30,7 +31,7 @@ pub fn encode(value: f32) -> u8 {
     reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
 )]
 #[inline(always)]
-fn encode_clamped(value: f32) -> u8 {
+pub(super) fn encode_clamped(value: f32) -> u8 {
     let bits = value.to_bits();
     let sign = if bits >> 31 == 0 { 0 } else { 0x80 };
     let magnitude_bits = bits & 0x7FFF_FFFF;
@@ -261,7 +262,7 @@ fn measure_block_in_f32(
     reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
 )]
 #[inline(always)]
-fn value_and_step(code: u8) -> (f32, f32, f32) {
+pub(super) fn value_and_step(code: u8) -> (f32, f32, f32) {
     let byte = u32::from(code);
     let (exponent, mantissa) = ((byte >> 3) & 15, byte & 7);
     #[expect(clippy::cast_precision_loss, reason = "a mantissa of 3 bits")]

@@ -10,7 +10,7 @@
 //! group's largest value would land more than half a step beyond 6 is rounded up instead.
 
 use super::fp8;
-use super::lanes::{GROUP_VALUES, Group, LANES, Measure, Scratch, Tally, WIDE};
+use super::lanes::{GROUP_VALUES, Group, Measure, Scratch, Tally, WIDE};
 use super::scheme::{ErrorSums, Plan, Streams};
 use multiversion::multiversion;
 
@@ -103,23 +103,27 @@ fn columns(plan: &Plan) -> usize {
     usize::try_from(plan.columns).unwrap_or(usize::MAX).max(1)
 }
 
-/// The squared error each of up to [`LANES`] groups (`groups[lane]`, zeros past the last) is
+/// The squared error each of up to [`WIDE`] groups (`groups[lane]`, zeros past the last) is
 /// left with under `scales[lane]`, in `f32` throughout so that each step vectorizes across the
 /// lanes whole (a mix of `f32` and `f64` halves the lanes): a sum of 16 squares, close to the
 /// exact one to `2^-19` of itself, which only a near tie between the two scales tried could
 /// feel, and either scale then serves as well.
-#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-fn group_errors(groups: &[[f32; LANES]; GROUP], scales: [f32; LANES]) -> [f32; LANES] {
-    let mut sums = [0f32; LANES];
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn group_errors(groups: &[[f32; WIDE]; GROUP], scales: &[f32; WIDE]) -> [f32; WIDE] {
+    let mut sums = [0f32; WIDE];
     for xs in groups {
-        let mut backs = [0f32; LANES];
-        for lane in 0..LANES {
+        let mut backs = [0f32; WIDE];
+        for lane in 0..WIDE {
             backs[lane] = (xs[lane] / scales[lane]).abs();
         }
         for back in &mut backs {
             *back = rounded_magnitude(*back);
         }
-        for lane in 0..LANES {
+        for lane in 0..WIDE {
             // The quotient's sign is the value's: the scales are positive.
             let error = xs[lane] - (backs[lane] * scales[lane]).copysign(xs[lane]);
             sums[lane] += error * error;
@@ -128,89 +132,125 @@ fn group_errors(groups: &[[f32; LANES]; GROUP], scales: [f32; LANES]) -> [f32; L
     sums
 }
 
-/// The scales of up to [`LANES`] groups, each as stored (an E4M3 byte) and as its values are
+/// The scales of up to [`WIDE`] groups, each as stored (an E4M3 byte) and as its values are
 /// divided by: of the two E4M3 values either side of `absmax / 6 · global`, the one that leaves
-/// the group the least error while keeping its largest value within half a step of 6.
-fn group_scales(plan: &Plan, groups: &[[f32; GROUP]]) -> [(u8, f32); LANES] {
-    let global = plan.global_scale;
-    let mut transposed = [[0f32; LANES]; GROUP];
-    for (lane, group) in groups.iter().enumerate() {
+/// the group the least error while keeping its largest value within half a step of 6 (the
+/// nearer on a tie). Lane by lane, in steps that vectorize across the groups.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn group_scales(groups: &[[f32; GROUP]], global: f32) -> [(u8, f32); WIDE] {
+    let mut transposed = [[0f32; WIDE]; GROUP];
+    for (lane, group) in groups.iter().enumerate().take(WIDE) {
         for (row, &x) in transposed.iter_mut().zip(group) {
             row[lane] = x;
         }
     }
-    let mut absmax = [0f32; LANES];
+    let mut absmax = [0f32; WIDE];
     for row in &transposed {
-        for (max, &x) in absmax.iter_mut().zip(row) {
-            *max = if x.abs() > *max { x.abs() } else { *max };
+        for lane in 0..WIDE {
+            let x = row[lane].abs();
+            absmax[lane] = if x > absmax[lane] { x } else { absmax[lane] };
         }
     }
-    let nearest: [u8; LANES] =
-        std::array::from_fn(|lane| fp8::encode((absmax[lane] / 6.0 * global).min(fp8::MAX)));
-    let other: [u8; LANES] = std::array::from_fn(|lane| {
+    let (mut nearest, mut other) = ([0u32; WIDE], [0u32; WIDE]);
+    for lane in 0..WIDE {
+        // Not negative: `encode` without its clamp and NaN check.
         let ideal = (absmax[lane] / 6.0 * global).min(fp8::MAX);
-        if fp8::decode(nearest[lane]) > ideal {
-            nearest[lane].saturating_sub(1)
+        let byte = u32::from(fp8::encode_clamped(ideal));
+        nearest[lane] = byte;
+        other[lane] = if fp8_value(byte) > ideal {
+            byte.saturating_sub(1)
         } else {
-            (nearest[lane] + 1).min(0x7E)
+            (byte + 1).min(0x7E)
+        };
+    }
+    // Closures here would be compiled apart from this kernel's target features: plain loops.
+    let (mut nearest_scales, mut other_scales) = ([0f32; WIDE], [0f32; WIDE]);
+    for lane in 0..WIDE {
+        nearest_scales[lane] = fp8_value(nearest[lane]) / global;
+        other_scales[lane] = fp8_value(other[lane]) / global;
+    }
+    let mut nearest_errors = group_errors(&transposed, &nearest_scales);
+    let mut other_errors = group_errors(&transposed, &other_scales);
+    for lane in 0..WIDE {
+        if nearest_scales[lane] == 0.0 {
+            nearest_errors[lane] = f32::INFINITY;
         }
-    });
-    let errors = |bytes: &[u8; LANES]| {
-        let scales = std::array::from_fn(|lane| fp8::decode(bytes[lane]) / global);
-        let sums = group_errors(&transposed, scales);
-        std::array::from_fn::<f32, LANES, _>(|lane| {
-            if scales[lane] == 0.0 {
-                f32::INFINITY
-            } else {
-                sums[lane]
-            }
-        })
-    };
-    let (nearest_errors, other_errors) = (errors(&nearest), errors(&other));
-    std::array::from_fn(|lane| {
-        let within =
-            |byte: u8| absmax[lane] == 0.0 || absmax[lane] / (fp8::decode(byte) / global) <= 7.0;
-        let mut best = None::<(f32, u8)>;
-        for (byte, e) in [
-            (nearest[lane], nearest_errors[lane]),
-            (other[lane], other_errors[lane]),
-        ] {
-            if within(byte) && best.is_none_or(|(least, _)| e < least) {
-                best = Some((e, byte));
+        if other_scales[lane] == 0.0 {
+            other_errors[lane] = f32::INFINITY;
+        }
+    }
+    let (mut bytes, mut scales) = (nearest, nearest_scales);
+    let mut neither_within = false;
+    for lane in 0..WIDE {
+        let nearest_within = within(absmax[lane], nearest_scales[lane]);
+        let other_within = within(absmax[lane], other_scales[lane]);
+        if other_within && (!nearest_within || other_errors[lane] < nearest_errors[lane]) {
+            (bytes[lane], scales[lane]) = (other[lane], other_scales[lane]);
+        }
+        neither_within |= !nearest_within && !other_within;
+    }
+    if neither_within {
+        for lane in 0..WIDE {
+            // Up one code at a time while the largest value would land past 6 and half a step.
+            while bytes[lane] < 0x7E && !within(absmax[lane], scales[lane]) {
+                bytes[lane] += 1;
+                scales[lane] = fp8_value(bytes[lane]) / global;
             }
         }
-        let byte = best.map_or_else(
-            || {
-                // Up one code at a time while the largest value would land past 6 and half a
-                // step.
-                let mut byte = nearest[lane];
-                while byte < 0x7E && !within(byte) {
-                    byte += 1;
-                }
-                byte
-            },
-            |(_, byte)| byte,
-        );
-        (byte, fp8::decode(byte) / global)
-    })
+    }
+    std::array::from_fn(|lane| (bytes[lane].to_le_bytes()[0], scales[lane]))
 }
 
-/// A group's codes under `scale`, two to a byte, onto the end of `out`.
+/// The value of the E4M3 byte `byte`, from its bits.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn fp8_value(byte: u32) -> f32 {
+    fp8::value_and_step(byte.to_le_bytes()[0]).0
+}
+
+/// Whether a group whose largest magnitude is `absmax` lands within half a step of 6 under
+/// `scale`.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn within(absmax: f32, scale: f32) -> bool {
+    absmax == 0.0 || absmax / scale <= 7.0
+}
+
+/// Each of `groups`' codes under its scale of `scales`, two to a byte, onto the end of
+/// `codes`, and its scale's byte onto the end of `scale_bytes`.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-fn encode_group(values: &[f32; GROUP], scale: f32, out: &mut Vec<u8>) {
-    if scale == 0.0 || !scale.is_finite() {
-        out.extend_from_slice(&[0; GROUP / 2]);
-        return;
+fn quantize_batch(
+    groups: &[[f32; GROUP]],
+    global: f32,
+    codes: &mut Vec<u8>,
+    scale_bytes: &mut Vec<u8>,
+) {
+    let scales = group_scales(groups, global);
+    let start = codes.len();
+    codes.resize(start + groups.len() * GROUP / 2, 0);
+    let (out, _) = codes[start..].as_chunks_mut::<{ GROUP / 2 }>();
+    for ((group, &(byte, scale)), bytes) in groups.iter().zip(&scales).zip(out) {
+        scale_bytes.push(byte);
+        // A scale of 0 or beyond `f32` codes every value as 0.
+        let usable = scale != 0.0 && scale.is_finite();
+        let mut group_codes = [0u32; GROUP];
+        for (code, &x) in group_codes.iter_mut().zip(group) {
+            *code = if usable { encode(x / scale) } else { 0 };
+        }
+        for (byte, pair) in bytes.iter_mut().zip(group_codes.as_chunks::<2>().0) {
+            *byte = (pair[0] | (pair[1] << 4)).to_le_bytes()[0];
+        }
     }
-    let mut codes = [0u32; GROUP];
-    for (code, &x) in codes.iter_mut().zip(values) {
-        *code = encode(x / scale);
-    }
-    let mut bytes = [0u8; GROUP / 2];
-    for (byte, pair) in bytes.iter_mut().zip(codes.as_chunks::<2>().0) {
-        *byte = (pair[0] | (pair[1] << 4)).to_le_bytes()[0];
-    }
-    out.extend_from_slice(&bytes);
 }
 
 pub fn quantize(plan: &Plan, values: &[f32], out: &mut Streams) {
@@ -218,12 +258,8 @@ pub fn quantize(plan: &Plan, values: &[f32], out: &mut Streams) {
     for row in values.chunks(columns) {
         // The model's weights are cut into whole groups (see `fits`).
         let (groups, _) = row.as_chunks::<GROUP>();
-        for batch in groups.chunks(LANES) {
-            let scales = group_scales(plan, batch);
-            for (group, &(byte, scale)) in batch.iter().zip(&scales) {
-                out.scales.push(byte);
-                encode_group(group, scale, &mut out.codes);
-            }
+        for batch in groups.chunks(WIDE) {
+            quantize_batch(batch, plan.global_scale, &mut out.codes, &mut out.scales);
         }
     }
 }
@@ -322,27 +358,23 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
 pub fn error(plan: &Plan, values: &[f32]) -> ErrorSums {
     let columns = columns(plan);
     let mut tally = Tally::default();
-    let mut scales = Vec::with_capacity(columns / GROUP);
     for row in values.chunks(columns) {
         // The model's weights are cut into whole groups (see `fits`).
         let (groups, _) = row.as_chunks::<GROUP>();
-        scales.clear();
-        for batch in groups.chunks(LANES) {
-            scales.extend(group_scales(plan, batch).iter().map(|&(_, scale)| scale));
+        for batch in groups.chunks(WIDE) {
+            tally_batch(batch, plan.global_scale, &mut tally);
         }
-        tally_row(groups, &scales, &mut tally);
     }
     tally.finish()
 }
 
-/// Adds a row's groups, each under its scale of `scales`, to `tally`.
+/// Adds `groups`, each under the scale [`quantize`] chooses for it, to `tally`.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-fn tally_row(groups: &[[f32; GROUP]], scales: &[f32], tally: &mut Tally) {
+fn tally_batch(groups: &[[f32; GROUP]], global: f32, tally: &mut Tally) {
     const { assert!(GROUP == WIDE) };
+    let scales = group_scales(groups, global);
     let mut local = *tally;
-    for (xs, &scale) in groups.iter().zip(scales) {
-        // A scale of 0 or beyond `f32` codes every value as 0: the quotient by an infinite
-        // divisor.
+    for (xs, &(_, scale)) in groups.iter().zip(&scales) {
         // Values are divided as the writer divides them, for the same codes: a quotient by the
         // inverse rounds to another code where the value is within its rounding of a tie, and
         // that can move a value from one grid step to another.
