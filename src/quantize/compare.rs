@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::format::{Dtype, Model, Tensor};
 use serde::Serialize;
 use std::fs::File;
+use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
 /// One scheme's result over the weights compared.
@@ -104,15 +105,23 @@ pub(super) fn evaluate(
     control.bytes_total.fetch_add(total, Ordering::Relaxed);
     let mut results = Vec::with_capacity(tensors.len());
     let mut non_finite = Vec::new();
-    // Handed from weight to weight: a block this large allocated for each would be fresh
-    // memory every time, a page fault every 4 KiB (see `recycle`).
-    let mut values = Vec::new();
+    // Blocks handed from weight to weight: allocated for each, they would be fresh memory every
+    // time, a page fault every 4 KiB (see `recycle`).
+    let spare = Mutex::new(Vec::new());
+    let mut blocks = Vec::new();
     for &index in tensors {
         let tensor = &model.tensors[index];
         let path = &model.shard_of(tensor).path;
-        values.clear();
+        let fitting = |scheme: Scheme| fits(scheme, options.group_size, tensor);
+        let align = schemes
+            .iter()
+            .filter(|&&scheme| fitting(scheme))
+            .map(|&scheme| plan_for(scheme, options.group_size, tensor, 0.0).row_multiple())
+            .max()
+            .unwrap_or(1);
+        give_back(&spare, &mut blocks);
         let absmax = if held(tensor) {
-            read_whole(model, files, tensor, control, &mut values)
+            read_whole(model, files, tensor, align, control, &spare, &mut blocks)
                 .map_err(|e| Error::io(path, e))?
         } else {
             tensor_absmax(model, files, tensor, false, control)
@@ -127,8 +136,7 @@ pub(super) fn evaluate(
         let plans: Vec<Option<Plan>> = schemes
             .iter()
             .map(|&scheme| {
-                fits(scheme, options.group_size, tensor)
-                    .then(|| plan_for(scheme, options.group_size, tensor, absmax))
+                fitting(scheme).then(|| plan_for(scheme, options.group_size, tensor, absmax))
             })
             .collect();
         let source = tensor.info.dtype.known().unwrap_or(Dtype::F32);
@@ -139,12 +147,6 @@ pub(super) fn evaluate(
         let columns = usize::try_from(tensor.info.shape.get(1).unwrap_or(1))
             .unwrap_or(1)
             .max(1);
-        let align = plans
-            .iter()
-            .flatten()
-            .map(Plan::row_multiple)
-            .max()
-            .unwrap_or(1);
         let errors = |values: &[f32]| -> Vec<ErrorSums> {
             let mut streams = Streams::take();
             let sums = plans
@@ -160,7 +162,7 @@ pub(super) fn evaluate(
             streams.give();
             sums
         };
-        let sums = if values.is_empty() {
+        let sums = if blocks.is_empty() {
             let mut sums = vec![ErrorSums::default(); schemes.len()];
             map_rows_aligned(
                 model,
@@ -177,7 +179,7 @@ pub(super) fn evaluate(
             .map_err(|e| Error::io(path, e))?;
             sums
         } else {
-            evaluate_held(&values, columns, align, control, errors, schemes.len())
+            evaluate_held(&blocks, control, errors, schemes.len())
                 .map_err(|e| Error::io(path, e))?
         };
         results.push(
@@ -198,23 +200,19 @@ fn merge(totals: &mut [ErrorSums], chunk: &[ErrorSums]) {
     }
 }
 
-/// `errors` of every run of rows of a weight held in memory, on the rayon pool, summed.
+/// `errors` of every block of rows of a weight held in memory, on the rayon pool, summed.
 fn evaluate_held(
-    values: &[f32],
-    columns: usize,
-    align: u64,
+    blocks: &[Vec<f32>],
     control: &Control,
     errors: impl Fn(&[f32]) -> Vec<ErrorSums> + Sync,
     schemes: usize,
 ) -> std::io::Result<Vec<ErrorSums>> {
     use rayon::prelude::*;
-    let rows = usize::try_from(align).unwrap_or(1);
-    let run = (RUN_VALUES / columns).max(1).div_ceil(rows) * rows * columns;
-    let chunks: Vec<Vec<ErrorSums>> = values
-        .par_chunks(run)
-        .map(|values| {
+    let chunks: Vec<Vec<ErrorSums>> = blocks
+        .par_iter()
+        .map(|block| {
             control.check()?;
-            Ok(errors(values))
+            Ok(errors(block))
         })
         .collect::<std::io::Result<_>>()?;
     let mut sums = vec![ErrorSums::default(); schemes];
@@ -224,34 +222,55 @@ fn evaluate_held(
     Ok(sums)
 }
 
-/// Values evaluated at a time from a weight held in memory: about a million.
-const RUN_VALUES: usize = 1 << 20;
+/// Puts `blocks` back among the `spare` ones, keeping at most [`HELD_VALUES`] values' room.
+fn give_back(spare: &Mutex<Vec<Vec<f32>>>, blocks: &mut Vec<Vec<f32>>) {
+    if let Ok(mut spare) = spare.lock() {
+        spare.append(blocks);
+        let mut room: usize = spare.iter().map(Vec::capacity).sum();
+        while room as u64 > HELD_VALUES
+            && let Some(block) = spare.pop()
+        {
+            room -= block.capacity();
+        }
+    }
+    blocks.clear();
+}
 
-/// A weight's values, read once onto the end of `values`, and its largest magnitude (`None`
-/// when it holds NaN or Inf).
+/// A weight's values, read once into `blocks` of whole rows from a multiple of `align` (taken
+/// from `spare` where there are any), and its largest magnitude (`None` when it holds NaN or
+/// Inf).
 fn read_whole(
     model: &Model,
     files: &[File],
     tensor: &Tensor,
+    align: u64,
     control: &Control,
-    values: &mut Vec<f32>,
+    spare: &Mutex<Vec<Vec<f32>>>,
+    blocks: &mut Vec<Vec<f32>>,
 ) -> std::io::Result<Option<f64>> {
-    let count = usize::try_from(tensor.info.element_count().unwrap_or(0)).unwrap_or(0);
-    values.reserve(count);
     let mut largest = 0u32;
     map_rows_aligned(
         model,
         files,
         tensor,
-        1,
+        align,
         control,
         |_, values: &[f32]| {
             let bits = Bits::F32.largest_bits(bytemuck::cast_slice(values));
-            Ok((bits, values.to_vec()))
+            let mut block = spare
+                .lock()
+                .ok()
+                .and_then(|mut spare| spare.pop())
+                .unwrap_or_default();
+            block.clear();
+            // Room beyond the run would be held by a block no run fills.
+            block.shrink_to(values.len());
+            block.extend_from_slice(values);
+            Ok((bits, block))
         },
-        |(bits, run)| {
+        |(bits, block)| {
             largest = largest.max(bits);
-            values.extend_from_slice(&run);
+            blocks.push(block);
             Ok(())
         },
     )?;
@@ -405,6 +424,19 @@ pub(super) fn keep_below(choices: &mut [Choice], below: &[usize]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spare_blocks_keep_at_most_a_held_weight_of_room() {
+        let spare = Mutex::new(vec![Vec::<f32>::with_capacity(1 << 20)]);
+        let block = usize::try_from(HELD_VALUES / 4).unwrap();
+        let mut blocks: Vec<Vec<f32>> = (0..6).map(|_| Vec::with_capacity(block)).collect();
+        give_back(&spare, &mut blocks);
+        assert!(blocks.is_empty());
+        let spare = spare.into_inner().unwrap();
+        let room: usize = spare.iter().map(Vec::capacity).sum();
+        assert!(room as u64 <= HELD_VALUES, "{room}");
+        assert_eq!(spare.len(), 4);
+    }
 
     proptest::proptest! {
         /// W8A8's error worked out without codes is the one its writer measures.
