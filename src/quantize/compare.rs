@@ -236,9 +236,9 @@ fn give_back(spare: &Mutex<Vec<Vec<f32>>>, blocks: &mut Vec<Vec<f32>>) {
     blocks.clear();
 }
 
-/// A weight's values, read once into `blocks` of whole rows from a multiple of `align` (taken
-/// from `spare` where there are any), and its largest magnitude (`None` when it holds NaN or
-/// Inf).
+/// A weight's values, read once into `blocks` of whole rows from a multiple of `align`
+/// (decoded straight into blocks taken from `spare` where there are any), and its largest
+/// magnitude (`None` when it holds NaN or Inf).
 fn read_whole(
     model: &Model,
     files: &[File],
@@ -248,29 +248,46 @@ fn read_whole(
     spare: &Mutex<Vec<Vec<f32>>>,
     blocks: &mut Vec<Vec<f32>>,
 ) -> std::io::Result<Option<f64>> {
+    let dtype = tensor
+        .info
+        .dtype
+        .known()
+        .ok_or_else(|| std::io::Error::other("unknown dtype"))?;
+    let columns = super::row_length(tensor)?;
+    let row_bytes = usize::try_from(dtype.byte_len(columns as u64).unwrap_or(0))
+        .map_err(std::io::Error::other)?
+        .max(1);
+    let rows = usize::try_from(align)
+        .map_err(std::io::Error::other)?
+        .max(1);
+    let block_rows = ((super::BLOCK_VALUES / columns) / rows).max(1) * rows;
     let mut largest = 0u32;
-    map_rows_aligned(
+    super::map_byte_runs(
         model,
         files,
         tensor,
         align,
         control,
-        |_, values: &[f32]| {
-            let bits = Bits::F32.largest_bits(bytemuck::cast_slice(values));
-            let mut block = spare
-                .lock()
-                .ok()
-                .and_then(|mut spare| spare.pop())
-                .unwrap_or_default();
-            block.clear();
-            // Room beyond the run would be held by a block no run fills.
-            block.shrink_to(values.len());
-            block.extend_from_slice(values);
-            Ok((bits, block))
+        |_, bytes| {
+            let mut read: smallvec::SmallVec<[(u32, Vec<f32>); 1]> = smallvec::SmallVec::new();
+            for bytes in bytes.chunks(block_rows * row_bytes) {
+                let mut block = spare
+                    .lock()
+                    .ok()
+                    .and_then(|mut spare| spare.pop())
+                    .unwrap_or_default();
+                <f32 as super::Element>::decode(dtype, bytes, &mut block);
+                // Room beyond the block would be held by a block no run fills.
+                block.shrink_to_fit();
+                read.push((Bits::F32.largest_bits(bytemuck::cast_slice(&block)), block));
+            }
+            Ok(read)
         },
-        |(bits, block)| {
-            largest = largest.max(bits);
-            blocks.push(block);
+        |read| {
+            for (bits, block) in read {
+                largest = largest.max(bits);
+                blocks.push(block);
+            }
             Ok(())
         },
     )?;
