@@ -253,8 +253,21 @@ fn stored(dtype: Dtype, value: f64) -> f64 {
     }
 }
 
-/// `value` as stored in `dtype`, rounded up rather than down when storing rounds it down.
+/// `value` as stored in `dtype`, rounded up rather than down when storing rounds it down: the
+/// smallest value `dtype` holds at or above `value`.
 fn stored_at_least(dtype: Dtype, value: f64) -> f64 {
+    if dtype == Dtype::Bf16 && value > 0.0 {
+        // Once for every group of the grouped schemes: from the bits. The smallest `f32` at or
+        // above `value`, rounded up to BF16's 16 high bits (past the largest finite, infinity).
+        #[expect(clippy::cast_possible_truncation, reason = "rounded up just after")]
+        let single = value as f32;
+        let single = if f64::from(single) < value {
+            single.next_up()
+        } else {
+            single
+        };
+        return f64::from(f32::from_bits((single.to_bits() + 0xFFFF) & 0xFFFF_0000));
+    }
     let scale = stored(dtype, value);
     if scale >= value || !scale.is_finite() {
         scale
@@ -2120,6 +2133,36 @@ fn copy_companions(model: &Model, output: &Path, ignore: &[&str], options: &Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn a_bf16_scale_is_rounded_up_from_its_bits_as_from_storing_it(
+            mantissa in 1u64..(1 << 52),
+            exponent in -140i32..130,
+            shift in proptest::sample::select(&[0u64, 1, 0x7FFF, 0x8000, 0x8001][..]),
+        ) {
+            let near_grid = f64::from(f32::from_bits(
+                (u32::try_from(mantissa >> 29).unwrap() & 0x7F_0000) | 0x3F80_0000,
+            ));
+            #[expect(clippy::cast_precision_loss, reason = "a test pattern")]
+            for value in [
+                (1.0 + mantissa as f64 / (1u64 << 52) as f64) * 2f64.powi(exponent),
+                near_grid * 2f64.powi(exponent) + f64::from(f32::from_bits(u32::try_from(shift).unwrap())),
+                near_grid * 2f64.powi(exponent),
+                (near_grid * 2f64.powi(exponent)).next_up(),
+                (near_grid * 2f64.powi(exponent)).next_down(),
+            ] {
+                let stored = stored(Dtype::Bf16, value);
+                let expected = if stored >= value || !stored.is_finite() {
+                    stored
+                } else {
+                    next_stored_up(Dtype::Bf16, stored)
+                };
+                let got = stored_at_least(Dtype::Bf16, value);
+                proptest::prop_assert_eq!(got.to_bits(), expected.to_bits(), "{}", value);
+            }
+        }
+    }
 
     #[test]
     fn a_row_is_quantized_as_value_by_value() {
