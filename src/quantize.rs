@@ -1721,101 +1721,51 @@ fn quantize_row<E: Element>(row: &[E], scale: f64, out: &mut [u8]) -> ErrorSums 
         };
     }
     // `quantize_value` with the scale's checks done once.
-    quantize_lanes(row, Into::into, scale, out)
+    quantize_lanes(row, scale, out)
 }
 
-/// The float type a row is quantized in: `f64`, or `f32` for narrow sources.
-trait Quotient:
-    Copy
-    + PartialOrd
-    + Into<f64>
-    + std::ops::Add<Output = Self>
-    + std::ops::Sub<Output = Self>
-    + std::ops::Mul<Output = Self>
-    + std::ops::Div<Output = Self>
-{
-    /// Adding and taking away 1.5 times 2 to the mantissa's width rounds half to even any
-    /// whole number up to a quarter of that, without a call to `rint` on CPUs without SSE4.1.
-    const ROUNDER: Self;
-    const ZERO: Self;
-    /// The value clamped to the int8 range, `[-127, 127]`.
-    fn clamped(self) -> Self;
-    fn magnitude(self) -> Self;
-    /// The int8 value held by `ROUNDER` plus a whole number in the int8 range, as its two's
-    /// complement byte: the number sits in the low bits of the sum's mantissa, above an even
-    /// offset (`2^51` or `2^22`), so the lowest byte is the number modulo 256.
-    fn low_byte(self) -> u8;
-}
-
-macro_rules! quotient {
-    ($float:ty, $rounder:expr) => {
-        impl Quotient for $float {
-            const ROUNDER: $float = $rounder;
-            const ZERO: $float = 0.0;
-            fn clamped(self) -> $float {
-                self.clamp(-127.0, 127.0)
-            }
-            fn magnitude(self) -> $float {
-                self.abs()
-            }
-            fn low_byte(self) -> u8 {
-                self.to_bits().to_le_bytes()[0]
-            }
-        }
-    };
-}
-
-quotient!(f64, ROUNDER);
-quotient!(f32, 12_582_912.0);
-
-/// Quantizes `row` (each value widened to `F` by `widen`) with a finite nonzero `scale`, in
-/// array-valued steps (rather than updates of one lane at a time), which are what the compiler
-/// turns into SIMD in the functions that call this.
+/// Quantizes `row` with a finite nonzero `scale`, in `f64`, in array-valued steps (rather than
+/// updates of one lane at a time), which are what the compiler turns into SIMD in the function
+/// that calls this. The code sits in the low bits of `ROUNDER` plus it, above an even offset
+/// (`2^51`), so the sum's lowest byte is the code's two's complement byte.
 #[expect(
     clippy::inline_always,
-    reason = "inlined into its callers, whose copies for AVX2 and AVX-512 it must share"
+    reason = "inlined into its caller, whose copies for AVX2 and AVX-512 it must share"
 )]
 #[inline(always)]
-fn quantize_lanes<E: Copy, F: Quotient>(
-    row: &[E],
-    widen: impl Fn(E) -> F,
-    scale: F,
-    out: &mut [u8],
-) -> ErrorSums {
-    let shifted = |x: F| (x / scale).clamped() + F::ROUNDER;
-    let error = |x: F, shifted: F| (x - (shifted - F::ROUNDER) * scale).magnitude();
-    let square = |x: F| {
-        let x: f64 = x.into();
-        x * x
-    };
+fn quantize_lanes<E: Element>(row: &[E], scale: f64, out: &mut [u8]) -> ErrorSums {
+    let shifted = |x: f64| (x / scale).clamp(-127.0, 127.0) + ROUNDER;
+    let error = |x: f64, shifted: f64| (x - (shifted - ROUNDER) * scale).abs();
+    let low_byte = |shifted: f64| shifted.to_bits().to_le_bytes()[0];
     let (mut signal, mut noise) = ([0f64; LANES], [0f64; LANES]);
-    let mut max_abs = [F::ZERO; LANES];
-    let larger = |a: F, b: F| if a > b { a } else { b };
+    let mut max_abs = [0f64; LANES];
+    let larger = |a: f64, b: f64| if a > b { a } else { b };
     let (chunks, rest) = row.as_chunks::<LANES>();
     let (out_chunks, out_rest) = out.as_chunks_mut::<LANES>();
     for (xs, bytes) in chunks.iter().zip(out_chunks) {
-        let xs: [F; LANES] = std::array::from_fn(|i| widen(xs[i]));
-        let shifted: [F; LANES] = std::array::from_fn(|i| shifted(xs[i]));
-        let errors: [F; LANES] = std::array::from_fn(|i| error(xs[i], shifted[i]));
-        *bytes = std::array::from_fn(|i| shifted[i].low_byte());
-        signal = std::array::from_fn(|i| signal[i] + square(xs[i]));
-        noise = std::array::from_fn(|i| noise[i] + square(errors[i]));
+        let xs: [f64; LANES] = std::array::from_fn(|i| xs[i].into());
+        let shifted: [f64; LANES] = std::array::from_fn(|i| shifted(xs[i]));
+        let errors: [f64; LANES] = std::array::from_fn(|i| error(xs[i], shifted[i]));
+        *bytes = std::array::from_fn(|i| low_byte(shifted[i]));
+        signal = std::array::from_fn(|i| signal[i] + xs[i] * xs[i]);
+        noise = std::array::from_fn(|i| noise[i] + errors[i] * errors[i]);
         max_abs = std::array::from_fn(|i| larger(errors[i], max_abs[i]));
     }
     for (&x, out) in rest.iter().zip(out_rest) {
-        let (x, shifted) = (widen(x), shifted(widen(x)));
+        let x: f64 = x.into();
+        let shifted = shifted(x);
         let error = error(x, shifted);
-        *out = shifted.low_byte();
-        signal[0] += square(x);
-        noise[0] += square(error);
+        *out = low_byte(shifted);
+        signal[0] += x * x;
+        noise[0] += error * error;
         max_abs[0] = larger(error, max_abs[0]);
     }
-    let max_abs = max_abs.into_iter().map(Into::into).fold(0.0, f64::max);
+    let max_abs = max_abs.into_iter().fold(0.0, f64::max);
     ErrorSums {
         signal: signal.iter().sum(),
         noise: noise.iter().sum(),
         max_abs,
-        max_in_scales: max_abs / scale.into(),
+        max_in_scales: max_abs / scale,
     }
 }
 
@@ -1826,10 +1776,54 @@ fn quantize_lanes<E: Copy, F: Quotient>(
 /// `x - q * scale` is exact in `f32`.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn quantize_narrow_row(row: &[f32], scale: f32, out: &mut [u8]) -> ErrorSums {
+    use lanes::{Tally, WIDE};
     if scale == 0.0 || !scale.is_finite() {
         return quantize_row(row, f64::from(scale), out);
     }
-    quantize_lanes(row, |x| x, scale, out)
+    // The squares summed in `f32` a part of the row at a time, [`WIDE`] lanes side by side
+    // (see `Tally`): in `f64` the lanes were half as many, and the sums most of the work.
+    let mut tally = Tally::default();
+    let (chunks, rest) = row.as_chunks::<WIDE>();
+    let (out_chunks, out_rest) = out.as_chunks_mut::<WIDE>();
+    for (xs, bytes) in chunks.iter().zip(out_chunks) {
+        quantize_narrow_lanes(xs, scale, bytes, &mut tally);
+    }
+    if !rest.is_empty() {
+        let (mut xs, mut bytes) = ([0f32; WIDE], [0u8; WIDE]);
+        xs[..rest.len()].copy_from_slice(rest);
+        quantize_narrow_lanes(&xs, scale, &mut bytes, &mut tally);
+        out_rest.copy_from_slice(&bytes[..rest.len()]);
+    }
+    let sums = tally.finish();
+    ErrorSums {
+        signal: sums.signal,
+        noise: sums.noise,
+        max_abs: sums.max_abs,
+        max_in_scales: sums.max_in_steps,
+    }
+}
+
+/// [`lanes::WIDE`] values of [`quantize_narrow_row`] (padding of zeros codes as 0, without
+/// error).
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into its caller, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn quantize_narrow_lanes(
+    xs: &[f32; lanes::WIDE],
+    scale: f32,
+    bytes: &mut [u8; lanes::WIDE],
+    tally: &mut lanes::Tally,
+) {
+    let mut backs = [0f32; lanes::WIDE];
+    for lane in 0..lanes::WIDE {
+        let q = lanes::round_even(lanes::clamp(xs[lane] / scale, -127.0, 127.0));
+        // A negative code's low byte is its two's complement.
+        bytes[lane] = lanes::byte_of(q);
+        backs[lane] = q * scale;
+    }
+    tally.add(xs, &backs, &[1.0 / scale; lanes::WIDE]);
 }
 
 /// What quantizing one tensor would cost, computed without writing anything: `None` when it
@@ -2213,7 +2207,14 @@ mod tests {
                     assert_eq!(byte.cast_signed(), quantize_value(f64::from(x), scale));
                 }
                 assert_eq!(sums.max_abs, expected.max_abs);
-                assert!((sums.noise - expected.noise).abs() <= 1e-12 * expected.noise);
+                // The same errors, their squares summed in `f32` a part at a time.
+                for (narrow, wide) in [(sums.noise, expected.noise), (sums.signal, expected.signal)]
+                {
+                    assert!(
+                        (narrow - wide).abs() <= 2f64.powi(-16) * wide,
+                        "{narrow} {wide}"
+                    );
+                }
                 // The check of the written rows says the same in `f32`, on the bytes as made (of
                 // rows clipped when the scale is below their largest value) and with a byte in
                 // turn one step off.
