@@ -261,6 +261,9 @@ fn read_whole(
         .map_err(std::io::Error::other)?
         .max(1);
     let block_rows = ((super::BLOCK_VALUES / columns) / rows).max(1) * rows;
+    // Read from the bits as stored where they order as the magnitudes (half as many for BF16),
+    // from the decoded values otherwise.
+    let stored_bits = Bits::of(dtype);
     let mut largest = 0u32;
     super::map_byte_runs(
         model,
@@ -279,7 +282,11 @@ fn read_whole(
                 <f32 as super::Element>::decode(dtype, bytes, &mut block);
                 // Room beyond the block would be held by a block no run fills.
                 block.shrink_to_fit();
-                read.push((Bits::F32.largest_bits(bytemuck::cast_slice(&block)), block));
+                let bits = match stored_bits {
+                    Some(stored) => stored.largest_bits(bytes),
+                    None => Bits::F32.largest_bits(bytemuck::cast_slice(&block)),
+                };
+                read.push((bits, block));
             }
             Ok(read)
         },
@@ -291,7 +298,7 @@ fn read_whole(
             Ok(())
         },
     )?;
-    Ok(Bits::F32.magnitude(largest))
+    Ok(stored_bits.unwrap_or(Bits::F32).magnitude(largest))
 }
 
 /// W8A8's error on whole rows, with each row's own scale or `shared`, as its writer's measure
