@@ -1,7 +1,7 @@
 //! Every scheme evaluated on the same weights without writing anything: each weight read once
 //! into memory (up to a bound, beyond which it is read twice), for its largest magnitude (NVFP4's
-//! global scale and W8A8's per-tensor scale need it) and then quantized under every scheme in
-//! turn, a run of rows at a time.
+//! global scale and W8A8's per-tensor scale need it), then each block of its rows measured under
+//! every scheme in turn, without codes (see [`Plan::error`]).
 
 use super::int_packed;
 use super::lanes::Tally;
