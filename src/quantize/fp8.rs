@@ -5,8 +5,8 @@
 //! `x' = q · scale`.
 
 use super::lanes::{
-    GROUP_VALUES, Group, LANES, Measure, Scratch, Tally, WIDE, byte_of, clamp, round_even,
-    scale_in_f32, wide_chunks,
+    GROUP_VALUES, Group, LANES, Measure, Scratch, Tally, WIDE, byte_of, clamp, divisor_and_inverse,
+    round_even, scale_in_f32, wide_chunks,
 };
 use super::scheme::{BLOCK, ErrorSums, Plan, Scheme, Streams, decode_scales};
 use super::{encode_scale, stored_at_least};
@@ -346,16 +346,7 @@ pub fn error(plan: &Plan, values: &[f32]) -> ErrorSums {
 fn tally_row(row: &[f32], block_columns: usize, scales: &[f32], tally: &mut Tally) {
     let mut local = *tally;
     for (values, &scale) in row.chunks(block_columns).zip(scales) {
-        // A scale of 0 or beyond `f32` codes every value as 0: the quotient by an infinite
-        // divisor.
-        // Values are divided as the writer divides them, for the same codes: a quotient by the
-        // inverse rounds to another code where the value is within its rounding of a tie, and
-        // that can move a value from one grid step to another.
-        let (divisor, inverse) = if scale > 0.0 && scale.is_finite() {
-            (scale, 1.0 / scale)
-        } else {
-            (f32::INFINITY, 0.0)
-        };
+        let (divisor, inverse) = divisor_and_inverse(scale);
         for xs in wide_chunks(values) {
             let (mut backs, mut inverse_steps) = ([0f32; WIDE], [0f32; WIDE]);
             for lane in 0..WIDE {

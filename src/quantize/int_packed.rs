@@ -15,8 +15,8 @@
 //! that no value is clipped by more than half a step.
 
 use super::lanes::{
-    GROUP_VALUES, Group, LANES, Measure, Scratch, Tally, WIDE, byte_of, clamp, round_even,
-    scale_in_f32, wide_chunks,
+    GROUP_VALUES, Group, LANES, Measure, Scratch, Tally, WIDE, byte_of, clamp, divisor_and_inverse,
+    round_even, scale_in_f32, wide_chunks,
 };
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{encode_scale, stored_at_least};
@@ -437,16 +437,8 @@ pub(super) fn tally_row(
 ) {
     let mut local = *tally;
     for (values, &(scale, zero)) in row.chunks(group).zip(grid) {
-        // A scale of 0 or beyond `f32` codes every value as 0 (its zero point is then 0): the
-        // quotient by an infinite divisor.
-        // Values are divided as the writer divides them, for the same codes: a quotient by the
-        // inverse rounds to another code where the value is within its rounding of a tie, and
-        // that can move a value from one grid step to another.
-        let (divisor, inverse) = if scale > 0.0 && scale.is_finite() {
-            (scale, 1.0 / scale)
-        } else {
-            (f32::INFINITY, 0.0)
-        };
+        // A degenerate scale's zero point is 0: its values come back as 0.
+        let (divisor, inverse) = divisor_and_inverse(scale);
         let inverse_steps = [inverse; WIDE];
         for xs in wide_chunks(values) {
             let mut backs = [0f32; WIDE];

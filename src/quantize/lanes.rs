@@ -337,6 +337,20 @@ impl Tally {
     }
 }
 
+/// What a measure without codes divides a scale's values by, and the scale's inverse (for the
+/// error in steps). Dividing, as the writers do, gives their very codes: a product by the
+/// inverse rounds to another code where a value lies within its rounding of a tie, and that can
+/// move the value to another grid step. A scale of 0 or beyond `f32` codes every value as 0, as
+/// the writers do: the quotient by an infinite divisor; its inverse is then 0.
+#[inline(always)]
+pub fn divisor_and_inverse(scale: f32) -> (f32, f32) {
+    if scale > 0.0 && scale.is_finite() {
+        (scale, 1.0 / scale)
+    } else {
+        (f32::INFINITY, 0.0)
+    }
+}
+
 /// `values` as chunks of [`WIDE`], the last padded with zeros.
 #[inline(always)]
 pub fn wide_chunks(values: &[f32]) -> impl Iterator<Item = [f32; WIDE]> + '_ {

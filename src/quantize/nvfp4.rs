@@ -10,7 +10,7 @@
 //! group's largest value would land more than half a step beyond 6 is rounded up instead.
 
 use super::fp8;
-use super::lanes::{GROUP_VALUES, Group, Measure, Scratch, Tally, WIDE};
+use super::lanes::{GROUP_VALUES, Group, Measure, Scratch, Tally, WIDE, divisor_and_inverse};
 use super::scheme::{ErrorSums, Plan, Streams};
 use multiversion::multiversion;
 
@@ -375,14 +375,7 @@ fn tally_batch(groups: &[[f32; GROUP]], global: f32, tally: &mut Tally) {
     let scales = group_scales(groups, global);
     let mut local = *tally;
     for (xs, &(_, scale)) in groups.iter().zip(&scales) {
-        // Values are divided as the writer divides them, for the same codes: a quotient by the
-        // inverse rounds to another code where the value is within its rounding of a tie, and
-        // that can move a value from one grid step to another.
-        let (divisor, inverse) = if scale > 0.0 && scale.is_finite() {
-            (scale, 1.0 / scale)
-        } else {
-            (f32::INFINITY, 0.0)
-        };
+        let (divisor, inverse) = divisor_and_inverse(scale);
         let (mut backs, mut inverse_steps) = ([0f32; WIDE], [0f32; WIDE]);
         for lane in 0..WIDE {
             let rounded = rounded_magnitude((xs[lane] / divisor).abs());
