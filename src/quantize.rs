@@ -1739,7 +1739,7 @@ fn quantize_lanes<E: Element>(row: &[E], scale: f64, out: &mut [u8]) -> ErrorSum
     let low_byte = |shifted: f64| shifted.to_bits().to_le_bytes()[0];
     let (mut signal, mut noise) = ([0f64; LANES], [0f64; LANES]);
     let mut max_abs = [0f64; LANES];
-    let larger = |a: f64, b: f64| if a > b { a } else { b };
+    let larger = lanes::larger::<f64>;
     let (chunks, rest) = row.as_chunks::<LANES>();
     let (out_chunks, out_rest) = out.as_chunks_mut::<LANES>();
     for (xs, bytes) in chunks.iter().zip(out_chunks) {

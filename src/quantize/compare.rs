@@ -466,10 +466,7 @@ mod tests {
         /// W8A8's error worked out without codes is the one its writer measures.
         #[test]
         fn the_int8_error_without_codes_is_the_one_written(
-            values in proptest::collection::vec(
-                proptest::prop_oneof![8 => -4.0f32..4.0, 2 => -1e-3f32..1e-3, 1 => proptest::strategy::Just(0.0f32)],
-                1..2000,
-            ),
+            values in super::super::lanes::test_values(1..2000),
             columns in 1usize..300,
             source in proptest::sample::select(&[Dtype::Bf16, Dtype::F16, Dtype::F32][..]),
             shared: bool,

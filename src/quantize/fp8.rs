@@ -6,7 +6,7 @@
 
 use super::lanes::{
     GROUP_VALUES, Group, LANES, Measure, Scratch, Tally, WIDE, byte_of, clamp, divisor_and_inverse,
-    round_even, scale_in_f32, wide_chunks,
+    larger, round_even, scale_in_f32, wide_chunks,
 };
 use super::scheme::{BLOCK, ErrorSums, Plan, Scheme, Streams, decode_scales};
 use super::{encode_scale, stored_at_least};
@@ -128,7 +128,7 @@ fn absmax(values: &[f32]) -> f32 {
     for chunk in chunks {
         for lane in 0..LANES {
             let x = chunk[lane].abs();
-            max[lane] = if x > max[lane] { x } else { max[lane] };
+            max[lane] = larger(x, max[lane]);
         }
     }
     for &x in rest {
@@ -391,10 +391,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn the_f32_measure_agrees_with_the_plain_one(
-            values in proptest::collection::vec(
-                proptest::prop_oneof![8 => -4.0f32..4.0, 2 => -1e-3f32..1e-3, 1 => proptest::strategy::Just(0.0f32)],
-                1..3000,
-            ),
+            values in super::super::lanes::test_values(1..3000),
             wide: bool,
         ) {
             let (values, dtype): (Vec<f32>, _) = if wide {

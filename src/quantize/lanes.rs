@@ -28,6 +28,14 @@ pub fn byte_of(value: f32) -> u8 {
     (value + ROUNDER).to_bits().to_le_bytes()[0]
 }
 
+/// The larger of `a` and `b`, `b` when they do not compare (a running maximum `b` keeps it
+/// through NaN), as one compare and select, which vectorizes where `f32::max`'s NaN rules do
+/// not.
+#[inline(always)]
+pub fn larger<T: PartialOrd>(a: T, b: T) -> T {
+    if a > b { a } else { b }
+}
+
 /// `value` held within `[low, high]`.
 #[inline(always)]
 pub fn clamp(value: f32, low: f32, high: f32) -> f32 {
@@ -221,17 +229,8 @@ impl Measure {
         }
         for lane in 0..LANES {
             let error = errors[lane];
-            self.max_abs[lane] = if error > self.max_abs[lane] {
-                error
-            } else {
-                self.max_abs[lane]
-            };
-            let in_steps = error * inverse_steps[lane];
-            self.max_in_steps[lane] = if in_steps > self.max_in_steps[lane] {
-                in_steps
-            } else {
-                self.max_in_steps[lane]
-            };
+            self.max_abs[lane] = larger(error, self.max_abs[lane]);
+            self.max_in_steps[lane] = larger(error * inverse_steps[lane], self.max_in_steps[lane]);
         }
         for lane in 0..LANES {
             // Within half a step, allowing for the rounding of the `f32` quotient `x / scale`
@@ -298,17 +297,8 @@ impl Tally {
             self.signal[lane] += xs[lane] * xs[lane];
             self.noise[lane] += error * error;
             let error = error.abs();
-            self.max_abs[lane] = if error > self.max_abs[lane] {
-                error
-            } else {
-                self.max_abs[lane]
-            };
-            let in_steps = error * inverse_steps[lane];
-            self.max_in_steps[lane] = if in_steps > self.max_in_steps[lane] {
-                in_steps
-            } else {
-                self.max_in_steps[lane]
-            };
+            self.max_abs[lane] = larger(error, self.max_abs[lane]);
+            self.max_in_steps[lane] = larger(error * inverse_steps[lane], self.max_in_steps[lane]);
         }
         self.pending += WIDE;
         if self.pending >= GROUP_VALUES {
@@ -417,6 +407,21 @@ pub fn assert_agree(
         }
     }
     Ok(())
+}
+
+/// Values for the kernels' property tests: mostly of the size of weights, some tiny, some 0.
+#[cfg(test)]
+pub fn test_values(
+    lengths: std::ops::Range<usize>,
+) -> impl proptest::strategy::Strategy<Value = Vec<f32>> {
+    proptest::collection::vec(
+        proptest::prop_oneof![
+            8 => -4.0f32..4.0,
+            2 => -1e-3f32..1e-3,
+            1 => proptest::strategy::Just(0.0f32)
+        ],
+        lengths,
+    )
 }
 
 #[cfg(test)]

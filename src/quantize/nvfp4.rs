@@ -10,7 +10,9 @@
 //! group's largest value would land more than half a step beyond 6 is rounded up instead.
 
 use super::fp8;
-use super::lanes::{GROUP_VALUES, Group, Measure, Scratch, Tally, WIDE, divisor_and_inverse};
+use super::lanes::{
+    GROUP_VALUES, Group, Measure, Scratch, Tally, WIDE, divisor_and_inverse, larger,
+};
 use super::scheme::{ErrorSums, Plan, Streams};
 use multiversion::multiversion;
 
@@ -152,7 +154,7 @@ fn group_scales(groups: &[[f32; GROUP]], global: f32) -> [(u8, f32); WIDE] {
     for row in &transposed {
         for lane in 0..WIDE {
             let x = row[lane].abs();
-            absmax[lane] = if x > absmax[lane] { x } else { absmax[lane] };
+            absmax[lane] = larger(x, absmax[lane]);
         }
     }
     let (mut nearest, mut other) = ([0u32; WIDE], [0u32; WIDE]);
