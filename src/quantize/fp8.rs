@@ -323,19 +323,20 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
 pub fn error(plan: &Plan, values: &[f32]) -> ErrorSums {
     let columns = columns(plan);
     let (block_rows, block_columns) = (block_rows(plan), block_columns(plan));
-    let (mut scales, mut encoded) = (Vec::new(), Vec::new());
+    let (mut scales, mut encoded, mut narrow) = (Vec::new(), Vec::new(), Vec::new());
     let mut tally = Tally::default();
     for rows in values.chunks(columns * block_rows) {
         scales.clear();
         block_scales(plan, rows, &mut encoded, &mut scales);
         encoded.clear();
+        narrow.clear();
         #[expect(
             clippy::cast_possible_truncation,
             reason = "scales are at most f32 here"
         )]
-        let scales: Vec<f32> = scales.iter().map(|&scale| scale as f32).collect();
+        narrow.extend(scales.iter().map(|&scale| scale as f32));
         for row in rows.chunks(columns) {
-            tally_row(row, block_columns, &scales, &mut tally);
+            tally_row(row, block_columns, &narrow, &mut tally);
         }
     }
     tally.finish()
