@@ -34,6 +34,7 @@ use crate::format::mapped::with_mapped;
 use crate::format::writer::{FileLayout, Metadata, Name, Specs, write_atomically};
 use crate::format::{Dtype, Model, Shape, StringMap, Tensor, read_exact_at};
 use crate::paths::open_file;
+use crate::quant::Quantization;
 use crate::recycle::Recycled;
 use crate::text::escape;
 use copying::write_copying_beside;
@@ -458,8 +459,15 @@ const BLOCK_VALUES: usize = 32 << 10;
 /// narrow the rows are.
 const MAX_ROWS: u64 = 1 << 16;
 
+/// Why a model stored quantized is not quantized again: its weights are codes and scales, which
+/// the schemes would take for plain values (FP8 codes without their scales), and the new
+/// `quantization_config` would misdescribe the quantized weights it copies as they are.
+pub fn already_quantized(quantization: &Quantization) -> String {
+    format!("already quantized ({})", quantization.summary())
+}
+
 /// Quantizes `model` into `output`: a `.safetensors` file for a single-file model, a folder for
-/// a sharded one. Nothing is written unless every check passes; each file is written through a
+/// a sharded one. `model` is not already quantized (see [`already_quantized`]). Nothing is written unless every check passes; each file is written through a
 /// temporary file renamed into place.
 pub fn quantize(
     model: &Model,

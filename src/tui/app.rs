@@ -813,12 +813,11 @@ impl App {
 
     /// Opens the quantize dialog, its scope taken from the selection.
     fn open_quantize(&mut self) -> (bool, Option<Effect>) {
-        if self.logical.is_some() {
-            self.notice = Some(
-                "the model is stored quantized: press R to list its stored tensors, which can \
-                 be quantized"
-                    .into(),
-            );
+        if let Some(quantization) = &self.quantization {
+            self.notice = Some(format!(
+                "{}: quantize the model it was made from",
+                quantize::already_quantized(quantization)
+            ));
             return (true, None);
         }
         let (scope, include) = match self.selected_node() {

@@ -252,6 +252,40 @@ fn stui(args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
+/// Their codes would be taken for plain values (FP8 codes without their scales) and the new
+/// config would misdescribe the weights copied as they are: every real producer's checkpoint is
+/// refused, by `quantize` and `--compare`, with what to do, and nothing is written.
+#[test]
+fn a_quantized_checkpoint_is_not_quantized_again() {
+    let out = tempfile::tempdir().unwrap();
+    for &(name, ..) in FIXTURES {
+        let path = fixtures().join(name).join("model.safetensors");
+        let summary = open(name).1.summary();
+        let target = out.path().join(format!("{name}.safetensors"));
+        for args in [
+            vec!["-o", target.to_str().unwrap(), "--scheme", "W4A16", "--yes"],
+            vec!["--compare"],
+        ] {
+            let run = std::process::Command::new(env!("CARGO_BIN_EXE_stui"))
+                .arg("quantize")
+                .arg(&path)
+                .args(&args)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&run.stderr);
+            assert_eq!(run.status.code(), Some(2), "{name} {args:?}: {stderr}");
+            assert!(
+                stderr.contains(&format!("is already quantized ({summary}):"))
+                    && stderr.contains("quantize the model it was made from"),
+                "{name} {args:?}: {stderr}"
+            );
+            assert!(run.stdout.is_empty(), "{name} {args:?}");
+        }
+    }
+    let written: Vec<_> = std::fs::read_dir(out.path()).unwrap().collect();
+    assert!(written.is_empty(), "{written:?}");
+}
+
 #[test]
 fn inspect_lists_logical_weights_and_raw_lists_what_is_stored() {
     let path = fixtures().join("ct-w4a16");

@@ -366,6 +366,11 @@ fn a_quantized_model_by_its_weights_and_r_lists_the_stored_tensors() {
         s.contains("compressed-tensors, stored") && s.contains("scan done")
     });
     assert!(screen.contains("26 tensors"), "{screen}");
+    // Listed as stored, its codes are still not quantized again.
+    tmux.send(&["Q"]);
+    tmux.wait_for("the notice that it is quantized", |s| {
+        s.contains("already quantized (int4 g128")
+    });
     tmux.send(&["e"]);
     tmux.wait_for("the members in the tree", |s| {
         s.contains("weight_packed  I32")

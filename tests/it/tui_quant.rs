@@ -120,13 +120,20 @@ fn a_quantized_model_is_listed_by_its_weights_with_their_dequantized_statistics(
     app.update(Action::ShowHelp);
     assert!(screen(&mut app, 120, 40).contains("stored / logical"));
     app.update(Action::ClosePopup);
-    // The stored tensors are one key away; the quantize dialog says where to find them.
+    // The stored tensors are one key away.
     assert!(matches!(
         app.update(Action::ToggleRaw).1,
         Some(Effect::ToggleRaw)
     ));
+    // Its codes are not quantized again, listed as weights or as stored: the dialog does not
+    // open, and the status line says why.
     assert!(app.update(Action::Quantize).1.is_none());
-    assert!(app.notice.as_deref().unwrap().contains("press R"));
+    assert!(app.quantize.is_none());
+    let notice = app.notice.as_deref().unwrap();
+    assert!(
+        notice.contains("already quantized (int4 g128") && notice.contains("made from"),
+        "{notice}"
+    );
 }
 
 #[test]
