@@ -1441,15 +1441,18 @@ pub fn write_comparison<W: Write>(
         "SCHEME", "WEIGHTS", "OUTPUT", "BITS/W", "WORST dB", "MEDIAN dB"
     )?;
     for result in &comparison.schemes {
-        writeln!(
-            out,
-            "{:<12}  {:>7}  {:>10}  {:>9.2}  {:>9.2}  {:>9.2}  {}",
-            result.scheme.name(),
-            result.weights,
-            format_bytes(result.output_bytes),
+        let [bits, worst_db, median_db] = [
             result.bits_per_weight,
             result.worst_snr_db,
             result.median_snr_db,
+        ]
+        .map(two_places_or_dash);
+        writeln!(
+            out,
+            "{:<12}  {:>7}  {:>10}  {bits:>9}  {worst_db:>9}  {median_db:>9}  {}",
+            result.scheme.name(),
+            result.weights,
+            format_bytes(result.output_bytes),
             worst_name(result).map(escape).unwrap_or_default()
         )?;
     }
@@ -1461,6 +1464,12 @@ pub fn write_comparison<W: Write>(
         )?;
     }
     Ok(())
+}
+
+/// A figure of a comparison to two places; `–` where there is none (a scheme that quantizes
+/// none of the weights compared has no bits per weight or error).
+pub fn two_places_or_dash(value: Option<f64>) -> String {
+    value.map_or_else(|| "–".to_owned(), |value| format!("{value:.2}"))
 }
 
 /// The scheme of a quantization as the summary says it: `int8 (per channel)` for W8A8.

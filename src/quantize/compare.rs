@@ -26,10 +26,11 @@ pub struct SchemeResult {
     pub weights: usize,
     /// Bytes of the tensors written: quantized weights' members and every tensor kept.
     pub output_bytes: u64,
-    /// Bits per quantized weight value, scales and zero points included.
-    pub bits_per_weight: f64,
-    pub worst_snr_db: f64,
-    pub median_snr_db: f64,
+    /// Bits per quantized weight value, scales and zero points included; `None` (as the SNRs)
+    /// when the scheme quantizes none of the weights compared.
+    pub bits_per_weight: Option<f64>,
+    pub worst_snr_db: Option<f64>,
+    pub median_snr_db: Option<f64>,
     /// The weight with the lowest SNR, by index among the model's tensors.
     #[serde(skip)]
     pub worst: Option<usize>,
@@ -392,18 +393,14 @@ pub fn compare(model: &Model, options: &Options, control: &Control) -> Result<Co
                 .min_by(|a, b| a.1.snr_db.total_cmp(&b.1.snr_db))
                 .map(|&(t, _)| t);
             #[expect(clippy::cast_precision_loss, reason = "a ratio")]
-            let bits_per_weight = if elements == 0 {
-                0.0
-            } else {
-                written as f64 * 8.0 / elements as f64
-            };
+            let bits_per_weight = (elements > 0).then(|| written as f64 * 8.0 / elements as f64);
             SchemeResult {
                 scheme,
                 weights: errors.len(),
                 output_bytes: all_bytes - replaced + written,
                 bits_per_weight,
-                worst_snr_db: snrs.first().copied().unwrap_or(f64::INFINITY),
-                median_snr_db: snrs.get(snrs.len() / 2).copied().unwrap_or(f64::INFINITY),
+                worst_snr_db: snrs.first().copied(),
+                median_snr_db: snrs.get(snrs.len() / 2).copied(),
                 worst,
                 errors,
             }

@@ -698,3 +698,46 @@ fn the_man_page_names_every_subcommand() {
         "{text}"
     );
 }
+
+/// A scheme that quantizes none of the weights compared (the demo's `down_proj` weights are 344
+/// wide: no whole groups of 128, or of 16) shows dashes, in the text as in the explorer, and
+/// nulls in JSON: not zero bits per weight and infinite SNRs.
+#[test]
+fn compare_shows_dashes_where_a_scheme_quantizes_nothing() {
+    let demo = support::demo_path();
+    let demo = demo.to_str().unwrap();
+    let args = ["quantize", demo, "--compare", "--include", "*down_proj*"];
+    let (code, text) = run(repo(), &args);
+    assert_eq!(code, 0, "{text}");
+    let row = |scheme: &str| {
+        text.lines()
+            .find(|line| line.split_whitespace().next() == Some(scheme))
+            .unwrap_or_else(|| panic!("no {scheme} row: {text}"))
+            .to_owned()
+    };
+    for scheme in ["W8A16", "W4A16", "W4A16_ASYM", "NVFP4A16"] {
+        let row = row(scheme);
+        assert_eq!(row.split_whitespace().nth(1), Some("0"), "{row}");
+        assert_eq!(row.matches('–').count(), 3, "{row}");
+    }
+    assert_eq!(row("W8A8").split_whitespace().nth(1), Some("3"), "{text}");
+    assert!(!row("W8A8").contains('–'), "{text}");
+    assert!(!text.contains("inf"), "{text}");
+    let (code, json) = run(repo(), &[&args[..], &["--json"]].concat());
+    assert_eq!(code, 0, "{json}");
+    let (_, json) = json.split_once("exit code: 0\n").unwrap();
+    let json: serde_json::Value = serde_json::from_str(json).unwrap();
+    let schemes = json["schemes"].as_array().unwrap();
+    let w4a16 = schemes.iter().find(|s| s["scheme"] == "W4A16").unwrap();
+    assert_eq!(w4a16["weights"], 0);
+    for field in [
+        "bits_per_weight",
+        "worst_snr_db",
+        "median_snr_db",
+        "worst_tensor",
+    ] {
+        assert!(w4a16[field].is_null(), "{field}: {w4a16}");
+    }
+    let w8a8 = schemes.iter().find(|s| s["scheme"] == "W8A8").unwrap();
+    assert!(w8a8["bits_per_weight"].as_f64().unwrap() > 8.0, "{w8a8}");
+}

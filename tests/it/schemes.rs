@@ -315,7 +315,7 @@ fn weights_below_the_threshold_are_kept() {
     let comparison = quantize::compare(&model, &Options::default(), &Control::default()).unwrap();
     let nvfp4 = &comparison.schemes[6];
     assert_eq!(nvfp4.scheme, Scheme::Nvfp4A16);
-    let threshold = nvfp4.median_snr_db;
+    let threshold = nvfp4.median_snr_db.unwrap();
     let expected: Vec<&str> = nvfp4
         .errors
         .iter()

@@ -127,17 +127,12 @@ fn comparison_lines(app: &App, dialog: &QuantizeDialog) -> Vec<Line<'static>> {
             .worst
             .map(|t| escape(app.model.tensors[t].name()).into_owned())
             .unwrap_or_default();
-        // A scope with no weight this scheme would quantize has no bits per weight or error
-        // to show (their numbers would be 0 and infinity).
-        let (bits, worst_db, median_db) = if result.weights == 0 {
-            ("–".to_owned(), "–".to_owned(), "–".to_owned())
-        } else {
-            (
-                format!("{:.2}", result.bits_per_weight),
-                format!("{:.2}", result.worst_snr_db),
-                format!("{:.2}", result.median_snr_db),
-            )
-        };
+        let [bits, worst_db, median_db] = [
+            result.bits_per_weight,
+            result.worst_snr_db,
+            result.median_snr_db,
+        ]
+        .map(crate::report::two_places_or_dash);
         let text = format!(
             "{} {:<12} {:>10} {bits:>7} {worst_db:>9} {median_db:>9}  {worst}",
             if chosen { "▸" } else { " " },
