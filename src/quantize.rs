@@ -36,7 +36,8 @@ use crate::format::{Dtype, Model, Shape, StringMap, Tensor, read_exact_at};
 use crate::paths::open_file;
 use crate::quant::Quantization;
 use crate::recycle::Recycled;
-use crate::text::escape;
+use crate::source::{ProcessEnvironment, hf_cache};
+use crate::text::{escape, escape_path};
 use copying::write_copying_beside;
 use magnitude::Bits;
 use multiversion::multiversion;
@@ -610,6 +611,14 @@ fn prepare(model: &Model, output: &Path) -> Result<(bool, Vec<PathBuf>, Vec<File
         crate::paths::look_at_output_file(output)
     };
     output_usable.map_err(|e| Error::io(output, e))?;
+    if let Some(cache) = hf_cache::cache_holding(output, &ProcessEnvironment) {
+        return Err(Error::Invalid(format!(
+            "refusing to write into the Hugging Face cache: {} is inside {}, which holds what \
+             the Hub sent; choose an output outside it",
+            escape_path(output),
+            escape_path(&cache)
+        )));
+    }
     let sources: std::collections::HashSet<PathBuf> =
         model.shards.iter().map(|s| canonical(&s.path)).collect();
     let targets: Vec<PathBuf> = if sharded {
@@ -1870,17 +1879,25 @@ pub fn default_output(model: &Model, scheme: Scheme) -> PathBuf {
         scheme.name().to_ascii_lowercase()
     };
     let first = &model.shards[0].path;
-    if model.shards.len() > 1 || model.source != crate::format::model::Source::File {
+    let beside = if model.shards.len() > 1 || model.source != crate::format::model::Source::File {
         let folder = first.parent().unwrap_or(Path::new("."));
-        let name = folder
-            .file_name()
-            .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
+        let name = hf_cache::cached_repo_name(first).unwrap_or_else(|| {
+            folder
+                .file_name()
+                .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
+        });
         folder.with_file_name(format!("{name}-{suffix}"))
     } else {
         let stem = first
             .file_stem()
             .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
         first.with_file_name(format!("{stem}.{suffix}.safetensors"))
+    };
+    // Nothing is written into the Hugging Face cache: a model read from it is saved in the
+    // current folder.
+    match hf_cache::cache_holding(&beside, &ProcessEnvironment) {
+        Some(_) => beside.file_name().map_or(beside.clone(), PathBuf::from),
+        None => beside,
     }
 }
 

@@ -385,6 +385,65 @@ pub struct CachedRevision {
     pub size: u64,
 }
 
+/// The Hugging Face cache `path` lies in, or would lie in once written: the cache folder
+/// `huggingface_hub` uses here, or a repository folder of a cache's layout anywhere (named
+/// `models--…`, `datasets--…` or `spaces--…`, holding `blobs` or `snapshots`). Links are
+/// followed as far as the path exists.
+pub fn cache_holding(path: &Path, env: &dyn Environment) -> Option<PathBuf> {
+    let resolved = resolved(path);
+    if let Some(cache) = CacheDir::find(env) {
+        let cache = fs::canonicalize(&cache.path).unwrap_or(cache.path);
+        if resolved.starts_with(&cache) {
+            return Some(cache);
+        }
+    }
+    resolved
+        .ancestors()
+        .find(|folder| is_repo_folder(folder))
+        .map(Path::to_path_buf)
+}
+
+/// The name of the repository whose cache folder holds `path` (`NAME` of `models--ORG--NAME`).
+pub fn cached_repo_name(path: &Path) -> Option<String> {
+    resolved(path)
+        .ancestors()
+        .find(|folder| is_repo_folder(folder))?
+        .file_name()?
+        .to_string_lossy()
+        .rsplit("--")
+        .next()
+        .map(str::to_owned)
+}
+
+fn is_repo_folder(folder: &Path) -> bool {
+    let Some(name) = folder.file_name().map(|name| name.to_string_lossy()) else {
+        return false;
+    };
+    ["models--", "datasets--", "spaces--"]
+        .iter()
+        .any(|kind| name.starts_with(kind))
+        && (folder.join("snapshots").is_dir() || folder.join("blobs").is_dir())
+}
+
+/// `path` made absolute, with the links of its longest part that exists resolved.
+fn resolved(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    let mut existing = absolute.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = fs::canonicalize(existing) {
+            return rest.iter().rev().fold(real, |path, name| path.join(name));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return absolute,
+        }
+    }
+}
+
 /// Lists the model repositories of the cache holding at least one `.safetensors` file or
 /// index in a snapshot, sorted by id. Folders that are not repositories are passed over.
 pub fn scan(cache: &Path) -> std::io::Result<Vec<CachedRepo>> {

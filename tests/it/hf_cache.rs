@@ -479,3 +479,94 @@ fn the_cache_folder_follows_the_variables_in_order() {
         }
     }
 }
+
+/// Nothing is written into the cache: an output inside it (in a snapshot, beside the
+/// repositories, or in a cache found by its layout alone) is refused with what to do, and the
+/// cache is left as it was; an output outside it is written.
+#[test]
+fn quantize_writes_nothing_into_the_cache() {
+    let cache = FakeCache::new();
+    let model = stui::demo::SyntheticModel::new(1).tensor(
+        "w.weight",
+        stui::format::Dtype::F32,
+        &[4, 16],
+        stui::demo::Fill::Normal {
+            mean: 0.0,
+            std: 0.02,
+        },
+    );
+    let file = tempfile::NamedTempFile::new().unwrap();
+    model.write(file.path()).unwrap();
+    cache.add(
+        MAIN,
+        "model.safetensors",
+        &std::fs::read(file.path()).unwrap(),
+    );
+    cache.set_ref("main", MAIN);
+    let before = cache.contents();
+    let snapshot = cache.repo().join("snapshots").join(MAIN);
+    let inside = [
+        snapshot.join("model.int8.safetensors"),
+        cache.path().join("quantized"),
+        cache.repo().join("model.int8.safetensors"),
+    ];
+    for output in &inside {
+        let output = output.to_str().unwrap();
+        let (code, out, err) = cache.run(&["quantize", "org/name", "-o", output, "--yes"]);
+        assert_eq!(code, 2, "{output}: {out}{err}");
+        assert!(
+            err.contains("refusing to write into the Hugging Face cache") && err.contains(output),
+            "{err}"
+        );
+    }
+    // Found by its layout, with HF_HUB_CACHE pointing elsewhere and the model given by path.
+    let model_path = snapshot.join("model.safetensors");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (code, _, err) = run_with(
+        &[
+            "quantize",
+            model_path.to_str().unwrap(),
+            "-o",
+            snapshot.join("beside.safetensors").to_str().unwrap(),
+        ],
+        &[("HF_HUB_CACHE", elsewhere.path().as_os_str())],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("refusing to write into the Hugging Face cache"),
+        "{err}"
+    );
+    assert_eq!(cache.contents(), before, "the cache changed");
+    let out = elsewhere.path().join("name-int8");
+    let (code, _, err) = cache.run(&["quantize", "org/name", "-o", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.join("model.safetensors").is_file());
+    assert_eq!(cache.contents(), before, "the cache changed");
+}
+
+/// The explorer saves a model read from the cache into the current folder, named after the
+/// repository (or the file), not beside its snapshot.
+#[test]
+fn the_default_output_of_a_cached_model_is_outside_the_cache() {
+    let cache = FakeCache::new();
+    cache.add(MAIN, "model.safetensors", &safetensors_file(&["a.weight"]));
+    let snapshot = cache.repo().join("snapshots").join(MAIN);
+    let folder = stui::format::Model::open(&snapshot).unwrap();
+    let file = stui::format::Model::open(&snapshot.join("model.safetensors")).unwrap();
+    for (model, expected) in [(&folder, "name-w4a16"), (&file, "model.w4a16.safetensors")] {
+        let output = stui::quantize::default_output(model, stui::quantize::Scheme::W4A16);
+        assert_eq!(output, Path::new(expected));
+    }
+    let plain = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        snapshot.join("model.safetensors"),
+        plain.path().join("m.safetensors"),
+    )
+    .unwrap();
+    let model = stui::format::Model::open(&plain.path().join("m.safetensors")).unwrap();
+    assert_eq!(
+        stui::quantize::default_output(&model, stui::quantize::Scheme::W8A8),
+        plain.path().join("m.int8.safetensors")
+    );
+}
