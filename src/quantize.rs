@@ -1871,7 +1871,8 @@ pub fn preview(model: &Model, tensor: usize, granularity: Granularity) -> Result
 
 /// The default output next to the source, named after the scheme: `<stem>.int8.safetensors`
 /// for W8A8 (`<stem>.w4a16.safetensors` for W4A16...) for a file, `<folder>-int8` beside a
-/// sharded model's folder.
+/// sharded model's folder; in the current folder for a model in a Hugging Face cache
+/// (`<repository name>-int8`).
 pub fn default_output(model: &Model, scheme: Scheme) -> PathBuf {
     let suffix = if scheme == Scheme::W8A8 {
         "int8".to_owned()
@@ -1895,9 +1896,12 @@ pub fn default_output(model: &Model, scheme: Scheme) -> PathBuf {
     };
     // Nothing is written into the Hugging Face cache: a model read from it is saved in the
     // current folder.
-    match hf_cache::cache_holding(&beside, &ProcessEnvironment) {
-        Some(_) => beside.file_name().map_or(beside.clone(), PathBuf::from),
-        None => beside,
+    match (
+        hf_cache::cache_holding(&beside, &ProcessEnvironment),
+        beside.file_name(),
+    ) {
+        (Some(_), Some(name)) => std::env::current_dir().unwrap_or_default().join(name),
+        _ => beside,
     }
 }
 
