@@ -32,13 +32,14 @@ use crate::analysis::values;
 use crate::error::{Error, Result};
 use crate::format::mapped::with_mapped;
 use crate::format::writer::{FileLayout, Metadata, Name, Specs, write_atomically};
-use crate::format::{Dtype, Model, Shape, StringMap, Tensor, read_exact_at};
+use crate::format::{Dtype, Model, Shape, StringMap, Tensor};
 use crate::paths::open_file;
 use crate::quant::Quantization;
 use crate::recycle::Recycled;
 use crate::source::{ProcessEnvironment, hf_cache};
 use crate::text::{escape, escape_path};
 use copying::write_copying_beside;
+use digest::Digest;
 use magnitude::Bits;
 use multiversion::multiversion;
 use serde::Serialize;
@@ -477,18 +478,20 @@ pub fn quantize(
     control: &Control,
 ) -> Result<Summary> {
     match options.scheme {
-        Scheme::W8A8 => quantize_keeping(model, output, options, control, KEPT_SCALES),
+        Scheme::W8A8 => quantize_keeping(model, output, options, control, KEPT_SCALES, &|_| {}),
         _ => pipeline::quantize(model, output, options, control),
     }
 }
 
-/// [`quantize`], keeping at most `kept_scales` per-channel scales from the first pass.
+/// [`quantize`], keeping at most `kept_scales` per-channel scales from the first pass, running
+/// `before_read_back` on each file written before it is read back.
 fn quantize_keeping(
     model: &Model,
     output: &Path,
     options: &Options,
     control: &Control,
     kept_scales: u64,
+    before_read_back: &(dyn Fn(&Path) + Sync),
 ) -> Result<Summary> {
     let (sharded, targets, files) = prepare(model, output)?;
     let mut choices = choose_all(model, &files, options, control, |_| true)?;
@@ -504,6 +507,7 @@ fn quantize_keeping(
         granularity: options.granularity,
         config: &config,
         control,
+        before_read_back,
     };
     let written = write_outputs(
         model,
@@ -728,9 +732,9 @@ fn first_pass(
             }
         }
     }
-    // Each quantized tensor is read by this pass, for its values, again to check what was
-    // written, and for its scales when they are its rows' own and not kept; a kept tensor is
-    // copied.
+    // Each quantized tensor is read by this pass and for its values, its int8 values read back
+    // from the file written (counted as a read of the source, which it replaces), and it is read
+    // for its scales when they are its rows' own and not kept; a kept tensor is copied.
     let total: u64 = model
         .tensors
         .iter()
@@ -788,74 +792,6 @@ fn first_pass(
         Absmax::PerTensor(largest)
     };
     Ok(absmax)
-}
-
-/// Where a quantized tensor's scales were written, to read them back.
-#[derive(Clone, Copy)]
-struct WrittenScales<'a> {
-    file: &'a File,
-    start: u64,
-    dtype: Dtype,
-    shared: bool,
-}
-
-impl WrittenScales<'_> {
-    /// The scales of `count` rows from `first`, as stored.
-    fn read(&self, first: usize, count: usize) -> io::Result<Vec<f64>> {
-        let (first, count) = if self.shared { (0, 1) } else { (first, count) };
-        let size = (self.dtype.bits() / 8) as usize;
-        let mut stored = vec![0u8; count * size];
-        read_exact_at(self.file, &mut stored, self.start + (first * size) as u64)?;
-        let mut scales = Vec::with_capacity(count);
-        <f64 as Element>::decode(self.dtype, &stored, &mut scales);
-        Ok(scales)
-    }
-}
-
-/// Whether every value of `source`, dequantized from the int8 values written at `weight_start`
-/// of `weight_file` with the scales written as `scales` say, is within half a scale of the
-/// source. Streams the source a run of rows at a time, reading the same rows of the output.
-fn within_half_a_scale<E: Element>(
-    model: &Model,
-    source_files: &[File],
-    source: &Tensor,
-    scales: WrittenScales<'_>,
-    (weight_file, weight_start): (&File, u64),
-    control: &Control,
-) -> io::Result<bool> {
-    let columns = row_length(source)?;
-    let narrow = is_narrow(source);
-    let mut ok = true;
-    map_rows(
-        model,
-        source_files,
-        source,
-        control,
-        |first_row, rows: &[E]| {
-            let mut int8 = INT8_BUFFERS.take_filled(rows.len());
-            read_exact_at(
-                weight_file,
-                &mut int8,
-                weight_start + (first_row * columns) as u64,
-            )?;
-            let scales = scales.read(first_row, rows.len() / columns)?;
-            let within = rows
-                .chunks(columns)
-                .zip(int8.chunks(columns))
-                .enumerate()
-                .all(|(offset, (row, row_int8))| {
-                    let scale = scales[if scales.len() == 1 { 0 } else { offset }];
-                    E::within(row, row_int8, scale, narrow)
-                });
-            INT8_BUFFERS.give(int8);
-            Ok(within)
-        },
-        |within| {
-            ok &= within;
-            Ok(())
-        },
-    )?;
-    Ok(ok)
 }
 
 fn canonical(path: &Path) -> PathBuf {
@@ -1326,8 +1262,9 @@ fn write_row_scales<E: Element>(
     dtype: Dtype,
     out: &mut (impl Write + Send),
     control: &Control,
-) -> io::Result<()> {
+) -> io::Result<u64> {
     let columns = row_length(tensor)?;
+    let mut digest = Digest::default();
     map_rows(
         model,
         files,
@@ -1340,8 +1277,12 @@ fn write_row_scales<E: Element>(
             }
             Ok(bytes)
         },
-        |bytes| out.write_all(&bytes),
-    )
+        |bytes| {
+            digest.update(&bytes);
+            out.write_all(&bytes)
+        },
+    )?;
+    Ok(digest.finish())
 }
 
 /// Values summed or compared side by side in the row kernels, so that they vectorize.
@@ -1481,6 +1422,7 @@ struct ShardContext<'a> {
     /// The `quantization_config` metadata value.
     config: &'a str,
     control: &'a Control,
+    before_read_back: &'a (dyn Fn(&Path) + Sync),
 }
 
 /// One output file written, or all of them.
@@ -1527,6 +1469,7 @@ impl Writer for ShardContext<'_> {
             granularity,
             config,
             control,
+            before_read_back,
         } = *self;
         // The model's tensors come in the order of their files.
         let first = model.tensors.partition_point(|t| t.shard < shard);
@@ -1541,7 +1484,6 @@ impl Writer for ShardContext<'_> {
             // `quantize` made sure that every index fits.
             let index32 = u32::try_from(index).unwrap_or(u32::MAX);
             if *choice == Choice::Quantize {
-                // A weight's scales come right after it: verifying counts on it.
                 sources.extend([Source::Weight(index32), Source::Scale(index32)]);
             } else {
                 sources.push(Source::Copy(index32));
@@ -1555,6 +1497,10 @@ impl Writer for ShardContext<'_> {
         let metadata = output_metadata(model.shards[shard].metadata.as_deref(), config);
         let layout = FileLayout::plan(&specs, Some(metadata))?;
         let mut quantized = Vec::with_capacity(weights);
+        // The digest of each quantized tensor's and scales' bytes as made, by spec: sized
+        // exactly, sorted once written.
+        let mut digests: Vec<(usize, u64)> = Vec::with_capacity(2 * weights);
+        let mut all_within = true;
         write_atomically(target, |out| {
             let copied = |spec| match specs.sources[spec] {
                 Source::Copy(index) => Some(index as usize),
@@ -1579,30 +1525,38 @@ impl Writer for ShardContext<'_> {
                                 }
                             }
                             RowScales::Own(dtype) => {
-                                return by_element!(
+                                let digest = by_element!(
                                     tensor,
                                     write_row_scales(model, files, tensor, dtype, out, control)
-                                );
+                                )?;
+                                digests.push((spec, digest));
+                                return Ok(());
                             }
                         }
+                        digests.push((spec, Digest::of(&bytes)));
                         out.write_all(&bytes)
                     }
                     Source::Weight(index) => {
                         let index = index as usize;
                         let tensor = &model.tensors[index];
                         let scales = absmax.row_scales(model, index);
-                        let error = write_weight(model, files, tensor, scales, out, control)?;
+                        let made = write_weight(model, files, tensor, scales, out, control)?;
+                        digests.push((spec, made.digest));
+                        all_within &= made.within;
                         quantized.push(Quantized {
                             tensor: index,
-                            error,
+                            error: made.error,
                         });
                         Ok(())
                     }
                 },
             )
         })?;
-        let verified =
-            layout.differences(target)?.is_none() && self.weights_read_back(&layout, target)?;
+        before_read_back(target);
+        let differs = layout.differences(target)?.is_some();
+        digests.sort_unstable_by_key(|&(spec, _)| spec);
+        self.read_back(&layout, target, &digests)?;
+        let verified = !differs && all_within;
         Ok(Written {
             quantized,
             bytes: layout.file_len(),
@@ -1612,58 +1566,56 @@ impl Writer for ShardContext<'_> {
 }
 
 impl ShardContext<'_> {
-    /// Whether every quantized tensor of a written file, its scales and int8 values read back
-    /// from it and dequantized, is within half a scale of its source everywhere.
-    fn weights_read_back<'a>(
+    /// Reads back each quantized tensor and its scales from the file written and compares their
+    /// digests with those of the bytes made, `digests` by spec: the errors measured as they were
+    /// made are then those of the file. Each is counted as the read of the source it replaces.
+    fn read_back<'a>(
         &self,
         layout: &FileLayout<'a, ShardSpecs<'a>, impl Metadata<'a>>,
         target: &Path,
-    ) -> Result<bool> {
-        let ShardContext {
-            model,
-            files,
-            control,
-            ..
-        } = *self;
+        digests: &[(usize, u64)],
+    ) -> Result<()> {
+        use rayon::prelude::*;
         let written = open_file(target).map_err(|e| Error::io(target, e))?;
         let data_start = crate::format::LENGTH_PREFIX + layout.header_len();
         let specs = layout.specs();
-        let mut begins = vec![0u64; specs.count()];
-        for (spec, [begin, _]) in layout.placed() {
-            begins[spec] = data_start + begin;
+        let mut ranges = vec![(0u64, 0u64); specs.count()];
+        for (spec, [begin, end]) in layout.placed() {
+            ranges[spec] = (data_start + begin, end - begin);
         }
-        for (spec, source) in specs.sources.iter().enumerate() {
-            let Source::Weight(index) = *source else {
-                continue;
-            };
-            let tensor = &model.tensors[index as usize];
-            let scales = WrittenScales {
-                file: &written,
-                start: begins[spec + 1],
-                dtype: specs.dtype(spec + 1),
-                shared: self.granularity == Granularity::PerTensor,
-            };
-            let within = by_element!(
-                tensor,
-                within_half_a_scale(
-                    model,
-                    files,
-                    tensor,
-                    scales,
-                    (&written, begins[spec]),
-                    control
-                )
-            )
-            .map_err(|e| Error::io(&model.shard_of(tensor).path, e))?;
-            if !within {
-                return Ok(false);
+        digests.par_iter().try_for_each(|&(spec, expected)| {
+            let (begin, len) = ranges[spec];
+            let found = Digest::of_file(&written, begin, len, self.control)
+                .map_err(|e| Error::io(target, e))?;
+            if found != expected {
+                return Err(Error::Invalid(format!(
+                    "{}: `{}` read back differs from the bytes written",
+                    escape(&target.display().to_string()),
+                    escape(&specs.name(spec).to_string())
+                )));
             }
-        }
-        Ok(true)
+            if let Source::Weight(index) = specs.sources[spec] {
+                self.control.bytes_done.fetch_add(
+                    self.model.tensors[index as usize].info.byte_len(),
+                    Ordering::Relaxed,
+                );
+            }
+            Ok(())
+        })
     }
 }
 
-/// Writes a tensor's int8 values and measures the error they leave.
+/// What writing a tensor's int8 values made: the error they leave, whether every value is
+/// within half a scale of its source, and the digest of the bytes.
+struct Made {
+    error: Error8,
+    within: bool,
+    digest: u64,
+}
+
+/// Writes a tensor's int8 values, measuring the error they leave and checking each value within
+/// half a scale while its source rows are in hand (the file is then read back for its digest,
+/// not checked against a third read of the source).
 fn write_weight(
     model: &Model,
     files: &[File],
@@ -1671,7 +1623,7 @@ fn write_weight(
     scales: RowScales,
     out: &mut (impl Write + Send),
     control: &Control,
-) -> io::Result<Error8> {
+) -> io::Result<Made> {
     by_element!(
         tensor,
         write_weight_as(model, files, tensor, scales, out, control)
@@ -1685,10 +1637,12 @@ fn write_weight_as<E: Element>(
     scales: RowScales,
     out: &mut (impl Write + Send),
     control: &Control,
-) -> io::Result<Error8> {
+) -> io::Result<Made> {
     let columns = row_length(tensor)?;
     let narrow = is_narrow(tensor);
     let mut sums = ErrorSums::default();
+    let mut within = true;
+    let mut digest = Digest::default();
     map_rows(
         model,
         files,
@@ -1697,6 +1651,7 @@ fn write_weight_as<E: Element>(
         |first_row, values: &[E]| {
             let mut bytes = INT8_BUFFERS.take_filled(values.len());
             let mut chunk_sums = ErrorSums::default();
+            let mut chunk_within = true;
             for (offset, (row, out)) in values
                 .chunks(columns)
                 .zip(bytes.chunks_mut(columns))
@@ -1704,17 +1659,24 @@ fn write_weight_as<E: Element>(
             {
                 let scale = scales.of(first_row + offset, row);
                 chunk_sums.merge(&E::quantize(row, scale, out, narrow));
+                chunk_within &= E::within(row, out, scale, narrow);
             }
-            Ok((bytes, chunk_sums))
+            Ok((bytes, chunk_sums, chunk_within))
         },
-        |(bytes, chunk_sums)| {
+        |(bytes, chunk_sums, chunk_within)| {
             sums.merge(&chunk_sums);
+            within &= chunk_within;
+            digest.update(&bytes);
             out.write_all(&bytes)?;
             INT8_BUFFERS.give(bytes);
             Ok(())
         },
     )?;
-    Ok(sums.finish())
+    Ok(Made {
+        error: sums.finish(),
+        within,
+        digest: digest.finish(),
+    })
 }
 
 /// Quantizes one row with its scale into `out`, measuring the error left. The worst error in
@@ -1864,9 +1826,9 @@ pub fn preview(model: &Model, tensor: usize, granularity: Granularity) -> Result
         Granularity::PerChannel => RowScales::Own(dtype),
         Granularity::PerTensor => RowScales::Shared(scale_for(dtype, absmax)),
     };
-    let error = write_weight(model, &files, entry, scales, &mut io::sink(), &control)
+    let made = write_weight(model, &files, entry, scales, &mut io::sink(), &control)
         .map_err(|e| Error::io(path, e))?;
-    Ok(Some(error))
+    Ok(Some(made.error))
 }
 
 /// The default output next to the source, named after the scheme: `<stem>.int8.safetensors`
@@ -2157,6 +2119,24 @@ fn copy_companions(model: &Model, output: &Path, ignore: &[&str], options: &Opti
 mod tests {
     use super::*;
 
+    /// Flips the bits of one byte in the middle of `tensor`'s data in the file at `path`.
+    pub(super) fn flip_a_byte_of(path: &Path, tensor: &str) {
+        let written = Model::open(path).unwrap();
+        let tensor = written.tensors.iter().find(|t| t.name() == tensor).unwrap();
+        let (start, len) = written.file_range(tensor);
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        let at = start + len / 2;
+        let mut byte = [0u8];
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(at)).unwrap();
+        std::io::Read::read_exact(&mut file, &mut byte).unwrap();
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(at)).unwrap();
+        file.write_all(&[!byte[0]]).unwrap();
+    }
+
     proptest::proptest! {
         #[test]
         fn a_bf16_scale_is_rounded_up_from_its_bits_as_from_storing_it(
@@ -2325,9 +2305,15 @@ mod tests {
                 .into_iter()
                 .map(|kept| {
                     let output = dir.path().join(format!("out-{kept}.safetensors"));
-                    let summary =
-                        quantize_keeping(&model, &output, &options, &Control::default(), kept)
-                            .unwrap();
+                    let summary = quantize_keeping(
+                        &model,
+                        &output,
+                        &options,
+                        &Control::default(),
+                        kept,
+                        &|_| {},
+                    )
+                    .unwrap();
                     assert!(summary.verified);
                     assert_eq!(summary.quantized.len(), 3);
                     std::fs::read(&output).unwrap()
@@ -2336,6 +2322,49 @@ mod tests {
             assert!(
                 files[0] == files[1] && files[1] == files[2],
                 "{granularity:?}"
+            );
+        }
+    }
+
+    /// A byte of a quantized tensor or of its scales changed between the write and the read-back
+    /// is found (the digests of the bytes made and of the file differ) and named; scales kept
+    /// from the first pass, worked out again, or shared alike.
+    #[test]
+    fn an_int8_file_altered_before_its_read_back_is_reported() {
+        use crate::demo::{Fill, SyntheticModel};
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("model.safetensors");
+        let normal = Fill::Normal {
+            mean: 0.0,
+            std: 1.0,
+        };
+        SyntheticModel::new(7)
+            .tensor("a.weight", Dtype::Bf16, &[64, 256], normal.clone())
+            .tensor("b.weight", Dtype::F32, &[32, 128], normal)
+            .write(&source)
+            .unwrap();
+        let model = Model::open(&source).unwrap();
+        let output = dir.path().join("out.safetensors");
+        for (granularity, kept, altered) in [
+            (Granularity::PerChannel, KEPT_SCALES, "a.weight"),
+            (Granularity::PerChannel, KEPT_SCALES, "b.weight_scale"),
+            (Granularity::PerChannel, 0, "a.weight_scale"),
+            (Granularity::PerTensor, KEPT_SCALES, "b.weight"),
+        ] {
+            let options = Options {
+                granularity,
+                ..Options::default()
+            };
+            let run = |hook: &(dyn Fn(&Path) + Sync)| {
+                quantize_keeping(&model, &output, &options, &Control::default(), kept, hook)
+            };
+            assert!(run(&|_| {}).unwrap().verified);
+            let error = run(&|path| flip_a_byte_of(path, altered))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains(&format!("`{altered}` read back differs")),
+                "{granularity:?} {kept}: {error}"
             );
         }
     }

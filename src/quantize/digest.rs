@@ -4,7 +4,13 @@
 //! XXH3 (64 bits): not a cryptographic hash. It guards against a file that changed between the
 //! write and the read-back (a disk, a file system, another process), not against a forger.
 
+use super::Control;
+use crate::format::mapped::with_mapped;
+use std::fs::File;
 use xxhash_rust::xxh3::Xxh3Default;
+
+/// Bytes of a file digested at a time when it is read back.
+const READ_BACK_RUN: u64 = 4 << 20;
 
 #[derive(Default)]
 pub struct Digest(Xxh3Default);
@@ -28,6 +34,20 @@ impl Digest {
     /// The digest of `bytes`.
     pub fn of(bytes: &[u8]) -> u64 {
         xxhash_rust::xxh3::xxh3_64(bytes)
+    }
+
+    /// The digest of the `len` bytes of `file` from `begin`, read a run at a time.
+    pub fn of_file(file: &File, begin: u64, len: u64, control: &Control) -> std::io::Result<u64> {
+        let mut digest = Digest::default();
+        let mut at = 0;
+        while at < len {
+            control.check()?;
+            let run = READ_BACK_RUN.min(len - at);
+            let run_len = usize::try_from(run).map_err(std::io::Error::other)?;
+            with_mapped(file, begin + at, run_len, |bytes| digest.update(bytes))?;
+            at += run;
+        }
+        Ok(digest.finish())
     }
 }
 

@@ -19,7 +19,6 @@ use super::{
     largest_magnitudes, map_rows_aligned, output_metadata, prepare,
 };
 use crate::error::{Error, Result};
-use crate::format::mapped::with_mapped;
 use crate::format::writer::{FileLayout, Metadata, Name, Specs, write_atomically};
 use crate::format::{Dtype, Model, Shape, Tensor};
 use crate::text::escape;
@@ -28,9 +27,6 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
 use std::sync::atomic::Ordering;
-
-/// Bytes of a member digested at a time when it is read back.
-const READ_BACK_RUN: u64 = 4 << 20;
 
 /// What keeping a small member of `len` bytes costs in memory: its bytes, and its entry and
 /// allocation (the scales of a tiny weight are a few bytes, and half a million of them were
@@ -455,7 +451,7 @@ impl Context<'_> {
             use rayon::prelude::*;
             let found: Vec<u64> = checks
                 .par_iter()
-                .map(|&(_, begin, len, _)| digest_of(&written, begin, len, self.control))
+                .map(|&(_, begin, len, _)| Digest::of_file(&written, begin, len, self.control))
                 .collect::<io::Result<_>>()
                 .map_err(|e| Error::io(target, e))?;
             for (&(spec, _, _, expected), found) in checks.iter().zip(found) {
@@ -511,19 +507,6 @@ impl Context<'_> {
 }
 
 /// The digest of `len` bytes of `file` from `begin`.
-fn digest_of(file: &File, begin: u64, len: u64, control: &Control) -> io::Result<u64> {
-    let mut digest = Digest::default();
-    let mut at = 0;
-    while at < len {
-        control.check()?;
-        let run = READ_BACK_RUN.min(len - at);
-        let run_len = usize::try_from(run).map_err(io::Error::other)?;
-        with_mapped(file, begin + at, run_len, |bytes| digest.update(bytes))?;
-        at += run;
-    }
-    Ok(digest.finish())
-}
-
 struct ShardSpecs<'a> {
     context: &'a Context<'a>,
     entries: Vec<Entry>,
@@ -589,25 +572,7 @@ mod tests {
     use super::*;
     use crate::demo::{Fill, SyntheticModel};
     use crate::quantize::Scheme;
-    use std::io::{Seek, SeekFrom};
-
-    /// Flips the bits of one byte in the middle of `tensor`'s data in the file at `path`.
-    fn flip_a_byte_of(path: &Path, tensor: &str) {
-        let written = Model::open(path).unwrap();
-        let tensor = written.tensors.iter().find(|t| t.name() == tensor).unwrap();
-        let (start, len) = written.file_range(tensor);
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .unwrap();
-        let at = start + len / 2;
-        let mut byte = [0u8];
-        file.seek(SeekFrom::Start(at)).unwrap();
-        io::Read::read_exact(&mut file, &mut byte).unwrap();
-        file.seek(SeekFrom::Start(at)).unwrap();
-        file.write_all(&[!byte[0]]).unwrap();
-    }
+    use crate::quantize::tests::flip_a_byte_of;
 
     #[test]
     fn a_file_altered_before_its_read_back_is_reported() {
