@@ -1,16 +1,30 @@
 #!/usr/bin/env python3
-"""Times whole commands side by side: whole_process.py [--runs N] LABEL=COMMAND ...
+"""Times whole commands side by side:
+whole_process.py [--runs N] [--settle FOLDER] LABEL=COMMAND ...
 
 Runs the commands in turn, round after round (so drift on a shared machine hits them alike),
 after one unrecorded warm-up round, and prints for each the median, min and max wall time, the
 median CPU time and the peak resident memory, and its median wall time as a ratio of the first
 command's. Output is discarded. Commands are split on spaces (no shell).
+
+--settle FOLDER: before each command, untimed, removes the files in FOLDER (the outputs of the
+commands before), syncs and waits a second, so that no command pays for the write-back or the
+freed blocks of the one before it.
 """
 import os
 import statistics
 import subprocess
 import sys
 import time
+
+
+def settle(folder):
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            os.remove(path)
+    os.sync()
+    time.sleep(1)
 
 
 def run_once(argv):
@@ -22,9 +36,13 @@ def run_once(argv):
 
 
 def main(args):
-    runs = 11
-    if args[:1] == ["--runs"]:
-        runs, args = int(args[1]), args[2:]
+    runs, folder = 11, None
+    while args[:1] in (["--runs"], ["--settle"]):
+        if args[0] == "--runs":
+            runs = int(args[1])
+        else:
+            folder = args[1]
+        args = args[2:]
     if not args or any("=" not in a for a in args):
         print(__doc__)
         return 2
@@ -32,6 +50,8 @@ def main(args):
     results = {label: [] for label, _ in commands}
     for round_index in range(runs + 1):
         for label, argv in commands:
+            if folder is not None:
+                settle(folder)
             sample = run_once(argv)
             if round_index > 0:
                 results[label].append(sample)
