@@ -1,10 +1,11 @@
-//! The writer of every scheme but W8A8: a first pass for each weight's largest magnitude (and
-//! NaN or Inf), then each output file written in the reference layout, each member of a quantized
-//! weight streamed a run of rows at a time from its source. The pass that makes a weight's codes
-//! also dequantizes them and measures the error against the source rows in hand, and takes a
-//! digest of every member's bytes it made; the file written is then read back and each member's
-//! bytes checked against that digest, so the errors reported are those of the file written
-//! while the source is read twice, not three times.
+//! The writer of every scheme but W8A8: where it must (NVFP4, a sharded output) a first pass for
+//! each weight's largest magnitude (and NaN or Inf), then each output file written in the
+//! reference layout, each member of a quantized weight streamed a run of rows at a time from its
+//! source. The pass that makes a weight's codes also dequantizes them and measures the error
+//! against the source rows in hand, and takes a digest of every member's bytes it made; the file
+//! written is then read back and each member's bytes checked against that digest, so the errors
+//! reported are those of the file written while the source is read once or twice, not three
+//! times. Without a first pass, the codes' pass watches for NaN and Inf (see [`quantize_then`]).
 //!
 //! The members of a weight are placed apart in the file (by dtype rank, then name), so each is
 //! streamed when the writer reaches it: the small members (scales, zero points) worked out while
@@ -13,7 +14,7 @@
 
 use super::copying::write_copying_beside;
 use super::digest::Digest;
-use super::scheme::{ErrorSums, Member, Plan, Role, Streams};
+use super::scheme::{ErrorSums, Member, Plan, Role, Scheme, Streams};
 use super::{
     Choice, Control, Kept, NonFinite, Options, Quantized, Summary, Writer, Written,
     largest_magnitudes, map_rows_aligned, output_metadata, prepare,
@@ -26,7 +27,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What keeping a small member of `len` bytes costs in memory: its bytes, and its entry and
 /// allocation (the scales of a tiny weight are a few bytes, and half a million of them were
@@ -59,6 +60,14 @@ pub fn quantize(
 }
 
 /// [`quantize`], running `before_read_back` on each file written before it is read back.
+///
+/// A tensor holding NaN or Inf must be known before a file is written: it is kept or stops
+/// everything, and its place in the file depends on it. NVFP4 reads every weight first anyway,
+/// for the largest magnitude its global scale needs, and finds them then. The other schemes
+/// write a single file at once and watch for them as they go (see `Context::watch_non_finite`):
+/// only when one is seen is every weight read for NaN and Inf (as NVFP4 reads it), and the file
+/// written again. Where that could leave something written (a sharded output's first files, a
+/// folder made for the output), every weight is read first as for NVFP4.
 fn quantize_then(
     model: &Model,
     output: &Path,
@@ -68,21 +77,97 @@ fn quantize_then(
 ) -> Result<Summary> {
     let (sharded, targets, files) = prepare(model, output)?;
     let mut choices = super::choose_all(model, &files, options, control, |t| fits(t, options))?;
-    let total: u64 = model
+    let folder_made = targets[0]
+        .parent()
+        .is_none_or(|folder| folder.as_os_str().is_empty() || folder.is_dir());
+    let read_first = options.scheme == Scheme::Nvfp4A16 || targets.len() > 1 || !folder_made;
+    // Each weight is read for its codes, and read back (counted as the source's read it
+    // replaces); a pass for scales written before their codes is counted when it runs.
+    let writing = |choices: &[Choice]| -> u64 {
+        model
+            .tensors
+            .iter()
+            .zip(choices)
+            .map(|(t, c)| match c {
+                Choice::Quantize => 2 * t.info.byte_len(),
+                Choice::Keep(_) => t.info.byte_len(),
+            })
+            .sum()
+    };
+    let first_read: u64 = model
         .tensors
         .iter()
         .zip(&choices)
-        .map(|(t, c)| match c {
-            Choice::Quantize => 4 * t.info.byte_len(),
-            Choice::Keep(_) => t.info.byte_len(),
-        })
+        .filter(|(_, c)| **c == Choice::Quantize)
+        .map(|(t, _)| t.info.byte_len())
         .sum();
-    control.bytes_total.fetch_add(total, Ordering::Relaxed);
+    control.bytes_total.fetch_add(
+        writing(&choices) + if read_first { first_read } else { 0 },
+        Ordering::Relaxed,
+    );
     let mut absmax = vec![0.0; model.tensors.len()];
+    if read_first {
+        read_largest(model, &files, &mut choices, &mut absmax, options, control)?;
+    }
+    super::ready_folder(&targets)?;
+    let write = |choices: &[Choice], absmax: &[f64], watch_non_finite: bool| {
+        let ignore = super::ignored_modules(model, choices);
+        let config = super::quantization_config(options, &ignore).to_string();
+        let context = Context {
+            model,
+            files: &files,
+            choices,
+            absmax,
+            options,
+            config: &config,
+            control,
+            before_read_back,
+            watch_non_finite,
+            non_finite_seen: AtomicBool::new(false),
+        };
+        let written = super::write_outputs(
+            model,
+            output,
+            (sharded, &targets),
+            &ignore,
+            options,
+            &context,
+        );
+        (written, context.non_finite_seen.into_inner())
+    };
+    let written = match write(&choices, &absmax, !read_first) {
+        (Err(_), true) => {
+            // Every weight read, then the file written again in full: what is left to do from
+            // here.
+            control.bytes_total.store(
+                control.bytes_done.load(Ordering::Relaxed) + first_read,
+                Ordering::Relaxed,
+            );
+            read_largest(model, &files, &mut choices, &mut absmax, options, control)?;
+            control
+                .bytes_total
+                .fetch_add(writing(&choices), Ordering::Relaxed);
+            write(&choices, &absmax, false).0?
+        }
+        (written, _) => written?,
+    };
+    Ok(written.summary(model, targets, options, choices))
+}
+
+/// Reads every weight `choices` quantizes for its largest magnitude, into `absmax`; one holding
+/// NaN or Inf is kept as it is or stops everything, as `options` say.
+fn read_largest(
+    model: &Model,
+    files: &[File],
+    choices: &mut [Choice],
+    absmax: &mut [f64],
+    options: &Options,
+    control: &Control,
+) -> Result<()> {
     let wanted: Vec<usize> = (0..model.tensors.len())
         .filter(|&index| choices[index] == Choice::Quantize)
         .collect();
-    let largest = largest_magnitudes(model, &files, &wanted, control)?;
+    let largest = largest_magnitudes(model, files, &wanted, control)?;
     for (&index, largest) in wanted.iter().zip(largest) {
         match largest {
             Some(largest) => absmax[index] = largest,
@@ -97,28 +182,7 @@ fn quantize_then(
             }
         }
     }
-    super::ready_folder(&targets)?;
-    let ignore = super::ignored_modules(model, &choices);
-    let config = super::quantization_config(options, &ignore).to_string();
-    let context = Context {
-        model,
-        files: &files,
-        choices: &choices,
-        absmax: &absmax,
-        options,
-        config: &config,
-        control,
-        before_read_back,
-    };
-    let written = super::write_outputs(
-        model,
-        output,
-        (sharded, &targets),
-        &ignore,
-        options,
-        &context,
-    )?;
-    Ok(written.summary(model, targets, options, choices))
+    Ok(())
 }
 
 /// A tensor of an output file: a source tensor copied, or a member of a quantized weight (its
@@ -145,6 +209,11 @@ struct Context<'a> {
     config: &'a str,
     control: &'a Control,
     before_read_back: &'a (dyn Fn(&Path) + Sync),
+    /// Whether writing stops at a weight holding NaN or Inf (in the codes' pass, a sum of squares
+    /// that is not finite, which values beyond `f32`'s squares also give), setting
+    /// `non_finite_seen`.
+    watch_non_finite: bool,
+    non_finite_seen: AtomicBool,
 }
 
 impl Context<'_> {
@@ -364,6 +433,11 @@ impl Context<'_> {
         let scales_alone = keep.is_empty() && matches!(role, Role::Scales { .. });
         let makes_codes =
             role == Role::Codes || keep.iter().any(|&(_, kept, _)| kept == Role::Codes);
+        if !makes_codes {
+            self.control
+                .bytes_total
+                .fetch_add(tensor.info.byte_len(), Ordering::Relaxed);
+        }
         let mut measured = Measuring {
             within: true,
             ..Measuring::default()
@@ -382,9 +456,23 @@ impl Context<'_> {
                     plan.quantize(values, &mut streams);
                 }
                 let checked = makes_codes.then(|| plan.check(values, &streams));
-                Ok((streams, checked))
+                // A pass that makes no codes (scales before their codes in the file: FP8's
+                // come first) measures nothing: it looks for NaN and Inf itself.
+                let non_finite = match &checked {
+                    _ if !self.watch_non_finite => false,
+                    Some((sums, _)) => !sums.signal.is_finite(),
+                    None => !super::absmax_of(values).1,
+                };
+                Ok((streams, checked, non_finite))
             },
-            |(streams, checked)| {
+            |(streams, checked, non_finite)| {
+                if non_finite {
+                    self.non_finite_seen.store(true, Ordering::Relaxed);
+                    return Err(io::Error::new(
+                        io::ErrorKind::Interrupted,
+                        "a weight holds NaN or Inf",
+                    ));
+                }
                 out.write_all(streams.of(role))?;
                 for (_, role, bytes) in &mut keep {
                     bytes.extend_from_slice(streams.of(*role));
@@ -612,6 +700,136 @@ mod tests {
                 error.contains(&format!("`{altered}` read back differs")),
                 "{scheme}: {error}"
             );
+        }
+    }
+
+    /// A model of `weights`, each F32 `[rows, 128]` filled with its values, written to `path`.
+    fn model_of(path: &Path, weights: &[(&str, u64, Fill)]) -> Model {
+        let mut model = SyntheticModel::new(11);
+        for (name, rows, fill) in weights {
+            model = model.tensor(name, Dtype::F32, &[*rows, 128], fill.clone());
+        }
+        model.write(path).unwrap();
+        Model::open(path).unwrap()
+    }
+
+    /// What [`both_ways`] wrote: the summary of the watched write, both files' bytes.
+    #[derive(Debug)]
+    struct Both {
+        summary: Summary,
+        watched: Vec<u8>,
+        read_first: Vec<u8>,
+    }
+
+    /// Writes `model` under `options` into a new file in the existing `folder` (the codes'
+    /// pass watches for NaN and Inf) and into a folder not yet made (every weight read first):
+    /// both files, or the first's error, and the first's progress (done, total).
+    fn both_ways(model: &Model, folder: &Path, options: &Options) -> (Result<Both>, [u64; 2]) {
+        let control = Control::default();
+        let watched = folder.join("watched.safetensors");
+        let read_first = folder.join("new").join("read-first.safetensors");
+        let run = || -> Result<Both> {
+            let summary = quantize(model, &watched, options, &control)?;
+            let first = quantize(model, &read_first, options, &Control::default())?;
+            assert_eq!(summary.verified, first.verified);
+            assert_eq!(summary.choices, first.choices);
+            Ok(Both {
+                summary,
+                watched: std::fs::read(&watched).unwrap(),
+                read_first: std::fs::read(&read_first).unwrap(),
+            })
+        };
+        let result = run();
+        let progress =
+            [&control.bytes_done, &control.bytes_total].map(|count| count.load(Ordering::Relaxed));
+        (result, progress)
+    }
+
+    /// Without a first read of the weights, a single file's codes' pass watches for NaN and
+    /// Inf: a clean model is written in one go; one holding them (or values whose squares pass
+    /// `f32`'s range, which are finite) is read for them, then written again. Either way the
+    /// file is the one written when every weight is read first, nothing is written when such a
+    /// weight stops everything, and the progress ends full.
+    #[test]
+    fn non_finite_weights_found_while_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let normal = Fill::Normal {
+            mean: 0.0,
+            std: 0.02,
+        };
+        let clean = model_of(
+            &dir.path().join("clean.safetensors"),
+            &[
+                ("a.weight", 64, normal.clone()),
+                ("b.weight", 32, normal.clone()),
+            ],
+        );
+        let huge = model_of(
+            &dir.path().join("huge.safetensors"),
+            &[
+                ("a.weight", 64, normal.clone()),
+                ("h.weight", 16, Fill::Values(vec![1e20, -3e19, 0.5, 2.0])),
+            ],
+        );
+        let poisoned = model_of(
+            &dir.path().join("poisoned.safetensors"),
+            &[
+                ("a.weight", 64, normal.clone()),
+                ("b.weight", 32, Fill::Values(vec![0.5, f64::NAN, -1.0])),
+                ("c.weight", 16, Fill::Values(vec![f64::INFINITY, 0.25])),
+                ("d.weight", 16, normal),
+            ],
+        );
+        let schemes = [
+            Scheme::W8A16,
+            Scheme::W4A16,
+            Scheme::W4A16Asym,
+            Scheme::Fp8Dynamic,
+            Scheme::Fp8Block,
+        ];
+        for scheme in schemes {
+            let out = tempfile::tempdir().unwrap();
+            let stop = Options {
+                scheme,
+                ..Options::default()
+            };
+            let skip = Options {
+                non_finite: NonFinite::Skip,
+                ..stop.clone()
+            };
+            // Each model, the weights it keeps, whether its weights are read for NaN and Inf,
+            // and whether it verifies: W4A16_ASYM's groups of values near 1e20 are not within
+            // half a step, read first or not.
+            let asym = scheme == Scheme::W4A16Asym;
+            for (model, kept, read, verifies) in [
+                (&clean, 0, 0, true),
+                (&huge, 0, 1, !asym),
+                (&poisoned, 2, 1, true),
+            ] {
+                let (written, [done, total]) = both_ways(model, out.path(), &skip);
+                let both = written.unwrap();
+                assert!(both.watched == both.read_first, "{scheme}");
+                assert_eq!(both.summary.verified, verifies, "{scheme}");
+                let non_finite = both
+                    .summary
+                    .choices
+                    .iter()
+                    .filter(|&&c| c == Choice::Keep(Kept::NonFinite))
+                    .count();
+                assert_eq!(non_finite, kept, "{scheme}");
+                assert_eq!(done, total, "{scheme}: the progress ends full");
+                let bytes: u64 = model.tensors.iter().map(|t| t.info.byte_len()).sum();
+                assert!(total >= (2 + read) * bytes, "{scheme}");
+            }
+            let stopped = tempfile::tempdir().unwrap();
+            let (written, _) = both_ways(&poisoned, stopped.path(), &stop);
+            let error = written.unwrap_err().to_string();
+            assert!(
+                error.contains("`b.weight` holds NaN or Inf"),
+                "{scheme}: {error}"
+            );
+            let left: Vec<_> = std::fs::read_dir(stopped.path()).unwrap().collect();
+            assert!(left.is_empty(), "{scheme}: {left:?}");
         }
     }
 }
