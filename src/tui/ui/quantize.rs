@@ -64,11 +64,14 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, dialog: &QuantizeDialog)
         .iter()
         .map(|&t| app.model.tensors[t].info.byte_len())
         .sum();
+    // The codes of the scheme chosen (scales and weights kept out of its groups aside).
     let after: u64 = dialog
         .chosen
         .iter()
         .map(|&t| app.model.tensors[t].info.element_count().unwrap_or(0))
-        .sum();
+        .sum::<u64>()
+        * u64::from(dialog.scheme.bits())
+        / 8;
     lines.push(Line::styled(
         format!(
             "{} tensors chosen: {} -> {} (plus scales)",
