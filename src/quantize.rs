@@ -1498,7 +1498,7 @@ impl Writer for ShardContext<'_> {
         let layout = FileLayout::plan(&specs, Some(metadata))?;
         let mut quantized = Vec::with_capacity(weights);
         // The digest of each quantized tensor's and scales' bytes as made, by spec: sized
-        // exactly, sorted once written.
+        // exactly.
         let mut digests: Vec<(usize, u64)> = Vec::with_capacity(2 * weights);
         let mut all_within = true;
         write_atomically(target, |out| {
@@ -1554,7 +1554,6 @@ impl Writer for ShardContext<'_> {
         })?;
         before_read_back(target);
         let differs = layout.differences(target)?.is_some();
-        digests.sort_unstable_by_key(|&(spec, _)| spec);
         self.read_back(&layout, target, &digests)?;
         let verified = !differs && all_within;
         Ok(Written {
@@ -1577,23 +1576,18 @@ impl ShardContext<'_> {
     ) -> Result<()> {
         use rayon::prelude::*;
         let written = open_file(target).map_err(|e| Error::io(target, e))?;
-        let data_start = crate::format::LENGTH_PREFIX + layout.header_len();
         let specs = layout.specs();
-        let mut ranges = vec![(0u64, 0u64); specs.count()];
-        for (spec, [begin, end]) in layout.placed() {
-            ranges[spec] = (data_start + begin, end - begin);
-        }
+        let ranges = layout.ranges_in_file();
         digests.par_iter().try_for_each(|&(spec, expected)| {
-            let (begin, len) = ranges[spec];
-            let found = Digest::of_file(&written, begin, len, self.control)
-                .map_err(|e| Error::io(target, e))?;
-            if found != expected {
-                return Err(Error::Invalid(format!(
-                    "{}: `{}` read back differs from the bytes written",
-                    escape(&target.display().to_string()),
-                    escape(&specs.name(spec).to_string())
-                )));
-            }
+            let member = specs.name(spec);
+            Digest::check_file(
+                &written,
+                target,
+                ranges[spec],
+                expected,
+                member,
+                self.control,
+            )?;
             if let Source::Weight(index) = specs.sources[spec] {
                 self.control.bytes_done.fetch_add(
                     self.model.tensors[index as usize].info.byte_len(),

@@ -239,6 +239,16 @@ impl<'a, S: Specs + ?Sized, M: Metadata<'a>> FileLayout<'a, S, M> {
         })
     }
 
+    /// Each spec's bytes in the file, by spec index: `(offset from the file's start, length)`.
+    pub fn ranges_in_file(&self) -> Vec<(u64, u64)> {
+        let data_start = super::LENGTH_PREFIX + self.header_len;
+        let mut ranges = vec![(0, 0); self.specs.count()];
+        for (spec, [begin, end]) in self.placed() {
+            ranges[spec] = (data_start + begin, end - begin);
+        }
+        ranges
+    }
+
     /// Writes the file to `out`: the header, then each tensor's bytes from `write_tensor(spec
     /// index, out)`, which must write exactly that tensor's length.
     pub fn write<W: Write>(

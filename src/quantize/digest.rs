@@ -5,8 +5,11 @@
 //! write and the read-back (a disk, a file system, another process), not against a forger.
 
 use super::Control;
+use crate::error::{Error, Result};
 use crate::format::mapped::with_mapped;
+use crate::text::{escape, escape_path};
 use std::fs::File;
+use std::path::Path;
 use xxhash_rust::xxh3::Xxh3Default;
 
 /// Bytes of a file digested at a time when it is read back.
@@ -48,6 +51,28 @@ impl Digest {
             at += run;
         }
         Ok(digest.finish())
+    }
+
+    /// Reads `(begin, len)` of `written` (the file at `path`) back: an error naming `member`
+    /// when its digest is not `expected`, the digest of the bytes made.
+    pub fn check_file(
+        written: &File,
+        path: &Path,
+        (begin, len): (u64, u64),
+        expected: u64,
+        member: impl std::fmt::Display,
+        control: &Control,
+    ) -> Result<()> {
+        let found =
+            Digest::of_file(written, begin, len, control).map_err(|e| Error::io(path, e))?;
+        if found == expected {
+            return Ok(());
+        }
+        Err(Error::Invalid(format!(
+            "{}: `{}` read back differs from the bytes written",
+            escape_path(path),
+            escape(&member.to_string())
+        )))
     }
 }
 

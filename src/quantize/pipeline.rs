@@ -517,12 +517,8 @@ impl Context<'_> {
         quantized: &mut Vec<Quantized>,
     ) -> Result<bool> {
         let written = crate::paths::open_file(target).map_err(|e| Error::io(target, e))?;
-        let data_start = crate::format::LENGTH_PREFIX + layout.header_len();
         let specs = layout.specs();
-        let mut ranges = vec![(0u64, 0u64); specs.count()];
-        for (spec, [begin, end]) in layout.placed() {
-            ranges[spec] = (data_start + begin, end - begin);
-        }
+        let ranges = layout.ranges_in_file();
         let mut all_within = true;
         // Sized exactly: doubling a list of half a million would hold both copies at once.
         quantized.reserve_exact(
@@ -532,25 +528,21 @@ impl Context<'_> {
                 .filter(|entry| matches!(entry, Entry::Member(_, 0)))
                 .count(),
         );
-        // Members' bytes to check, `(spec, begin, len, digest)`, read back side by side a
-        // batch at a time.
+        // Members' bytes to check, `(spec, digest)`, read back side by side a batch at a time.
         let mut checks = Vec::with_capacity(READ_BACK_BATCH);
-        let verify = |checks: &mut Vec<(usize, u64, u64, u64)>| -> Result<()> {
+        let verify = |checks: &mut Vec<(usize, u64)>| -> Result<()> {
             use rayon::prelude::*;
-            let found: Vec<u64> = checks
-                .par_iter()
-                .map(|&(_, begin, len, _)| Digest::of_file(&written, begin, len, self.control))
-                .collect::<io::Result<_>>()
-                .map_err(|e| Error::io(target, e))?;
-            for (&(spec, _, _, expected), found) in checks.iter().zip(found) {
-                if found != expected {
-                    return Err(Error::Invalid(format!(
-                        "{}: `{}` read back differs from the bytes written",
-                        escape(&target.display().to_string()),
-                        escape(&self.name(specs.entries[spec]).to_string())
-                    )));
-                }
-            }
+            checks.par_iter().try_for_each(|&(spec, expected)| {
+                let member = self.name(specs.entries[spec]);
+                Digest::check_file(
+                    &written,
+                    target,
+                    ranges[spec],
+                    expected,
+                    member,
+                    self.control,
+                )
+            })?;
             checks.clear();
             Ok(())
         };
@@ -570,8 +562,7 @@ impl Context<'_> {
                 let expected = measure
                     .digest(member.role)
                     .unwrap_or_else(|| Digest::of(&plan.whole(member.role)));
-                let (begin, len) = ranges[spec + m];
-                checks.push((spec + m, begin, len, expected));
+                checks.push((spec + m, expected));
             }
             if checks.len() >= READ_BACK_BATCH {
                 verify(&mut checks)?;
