@@ -585,13 +585,6 @@ fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failu
             remote.repo, remote.repo.id
         ))));
     }
-    if let Some(quantization) = crate::arch::quantization(&model) {
-        return Err(Failure::Stui(Error::Invalid(format!(
-            "{} is {}: stui quantizes unquantized weights; quantize the model it was made from",
-            crate::text::escape_path(&args.path),
-            crate::quantize::already_quantized(&quantization)
-        ))));
-    }
     let options = Options {
         scheme: args.scheme,
         group_size: args.group_size,

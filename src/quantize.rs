@@ -468,15 +468,29 @@ pub fn already_quantized(quantization: &Quantization) -> String {
     format!("already quantized ({})", quantization.summary())
 }
 
+/// Stops with what to do when `model` is already quantized (see [`already_quantized`]): the
+/// schemes read unquantized weights.
+fn refuse_quantized(model: &Model) -> Result<()> {
+    match crate::arch::quantization(model) {
+        Some(quantization) => Err(Error::Invalid(format!(
+            "{} is {}: stui quantizes unquantized weights; quantize the model it was made from",
+            escape_path(&model.path),
+            already_quantized(&quantization)
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Quantizes `model` into `output`: a `.safetensors` file for a single-file model, a folder for
-/// a sharded one. `model` is not already quantized (see [`already_quantized`]). Nothing is written unless every check passes; each file is written through a
-/// temporary file renamed into place.
+/// a sharded one. A model already quantized is refused. Nothing is written unless every check
+/// passes; each file is written through a temporary file renamed into place.
 pub fn quantize(
     model: &Model,
     output: &Path,
     options: &Options,
     control: &Control,
 ) -> Result<Summary> {
+    refuse_quantized(model)?;
     match options.scheme {
         Scheme::W8A8 => quantize_keeping(model, output, options, control, KEPT_SCALES, &|_| {}),
         _ => pipeline::quantize(model, output, options, control),

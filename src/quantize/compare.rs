@@ -346,8 +346,9 @@ fn int8_sums_written(
     sums
 }
 
-/// Every scheme on the weights `options` chooses.
+/// Every scheme on the weights `options` chooses; a model already quantized is refused.
 pub fn compare(model: &Model, options: &Options, control: &Control) -> Result<Comparison> {
+    super::refuse_quantized(model)?;
     let files: Vec<File> = model
         .shards
         .iter()
