@@ -1764,7 +1764,7 @@ fn quantize_lanes<E: Element>(row: &[E], scale: f64, out: &mut [u8]) -> ErrorSum
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn quantize_narrow_row(row: &[f32], scale: f32, out: &mut [u8]) -> ErrorSums {
     use lanes::{Tally, WIDE};
-    if scale == 0.0 || !scale.is_finite() {
+    if !lanes::measured_in_f32(scale) {
         return quantize_row(row, f64::from(scale), out);
     }
     // The squares summed in `f32` a part of the row at a time, [`WIDE`] lanes side by side
@@ -2421,6 +2421,66 @@ mod tests {
         ];
         let found = largest_magnitudes(&model, &files, &picked, &control).unwrap();
         assert_eq!(found, [None, Some(8192.0), Some(0.0)]);
+    }
+
+    /// Every scheme measures a weight scaled by a power of two far from 1 (its values near
+    /// `1e30` or `1e-30`, whose squares `f32` does not hold) as it measures the weight itself,
+    /// in the file written and in the comparison, and the file verifies: scales follow their
+    /// values, and so do the errors.
+    #[test]
+    fn weights_far_from_1_are_measured_as_near_it() {
+        use crate::demo::{Fill, SyntheticModel};
+        let dir = tempfile::tempdir().unwrap();
+        for dtype in [Dtype::F32, Dtype::Bf16] {
+            let snrs_at = |power: i32| -> Vec<(f64, f64)> {
+                let source = dir.path().join(format!("{dtype}-{power}.safetensors"));
+                let std = 2f64.powi(power);
+                SyntheticModel::new(11)
+                    .tensor(
+                        "w.weight",
+                        dtype,
+                        &[128, 256],
+                        Fill::Normal { mean: 0.0, std },
+                    )
+                    .plant("w.weight", 3, 9.0 * std)
+                    .write(&source)
+                    .unwrap();
+                let model = Model::open(&source).unwrap();
+                Scheme::ALL
+                    .iter()
+                    .map(|&scheme| {
+                        let output = dir.path().join(format!("{dtype}-{power}-{scheme}"));
+                        let options = Options {
+                            scheme,
+                            ..Options::default()
+                        };
+                        let summary =
+                            quantize(&model, &output, &options, &Control::default()).unwrap();
+                        assert!(summary.verified, "{dtype} 2^{power} {scheme}");
+                        let written = summary.quantized[0].error.snr_db;
+                        let compared = compare(&model, &options, &Control::default()).unwrap();
+                        let compared = compared
+                            .schemes
+                            .iter()
+                            .find(|result| result.scheme == scheme)
+                            .and_then(|result| result.worst_snr_db)
+                            .unwrap();
+                        (written, compared)
+                    })
+                    .collect()
+            };
+            let near_1 = snrs_at(0);
+            for power in [-100, -45, 45, 100] {
+                for ((scheme, far), near) in Scheme::ALL.iter().zip(snrs_at(power)).zip(&near_1) {
+                    for (far, near) in [(far.0, near.0), (far.1, near.1), (far.0, far.1)] {
+                        assert!(
+                            far.is_finite() && (far - near).abs() < 1e-3,
+                            "{dtype} 2^{power} {scheme}: {far} dB against {near} dB"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// Tensors copied whole are written beside the quantized ones, by every scheme, byte for

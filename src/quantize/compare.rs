@@ -4,7 +4,7 @@
 //! every scheme in turn, without codes (see [`Plan::error`]).
 
 use super::int_packed;
-use super::lanes::Tally;
+use super::lanes::{Tally, tensor_measured_in_f32};
 use super::magnitude::Bits;
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{
@@ -154,7 +154,7 @@ pub(super) fn evaluate(
                 .iter()
                 .map(|plan| match plan {
                     Some(plan) if plan.scheme == Scheme::W8A8 => {
-                        int8_sums(source, values, columns, int8_scales)
+                        int8_sums(source, values, columns, int8_scales, absmax)
                     }
                     Some(plan) => plan.error(values, &mut streams),
                     None => ErrorSums::default(),
@@ -303,12 +303,19 @@ fn read_whole(
 }
 
 /// W8A8's error on whole rows, with each row's own scale or `shared`, as its writer's measure
-/// gives it, without codes (see [`int_packed::error`]) where `f32` holds the scales.
-fn int8_sums(source: Dtype, values: &[f32], columns: usize, shared: Option<f64>) -> ErrorSums {
+/// gives it, without codes (see [`int_packed::error`]) where `f32` holds the scales and measures
+/// the weight, whose largest magnitude is `absmax`.
+fn int8_sums(
+    source: Dtype,
+    values: &[f32],
+    columns: usize,
+    shared: Option<f64>,
+    absmax: f64,
+) -> ErrorSums {
     let dtype = super::scale_dtype(source);
     let scale_of =
         |row: &[f32]| shared.unwrap_or_else(|| scale_for(dtype, super::absmax_of(row).0));
-    if dtype == Dtype::F64 {
+    if dtype == Dtype::F64 || !tensor_measured_in_f32(absmax) {
         return int8_sums_written(source, values, columns, scale_of);
     }
     let mut tally = Tally::default();
@@ -483,7 +490,8 @@ mod tests {
                 shared.unwrap_or_else(|| scale_for(dtype, super::super::absmax_of(row).0))
             };
             let written = int8_sums_written(source, &values, columns, scale_of);
-            let worked_out = int8_sums(source, &values, columns, shared);
+            let absmax = super::super::absmax_of(&values).0;
+            let worked_out = int8_sums(source, &values, columns, shared, absmax);
             super::super::lanes::assert_agree(&written, &worked_out, false)?;
         }
     }

@@ -16,7 +16,7 @@
 
 use super::lanes::{
     GROUP_VALUES, Group, LANES, Measure, Scratch, Tally, WIDE, byte_of, clamp, divisor_and_inverse,
-    round_even, scale_in_f32, wide_chunks,
+    measured_in_f32, round_even, scale_in_f32, wide_chunks,
 };
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{encode_scale, stored_at_least};
@@ -125,8 +125,40 @@ fn scale_and_zero(plan: &Plan, values: &[f32]) -> (f64, i32) {
     let mut best = (f32::INFINITY, up, 0);
     #[expect(clippy::cast_possible_truncation, reason = "2^(b-1), at most 128")]
     let half = half as f32;
+    // Far from 1, the candidates' squared errors would overflow `f32` or vanish in it: the
+    // values and the scales tried are then taken times a power of two near 1 / `up`, which
+    // changes no quotient and no comparison of errors.
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "scales are at most f32 here"
+    )]
+    let unit = if measured_in_f32(up as f32) {
+        1.0
+    } else {
+        2f64.powi(-(up.log2().floor() as i32))
+    };
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "f32 values times a power of two"
+    )]
+    let in_units: SmallVec<[f32; 256]> = if unit == 1.0 {
+        SmallVec::new()
+    } else {
+        values
+            .iter()
+            .map(|&x| (f64::from(x) * unit) as f32)
+            .collect()
+    };
     for tried in candidates.chunks(CANDIDATES) {
-        let errors = group_errors(values, tried, half);
+        let errors = if unit == 1.0 {
+            group_errors(values, tried, half)
+        } else {
+            let tried_in_units: SmallVec<[(f64, i32); CANDIDATES]> = tried
+                .iter()
+                .map(|&(scale, zero)| (scale * unit, zero))
+                .collect();
+            group_errors(&in_units, &tried_in_units, half)
+        };
         for (&(scale, zero), &error) in tried.iter().zip(&errors) {
             if error < best.0 {
                 best = (error, scale, zero);

@@ -81,12 +81,34 @@ impl Scratch {
     }
 }
 
-/// `scale` as `f32` when `f32` holds it exactly and it is a positive finite step: its group can
-/// then be measured in `f32` (see [`Group`]).
+/// `scale` as `f32` when `f32` holds it exactly and it is a step whose group can be measured in
+/// `f32` (see [`Group`] and [`measured_in_f32`]).
 pub fn scale_in_f32(scale: f64) -> Option<f32> {
     #[expect(clippy::cast_possible_truncation, reason = "kept only when exact")]
     let narrow = scale as f32;
-    (f64::from(narrow) == scale && narrow > 0.0 && narrow.is_finite()).then_some(narrow)
+    (f64::from(narrow) == scale && measured_in_f32(narrow)).then_some(narrow)
+}
+
+/// The smallest and largest step of a grid whose values' and errors' squares [`Group`] and
+/// [`Tally`] sum in `f32`. A group's values are then within `2^49` (448 steps, FP8's widest
+/// grid), whose squares summed [`GROUP_VALUES`] at a time stay below `2^108`, and its errors
+/// near a step or a part of one (a quarter, on average) are above `2^-45`, whose squares stay
+/// normal (above `2^-126`). Beyond these the squares would overflow to infinity or fall to 0:
+/// such groups are measured in `f64`.
+const F32_STEPS: (f32, f32) = (1.0 / 1_099_511_627_776.0, 1_099_511_627_776.0);
+
+/// Whether a group on a grid of step `scale` can be measured in `f32` (see [`F32_STEPS`]).
+#[inline(always)]
+pub fn measured_in_f32(scale: f32) -> bool {
+    (F32_STEPS.0..=F32_STEPS.1).contains(&scale)
+}
+
+/// Whether the values of a tensor whose largest magnitude is `absmax` can be measured in `f32`
+/// under any scheme ([`Tally`]): within `2^30` of 1 either way, the squares of its values and
+/// of their errors are below `2^60`, and those that fall out of `f32`'s normal range (of values
+/// or errors below `2^-63`) are below `2^-66` of its largest: no share of its sums to tell.
+pub fn tensor_measured_in_f32(absmax: f64) -> bool {
+    (1.0 / 1_073_741_824.0..=1_073_741_824.0).contains(&absmax)
 }
 
 /// The sums (lane by lane) and largest errors of a group of values, in `f32`.

@@ -12,6 +12,7 @@
 use super::fp8;
 use super::lanes::{
     GROUP_VALUES, Group, Measure, Scratch, Tally, WIDE, divisor_and_inverse, larger,
+    measured_in_f32,
 };
 use super::scheme::{ErrorSums, Plan, Streams};
 use multiversion::multiversion;
@@ -143,12 +144,27 @@ fn group_errors(groups: &[[f32; WIDE]; GROUP], scales: &[f32; WIDE]) -> [f32; WI
     reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
 )]
 #[inline(always)]
-fn group_scales(groups: &[[f32; GROUP]], global: f32) -> [(u8, f32); WIDE] {
+fn group_scales(groups: &[[f32; GROUP]], tensor_global: f32) -> [(u8, f32); WIDE] {
     let mut transposed = [[0f32; WIDE]; GROUP];
     for (lane, group) in groups.iter().enumerate().take(WIDE) {
         for (row, &x) in transposed.iter_mut().zip(group) {
             row[lane] = x;
         }
+    }
+    // Far from 1, the squared errors of the scales tried would overflow `f32` or vanish in it:
+    // the values and the scales are then taken times a power of two near the global scale,
+    // which changes no quotient, no choice and no comparison of errors (the scales chosen are
+    // worked out again from their bytes).
+    let mut global = tensor_global;
+    let in_units = !(GLOBAL_AS_IS.0..=GLOBAL_AS_IS.1).contains(&global);
+    if in_units {
+        let unit = f32::from_bits(global.to_bits() & 0xFF80_0000);
+        for row in &mut transposed {
+            for x in row {
+                *x *= unit;
+            }
+        }
+        global /= unit;
     }
     let mut absmax = [0f32; WIDE];
     for row in &transposed {
@@ -204,8 +220,17 @@ fn group_scales(groups: &[[f32; GROUP]], global: f32) -> [(u8, f32); WIDE] {
             }
         }
     }
+    if in_units {
+        for lane in 0..WIDE {
+            scales[lane] = fp8_value(bytes[lane]) / tensor_global;
+        }
+    }
     std::array::from_fn(|lane| (bytes[lane].to_le_bytes()[0], scales[lane]))
 }
+
+/// The global scales whose groups [`group_scales`] measures as they are: their scales are
+/// within `2^±29`, their squared errors within `2^±60`.
+const GLOBAL_AS_IS: (f32, f32) = (1.0 / 1_048_576.0, 1_048_576.0);
 
 /// The value of the E4M3 byte `byte`, from its bits.
 #[expect(
@@ -284,6 +309,10 @@ fn measure_row(
         .zip(codes.chunks(GROUP_VALUES / 2))
         .zip(scales.chunks(per_part))
     {
+        if !scales.iter().all(|&scale| measured_in_f32(scale)) {
+            measure_part_in_f64(values, codes, scales, measure);
+            continue;
+        }
         let (backs, steps, per_steps) = scratch.parts(values.len());
         for ((((backs, steps), per_steps), bytes), &scale) in backs
             .as_chunks_mut::<GROUP>()
@@ -299,6 +328,27 @@ fn measure_row(
         let mut group = Group::default();
         group.add_on_steps(values, backs, steps, per_steps);
         measure.end_group(&group, 1.0);
+    }
+}
+
+/// [`measure_row`] of a part whose scales are beyond those [`measured_in_f32`] allows, in `f64`.
+fn measure_part_in_f64(values: &[f32], codes: &[u8], scales: &[f32], measure: &mut Measure) {
+    for ((values, bytes), &scale) in values
+        .as_chunks::<GROUP>()
+        .0
+        .iter()
+        .zip(codes.as_chunks::<{ GROUP / 2 }>().0)
+        .zip(scales)
+    {
+        let scale = f64::from(scale);
+        let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        for (pair, &byte) in values.as_chunks::<2>().0.iter().zip(bytes) {
+            for (&x, code) in pair.iter().zip([byte & 15, byte >> 4]) {
+                let (value, step) = value_and_step(code);
+                let step = f64::from(step);
+                measure.add(x, f64::from(value) * scale, step * scale, inverse / step);
+            }
+        }
     }
 }
 

@@ -788,19 +788,14 @@ mod tests {
                 non_finite: NonFinite::Skip,
                 ..stop.clone()
             };
-            // Each model, the weights it keeps, whether its weights are read for NaN and Inf,
-            // and whether it verifies: W4A16_ASYM's groups of values near 1e20 are not within
-            // half a step, read first or not.
-            let asym = scheme == Scheme::W4A16Asym;
-            for (model, kept, read, verifies) in [
-                (&clean, 0, 0, true),
-                (&huge, 0, 1, !asym),
-                (&poisoned, 2, 1, true),
-            ] {
+            // Each model, the weights it keeps, and whether its weights are read for NaN and
+            // Inf once the write has begun: values near 1e20, whose squares `f32` does not
+            // hold, are not taken for them.
+            for (model, kept, read) in [(&clean, 0, 0), (&huge, 0, 0), (&poisoned, 2, 1)] {
                 let (written, [done, total]) = both_ways(model, out.path(), &skip);
                 let both = written.unwrap();
                 assert!(both.watched == both.read_first, "{scheme}");
-                assert_eq!(both.summary.verified, verifies, "{scheme}");
+                assert!(both.summary.verified, "{scheme}");
                 let non_finite = both
                     .summary
                     .choices

@@ -2,7 +2,7 @@
 //! for a weight: its members (tensors beside or in place of `P.weight`), their dtypes and shapes,
 //! and its `quantization_config`.
 
-use super::{fp8, int_packed, nvfp4};
+use super::{fp8, int_packed, lanes, nvfp4};
 use crate::format::{Dtype, Shape};
 use crate::recycle::Recycled;
 use serde::Serialize;
@@ -162,6 +162,8 @@ pub struct Plan {
     pub scale_dtype: Dtype,
     /// The global scale (NVFP4): `448 * 6 / absmax`.
     pub global_scale: f32,
+    /// The weight's largest magnitude, 0 when not known.
+    pub absmax: f64,
 }
 
 impl Plan {
@@ -185,6 +187,7 @@ impl Plan {
             columns,
             scale_dtype,
             global_scale: nvfp4::global_scale(absmax),
+            absmax,
         }
     }
 
@@ -309,10 +312,11 @@ impl Plan {
 
     /// The error quantizing `values` (as for [`Plan::quantize`]) leaves, as [`Plan::check`]
     /// would measure it of what [`Plan::quantize`] writes, without writing the codes; `streams`
-    /// serves only scales that `f32` does not hold (`F64` sources), measured that way.
+    /// serves only weights whose errors `f32` does not measure (`F64` scales, magnitudes far
+    /// from 1: see [`lanes::tensor_measured_in_f32`]), measured that way.
     pub fn error(&self, values: &[f32], streams: &mut Streams) -> ErrorSums {
         match self.scheme {
-            _ if self.scale_dtype == Dtype::F64 => {
+            _ if self.scale_dtype == Dtype::F64 || !lanes::tensor_measured_in_f32(self.absmax) => {
                 streams.clear();
                 self.quantize(values, streams);
                 self.check(values, streams).0
