@@ -12,7 +12,7 @@
 use super::fp8;
 use super::lanes::{
     GROUP_VALUES, Group, Measure, Scratch, Tally, WIDE, divisor_and_inverse, larger,
-    measured_in_f32,
+    measured_in_f32, tensor_measured_in_f32,
 };
 use super::scheme::{ErrorSums, Plan, Streams};
 use multiversion::multiversion;
@@ -21,7 +21,8 @@ use multiversion::multiversion;
 const GROUP: usize = 16;
 
 /// The global scale of a tensor whose largest magnitude is `absmax`: `448 · 6 / absmax` in
-/// FP32, 1 when that is not finite (a tensor of zeros).
+/// FP32; `2^127` where that passes FP32's range (a tensor of values below `2^-115`, whose group
+/// scales then still reach up to 448), and 1 for a tensor of zeros.
 pub fn global_scale(absmax: f64) -> f32 {
     #[expect(
         clippy::cast_possible_truncation,
@@ -30,6 +31,8 @@ pub fn global_scale(absmax: f64) -> f32 {
     let scale = (f64::from(fp8::MAX) * 6.0 / absmax) as f32;
     if scale.is_finite() && scale > 0.0 {
         scale
+    } else if absmax > 0.0 {
+        2f32.powi(127)
     } else {
         1.0
     }
@@ -393,13 +396,13 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
                 .iter()
                 .map(|&byte| fp8::decode(byte) / plan.global_scale),
         );
-        measure_row(
-            &values[..groups * GROUP],
-            codes,
-            &scales,
-            &mut scratch,
-            &mut measure,
-        );
+        let values = &values[..groups * GROUP];
+        // The squares of a weight far from 1 would pass `f32`'s range, or vanish in it.
+        if tensor_measured_in_f32(plan.absmax) {
+            measure_row(values, codes, &scales, &mut scratch, &mut measure);
+        } else {
+            measure_part_in_f64(values, codes, &scales, &mut measure);
+        }
     }
     measure.finish()
 }
