@@ -228,7 +228,7 @@ fn measure_block(values: &[f32], codes: &[u8], scale: f64, measure: &mut Measure
 /// [`measure_block`] in `f32`, for a `scale` that `f32` holds: for BF16 values and a BF16
 /// scale, an E4M3 value (4 significant bits) times the scale has at most 12, and the value's
 /// distance from it is exact in `f32`, so the errors are [`measure_block`]'s; for wider values
-/// each is rounded once more (see [`Group::add_on_grid`]). Their squares are summed in `f32` a
+/// each is rounded once more (see [`Group::add_on_steps`]). Their squares are summed in `f32` a
 /// part of the block at a time.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn measure_block_in_f32(

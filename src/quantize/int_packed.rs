@@ -15,8 +15,8 @@
 //! that no value is clipped by more than half a step.
 
 use super::lanes::{
-    GROUP_VALUES, Group, LANES, Measure, Scratch, Tally, WIDE, byte_of, clamp, divisor_and_inverse,
-    measured_in_f32, round_even, scale_in_f32, wide_chunks,
+    Checked, LANES, Measure, Tally, WIDE, byte_of, clamp, divisor_and_inverse, measured_in_f32,
+    round_even, scale_in_f32, wide_chunks,
 };
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{encode_scale, stored_at_least};
@@ -359,33 +359,48 @@ fn measure_group(values: &[f32], codes: &[u8], offset: i32, scale: f64, measure:
     *measure = local;
 }
 
-/// [`measure_group`] in `f32`, for a `scale` that `f32` holds: for BF16 values and a BF16
-/// scale, `(code - offset) · scale` is a whole number below 2^8 times 8 significant bits and the
-/// value's distance from it is exact in `f32`, so the errors are [`measure_group`]'s; for wider
-/// values each is rounded once more (see [`Group::add_on_grid`]). Their squares are summed in
-/// `f32` a part of the group at a time.
+/// Adds a row's values, each group's come back from its codes as `(code - offset) · scale`
+/// with its `(scale, offset)` of `grid`, to `checked`, in `f32`; groups whose scale there is 0
+/// are left out (measured in `f64`, [`measure_group`]). For BF16 values and a BF16 scale,
+/// `(code - offset) · scale` is a whole number below 2^8 times 8 significant bits and the value's
+/// distance from it is exact in `f32`, so the errors are [`measure_group`]'s; for wider values
+/// each is rounded once more (see [`Checked`]).
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-fn measure_group_in_f32(
+fn check_row_in_f32(
     values: &[f32],
     codes: &[u8],
-    (offset, scale): (i32, f32),
-    scratch: &mut Scratch,
-    measure: &mut Measure,
+    group: usize,
+    grid: &[(f32, f32)],
+    checked: &mut Checked,
 ) {
-    #[expect(clippy::cast_precision_loss, reason = "a code offset, within 2^8")]
-    let offset = offset as f32;
-    let mut local = *measure;
-    for (values, codes) in values.chunks(GROUP_VALUES).zip(codes.chunks(GROUP_VALUES)) {
-        // Decoded in a loop of their own, which vectorizes, before the sums.
-        let (backs, _, _) = scratch.parts(values.len());
-        for (back, &code) in backs.iter_mut().zip(codes) {
-            *back = (f32::from(code) - offset) * scale;
+    let mut local = *checked;
+    for ((values, codes), &(scale, offset)) in
+        values.chunks(group).zip(codes.chunks(group)).zip(grid)
+    {
+        if scale == 0.0 {
+            continue;
         }
-        let mut group = Group::default();
-        group.add_on_grid(values, backs, scale);
-        local.end_group(&group, 1.0 / f64::from(scale));
+        let (chunks, rest) = values.as_chunks::<WIDE>();
+        let (code_chunks, code_rest) = codes.as_chunks::<WIDE>();
+        for (xs, cs) in chunks.iter().zip(code_chunks) {
+            let mut backs = [0f32; WIDE];
+            for lane in 0..WIDE {
+                backs[lane] = (f32::from(cs[lane]) - offset) * scale;
+            }
+            local.add(xs, &backs, scale);
+        }
+        if !rest.is_empty() {
+            // Padded with zeros coming back as zeros.
+            let (mut xs, mut backs) = ([0f32; WIDE], [0f32; WIDE]);
+            for (lane, (&x, &code)) in rest.iter().zip(code_rest).enumerate() {
+                xs[lane] = x;
+                backs[lane] = (f32::from(code) - offset) * scale;
+            }
+            local.add(&xs, &backs, scale);
+        }
+        local.end_group(1.0 / f64::from(scale));
     }
-    *measure = local;
+    *checked = local;
 }
 
 pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool) {
@@ -395,9 +410,9 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
     let groups = columns.div_ceil(group);
     let scales = super::scheme::decode_scales(plan.scale_dtype, &written.scales);
     let per_word = 32 / bits as usize;
-    let mut measure = Measure::default();
+    let (mut measure, mut checked) = (Measure::default(), Checked::default());
     let mut codes = vec![0u8; columns];
-    let mut scratch = Scratch::new();
+    let mut grid = Vec::with_capacity(groups);
     for (row, values) in source.chunks(columns).enumerate() {
         let codes = &mut codes[..values.len()];
         unpack_row(
@@ -405,6 +420,7 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
             bits,
             codes,
         );
+        grid.clear();
         for (k, (values, codes)) in values.chunks(group).zip(codes.chunks(group)).enumerate() {
             let scale = scales[row * groups + k];
             let zero = if plan.scheme == Scheme::W4A16Asym {
@@ -415,19 +431,18 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
                 0
             };
             if let Some(scale32) = scale_in_f32(scale) {
-                measure_group_in_f32(
-                    values,
-                    codes,
-                    (half + zero, scale32),
-                    &mut scratch,
-                    &mut measure,
-                );
+                #[expect(clippy::cast_precision_loss, reason = "a code offset, within 2^8")]
+                grid.push((scale32, (half + zero) as f32));
             } else {
+                grid.push((0.0, 0.0));
                 measure_group(values, codes, half + zero, scale, &mut measure);
             }
         }
+        check_row_in_f32(values, codes, group, &grid, &mut checked);
     }
-    measure.finish()
+    let ((mut sums, within), (in_f32, within_in_f32)) = (measure.finish(), checked.finish());
+    sums.merge(&in_f32);
+    (sums, within && within_in_f32)
 }
 
 /// The error [`check`] would measure of what [`quantize`] writes for `values` (whole rows),
@@ -545,19 +560,15 @@ mod tests {
             let (scale, zero) = scale_and_zero(&plan, &values);
             let mut codes = vec![0u8; values.len()];
             encode_group(&values, scale, zero, half, &mut codes);
-            let (mut plain, mut exact) = (Measure::default(), Measure::default());
+            let (mut plain, mut in_f32) = (Measure::default(), Checked::default());
             measure_group(&values, &codes, half + zero, scale, &mut plain);
             #[expect(clippy::cast_possible_truncation, reason = "a BF16 or F32 scale")]
             let scale32 = scale as f32;
             proptest::prop_assume!(scale32 > 0.0);
-            measure_group_in_f32(
-                &values,
-                &codes,
-                (half + zero, scale32),
-                &mut Scratch::new(),
-                &mut exact,
-            );
-            let ((a, a_within), (b, b_within)) = (plain.finish(), exact.finish());
+            #[expect(clippy::cast_precision_loss, reason = "a code offset, within 2^8")]
+            let grid = [(scale32, (half + zero) as f32)];
+            check_row_in_f32(&values, &codes, values.len(), &grid, &mut in_f32);
+            let ((a, a_within), (b, b_within)) = (plain.finish(), in_f32.finish());
             super::super::lanes::assert_agree(&a, &b, !wide)?;
             proptest::prop_assert!(a_within);
             proptest::prop_assert!(b_within);

@@ -122,11 +122,20 @@ pub struct Group {
 }
 
 impl Group {
-    /// [`Group::add_on_grid`] on a grid whose step changes from value to value (FP8's
-    /// binades, NVFP4's groups): `steps[i]` is the local step around `backs[i]`, `per_steps[i]`
-    /// the group's unit over that step (see [`Measure::end_group`]). Where these are powers of
-    /// two, by monotone rounding the largest of the errors times `per_steps` times the group's
-    /// inverse unit is the largest of the errors over their steps.
+    /// Adds values `xs` that came back as `backs` on a grid whose step changes from value to
+    /// value (FP8's binades, NVFP4's groups): `steps[i]` is the local step around `backs[i]`,
+    /// `per_steps[i]` the group's unit over that step (see [`Measure::end_group`]). Where these
+    /// are powers of two, by monotone rounding the largest of the errors times `per_steps` times
+    /// the group's inverse unit is the largest of the errors over their steps.
+    ///
+    /// The error `x - back` is exact in `f32` for BF16 values on a grid of BF16 scales times
+    /// small whole numbers or powers of two, the one `f64` gives; for wider values the back value
+    /// and the error are each rounded once, which the half-step check allows for
+    /// ([`HALF_STEP_SLACK`]). Its square and the value's are summed in `f32` (at most
+    /// [`GROUP_VALUES`] values a group) and added into the `f64` sums when the group ends. The
+    /// largest errors and the count beyond half a step are integer reductions (a non-negative
+    /// `f32`'s bits order as it does), which vectorize as whole loops; the sums of squares lane
+    /// by lane in a loop of their own.
     #[inline(always)]
     pub fn add_on_steps(&mut self, xs: &[f32], backs: &[f32], steps: &[f32], per_steps: &[f32]) {
         let (mut largest, mut in_steps, mut beyond) = (0u32, 0u32, 0u32);
@@ -139,33 +148,6 @@ impl Group {
         }
         self.add_squares(xs, backs);
         self.add_largest(f32::from_bits(largest), f32::from_bits(in_steps), beyond);
-    }
-
-    /// Adds values `xs` that came back as `backs` on a grid of one step, `step`. The error
-    /// `x - back` is exact in `f32` for BF16 values on a grid of BF16 scales times small whole
-    /// numbers or powers of two, the one `f64` gives; for wider values the back value and the
-    /// error are each rounded once, which the half-step check allows for
-    /// ([`HALF_STEP_SLACK`]). Its square and the value's are summed in `f32` (at most
-    /// [`GROUP_VALUES`] values a group) and added into the `f64` sums when the group ends. The error over the step is the error itself,
-    /// scaled when the group ends ([`Measure::end_group`] with the step's inverse).
-    ///
-    /// The largest error and the count beyond half a step are integer reductions (a
-    /// non-negative `f32`'s bits order as it does), which vectorize as whole loops; the sums of
-    /// squares lane by lane in a loop of their own.
-    #[inline(always)]
-    pub fn add_on_grid(&mut self, xs: &[f32], backs: &[f32], step: f32) {
-        let half_step = 0.5 * step * HALF_STEP_SLACK + f32::MIN_POSITIVE;
-        let (mut largest, mut beyond) = (0u32, 0u32);
-        for (&x, &back) in xs.iter().zip(backs) {
-            let error = (x - back).abs();
-            largest = largest.max(bits_unless_nan(error));
-            // As in `Measure::add_lanes`.
-            let limit = half_step + x.abs() * EXACT_SLACK;
-            beyond += u32::from(error.is_nan()) + u32::from(error > limit);
-        }
-        self.add_squares(xs, backs);
-        let largest = f32::from_bits(largest);
-        self.add_largest(largest, largest, beyond);
     }
 
     /// Sums the squares of `xs` and of their errors against `backs`, lane by lane.
@@ -346,6 +328,81 @@ impl Tally {
             max_abs: largest(self.max_abs),
             max_in_steps: largest(self.max_in_steps),
         }
+    }
+}
+
+/// The measures of values read back from a file, as [`Measure`] takes them, for whole rows of
+/// groups each on a grid of one step (the grouped int schemes'), [`WIDE`] values side by side
+/// with no reduction across the lanes until the end (measured group by group, each ending in a
+/// reduction, the measure took twice the time): the squares summed in `f32` for at most
+/// [`GROUP_VALUES`] values (as in [`Tally`]), the largest errors and those beyond half a step as
+/// [`Group::add_on_steps`] finds them, with exact errors for BF16 values as there.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Checked {
+    signal: [f32; WIDE],
+    noise: [f32; WIDE],
+    pending: usize,
+    total_signal: [f64; WIDE],
+    total_noise: [f64; WIDE],
+    group_largest: [f32; WIDE],
+    largest: [f32; WIDE],
+    in_steps: [f64; WIDE],
+    beyond: [u32; WIDE],
+}
+
+impl Checked {
+    /// Adds values `xs` of the group under way that came back as `backs` on its grid of step
+    /// `step`. Padding of zeros coming back as zeros adds nothing.
+    #[inline(always)]
+    pub fn add(&mut self, xs: &[f32; WIDE], backs: &[f32; WIDE], step: f32) {
+        let half_step = 0.5 * step * HALF_STEP_SLACK + f32::MIN_POSITIVE;
+        for lane in 0..WIDE {
+            let error = xs[lane] - backs[lane];
+            self.signal[lane] += xs[lane] * xs[lane];
+            self.noise[lane] += error * error;
+            let error = error.abs();
+            self.group_largest[lane] = larger(error, self.group_largest[lane]);
+            // As in `Measure::add_lanes`.
+            let limit = half_step + xs[lane].abs() * EXACT_SLACK;
+            self.beyond[lane] += u32::from(error.is_nan()) + u32::from(error > limit);
+        }
+        self.pending += WIDE;
+        if self.pending >= GROUP_VALUES {
+            self.flush();
+        }
+    }
+
+    /// Adds the `f32` sums into the `f64` ones.
+    fn flush(&mut self) {
+        for lane in 0..WIDE {
+            self.total_signal[lane] += f64::from(self.signal[lane]);
+            self.total_noise[lane] += f64::from(self.noise[lane]);
+        }
+        (self.signal, self.noise, self.pending) = ([0.0; WIDE], [0.0; WIDE], 0);
+    }
+
+    /// Ends the group under way, whose step's inverse is `inverse_step`: its largest error over
+    /// the step is worked out in `f64`, as [`Measure::end_group`] does.
+    #[inline(always)]
+    pub fn end_group(&mut self, inverse_step: f64) {
+        for lane in 0..WIDE {
+            let error = self.group_largest[lane];
+            self.largest[lane] = larger(error, self.largest[lane]);
+            self.in_steps[lane] = larger(f64::from(error) * inverse_step, self.in_steps[lane]);
+        }
+        self.group_largest = [0.0; WIDE];
+    }
+
+    /// The sums, and whether every value was within half a step.
+    pub fn finish(mut self) -> (ErrorSums, bool) {
+        self.flush();
+        let sums = ErrorSums {
+            signal: self.total_signal.iter().sum(),
+            noise: self.total_noise.iter().sum(),
+            max_abs: f64::from(self.largest.into_iter().fold(0.0, f32::max)),
+            max_in_steps: self.in_steps.into_iter().fold(0.0, f64::max),
+        };
+        (sums, self.beyond == [0; WIDE])
     }
 }
 
