@@ -5,8 +5,8 @@
 //! `x' = q · scale`.
 
 use super::lanes::{
-    GROUP_VALUES, Group, LANES, Measure, Scratch, Tally, WIDE, byte_of, clamp, divisor_and_inverse,
-    larger, round_even, scale_in_f32, wide_chunks,
+    Checked, LANES, Measure, Tally, WIDE, byte_of, clamp, divisor_and_inverse, larger, round_even,
+    scale_in_f32, wide_chunks,
 };
 use super::scheme::{BLOCK, ErrorSums, Plan, Scheme, Streams, decode_scales};
 use super::{encode_scale, stored_at_least};
@@ -225,34 +225,50 @@ fn measure_block(values: &[f32], codes: &[u8], scale: f64, measure: &mut Measure
     *measure = local;
 }
 
-/// [`measure_block`] in `f32`, for a `scale` that `f32` holds: for BF16 values and a BF16
-/// scale, an E4M3 value (4 significant bits) times the scale has at most 12, and the value's
-/// distance from it is exact in `f32`, so the errors are [`measure_block`]'s; for wider values
-/// each is rounded once more (see [`Group::add_on_steps`]). Their squares are summed in `f32` a
-/// part of the block at a time.
+/// Adds a row's values, each block's come back from its codes under its scale of `scales`, to
+/// `checked`, in `f32`; blocks whose scale there is 0 are left out (measured in `f64`,
+/// [`measure_block`]). For BF16 values and a BF16 scale, an E4M3 value (4 significant bits)
+/// times the scale has at most 12, and the value's distance from it is exact in `f32`, so the
+/// errors are [`measure_block`]'s; for wider values each is rounded once more (see
+/// [`Checked`]).
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-fn measure_block_in_f32(
+fn check_row_in_f32(
     values: &[f32],
     codes: &[u8],
-    scale: f32,
-    scratch: &mut Scratch,
-    measure: &mut Measure,
+    block_columns: usize,
+    scales: &[f32],
+    checked: &mut Checked,
 ) {
-    let mut local = *measure;
-    for (values, codes) in values.chunks(GROUP_VALUES).zip(codes.chunks(GROUP_VALUES)) {
-        let (backs, steps, per_steps) = scratch.parts(values.len());
-        // Decoded in a loop of their own, without tables, which vectorizes.
-        for (i, &code) in codes.iter().enumerate() {
-            let (value, step, per_step) = value_and_step(code);
-            backs[i] = value * scale;
-            steps[i] = step * scale;
-            per_steps[i] = per_step;
+    let mut local = *checked;
+    for ((values, codes), &scale) in values
+        .chunks(block_columns)
+        .zip(codes.chunks(block_columns))
+        .zip(scales)
+    {
+        if scale == 0.0 {
+            continue;
         }
-        let mut group = Group::default();
-        group.add_on_steps(values, backs, steps, per_steps);
-        local.end_group(&group, 1.0 / f64::from(scale));
+        let (chunks, rest) = values.as_chunks::<WIDE>();
+        let (code_chunks, code_rest) = codes.as_chunks::<WIDE>();
+        // The rest padded with zeros, whose code 0 comes back as 0.
+        let (mut rest_values, mut rest_codes) = ([0f32; WIDE], [0u8; WIDE]);
+        rest_values[..rest.len()].copy_from_slice(rest);
+        rest_codes[..code_rest.len()].copy_from_slice(code_rest);
+        let padded = (!rest.is_empty()).then_some((&rest_values, &rest_codes));
+        for (xs, cs) in chunks.iter().zip(code_chunks).chain(padded) {
+            let (mut backs, mut steps, mut per_steps) = ([0f32; WIDE], [0f32; WIDE], [0f32; WIDE]);
+            // Decoded without tables, which vectorizes.
+            for lane in 0..WIDE {
+                let (value, step, per_step) = value_and_step(cs[lane]);
+                backs[lane] = value * scale;
+                steps[lane] = step * scale;
+                per_steps[lane] = per_step;
+            }
+            local.add(xs, &backs, &steps, &per_steps);
+        }
+        local.end_group(1.0 / f64::from(scale));
     }
-    *measure = local;
+    *checked = local;
 }
 
 /// An E4M3 byte's value, its [`step`] and the step's inverse, worked out from its bits (as
@@ -293,27 +309,36 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
     let (block_rows, block_columns) = (block_rows(plan), block_columns(plan));
     let scales = decode_scales(plan.scale_dtype, &written.scales);
     let blocks = columns.div_ceil(block_columns);
-    let mut measure = Measure::default();
-    let mut scratch = Scratch::new();
-    for (row, (values, codes)) in source
-        .chunks(columns)
-        .zip(written.codes.chunks(columns))
-        .enumerate()
+    let (mut measure, mut checked) = (Measure::default(), Checked::default());
+    let mut in_f32 = Vec::with_capacity(blocks);
+    for ((rows, codes), scales) in source
+        .chunks(columns * block_rows)
+        .zip(written.codes.chunks(columns * block_rows))
+        .zip(scales.chunks(blocks))
     {
-        let scales = &scales[(row / block_rows) * blocks..][..blocks];
-        for ((values, codes), &scale) in values
-            .chunks(block_columns)
-            .zip(codes.chunks(block_columns))
-            .zip(scales)
-        {
-            if let Some(scale32) = scale_in_f32(scale) {
-                measure_block_in_f32(values, codes, scale32, &mut scratch, &mut measure);
-            } else {
-                measure_block(values, codes, scale, &mut measure);
+        in_f32.clear();
+        in_f32.extend(
+            scales
+                .iter()
+                .map(|&scale| scale_in_f32(scale).unwrap_or(0.0)),
+        );
+        for (values, codes) in rows.chunks(columns).zip(codes.chunks(columns)) {
+            for (((values, codes), &scale), &narrow) in values
+                .chunks(block_columns)
+                .zip(codes.chunks(block_columns))
+                .zip(scales)
+                .zip(&in_f32)
+            {
+                if narrow == 0.0 {
+                    measure_block(values, codes, scale, &mut measure);
+                }
             }
+            check_row_in_f32(values, codes, block_columns, &in_f32, &mut checked);
         }
     }
-    measure.finish()
+    let ((mut sums, within), (in_f32, within_in_f32)) = (measure.finish(), checked.finish());
+    sums.merge(&in_f32);
+    (sums, within && within_in_f32)
 }
 
 /// The error [`check`] would measure of what [`quantize`] writes for `values` (whole rows of
@@ -406,10 +431,10 @@ mod tests {
             proptest::prop_assume!(scale32 > 0.0);
             let mut codes = Vec::new();
             encode_block(&values, scale, &mut codes);
-            let (mut plain, mut exact) = (Measure::default(), Measure::default());
+            let (mut plain, mut in_f32) = (Measure::default(), Checked::default());
             measure_block(&values, &codes, scale, &mut plain);
-            measure_block_in_f32(&values, &codes, scale32, &mut Scratch::new(), &mut exact);
-            let ((a, a_within), (b, b_within)) = (plain.finish(), exact.finish());
+            check_row_in_f32(&values, &codes, values.len(), &[scale32], &mut in_f32);
+            let ((a, a_within), (b, b_within)) = (plain.finish(), in_f32.finish());
             super::super::lanes::assert_agree(&a, &b, !wide)?;
             proptest::prop_assert!(a_within);
             proptest::prop_assert!(b_within);

@@ -387,7 +387,7 @@ fn check_row_in_f32(
             for lane in 0..WIDE {
                 backs[lane] = (f32::from(cs[lane]) - offset) * scale;
             }
-            local.add(xs, &backs, scale);
+            local.add(xs, &backs, &[scale; WIDE], &[1.0; WIDE]);
         }
         if !rest.is_empty() {
             // Padded with zeros coming back as zeros.
@@ -396,7 +396,7 @@ fn check_row_in_f32(
                 xs[lane] = x;
                 backs[lane] = (f32::from(code) - offset) * scale;
             }
-            local.add(&xs, &backs, scale);
+            local.add(&xs, &backs, &[scale; WIDE], &[1.0; WIDE]);
         }
         local.end_group(1.0 / f64::from(scale));
     }

@@ -332,8 +332,8 @@ impl Tally {
 }
 
 /// The measures of values read back from a file, as [`Measure`] takes them, for whole rows of
-/// groups each on a grid of one step (the grouped int schemes'), [`WIDE`] values side by side
-/// with no reduction across the lanes until the end (measured group by group, each ending in a
+/// groups (the grouped int schemes', FP8's blocks), [`WIDE`] values side by side with no
+/// reduction across the lanes until the end (measured group by group, each ending in a
 /// reduction, the measure took twice the time): the squares summed in `f32` for at most
 /// [`GROUP_VALUES`] values (as in [`Tally`]), the largest errors and those beyond half a step as
 /// [`Group::add_on_steps`] finds them, with exact errors for BF16 values as there.
@@ -344,26 +344,36 @@ pub struct Checked {
     pending: usize,
     total_signal: [f64; WIDE],
     total_noise: [f64; WIDE],
-    group_largest: [f32; WIDE],
     largest: [f32; WIDE],
+    group_in_units: [f32; WIDE],
     in_steps: [f64; WIDE],
     beyond: [u32; WIDE],
 }
 
 impl Checked {
-    /// Adds values `xs` of the group under way that came back as `backs` on its grid of step
-    /// `step`. Padding of zeros coming back as zeros adds nothing.
+    /// Adds values `xs` of the group under way that came back as `backs`, on a grid whose local
+    /// step around `backs[lane]` is `steps[lane]`, that step a power of two `1 / per_steps[lane]`
+    /// times the group's unit (as in [`Group::add_on_steps`]). Padding of zeros coming back as
+    /// zeros adds nothing.
     #[inline(always)]
-    pub fn add(&mut self, xs: &[f32; WIDE], backs: &[f32; WIDE], step: f32) {
-        let half_step = 0.5 * step * HALF_STEP_SLACK + f32::MIN_POSITIVE;
+    pub fn add(
+        &mut self,
+        xs: &[f32; WIDE],
+        backs: &[f32; WIDE],
+        steps: &[f32; WIDE],
+        per_steps: &[f32; WIDE],
+    ) {
         for lane in 0..WIDE {
             let error = xs[lane] - backs[lane];
             self.signal[lane] += xs[lane] * xs[lane];
             self.noise[lane] += error * error;
             let error = error.abs();
-            self.group_largest[lane] = larger(error, self.group_largest[lane]);
+            self.largest[lane] = larger(error, self.largest[lane]);
+            self.group_in_units[lane] = larger(error * per_steps[lane], self.group_in_units[lane]);
             // As in `Measure::add_lanes`.
-            let limit = half_step + xs[lane].abs() * EXACT_SLACK;
+            let limit = 0.5 * steps[lane] * HALF_STEP_SLACK
+                + xs[lane].abs() * EXACT_SLACK
+                + f32::MIN_POSITIVE;
             self.beyond[lane] += u32::from(error.is_nan()) + u32::from(error > limit);
         }
         self.pending += WIDE;
@@ -381,16 +391,15 @@ impl Checked {
         (self.signal, self.noise, self.pending) = ([0.0; WIDE], [0.0; WIDE], 0);
     }
 
-    /// Ends the group under way, whose step's inverse is `inverse_step`: its largest error over
-    /// the step is worked out in `f64`, as [`Measure::end_group`] does.
+    /// Ends the group under way, whose unit's inverse is `inverse_unit`: its largest error over
+    /// the steps is worked out in `f64`, as [`Measure::end_group`] does.
     #[inline(always)]
-    pub fn end_group(&mut self, inverse_step: f64) {
+    pub fn end_group(&mut self, inverse_unit: f64) {
         for lane in 0..WIDE {
-            let error = self.group_largest[lane];
-            self.largest[lane] = larger(error, self.largest[lane]);
-            self.in_steps[lane] = larger(f64::from(error) * inverse_step, self.in_steps[lane]);
+            let in_steps = f64::from(self.group_in_units[lane]) * inverse_unit;
+            self.in_steps[lane] = larger(in_steps, self.in_steps[lane]);
         }
-        self.group_largest = [0.0; WIDE];
+        self.group_in_units = [0.0; WIDE];
     }
 
     /// The sums, and whether every value was within half a step.
