@@ -89,8 +89,8 @@ pub fn scale_in_f32(scale: f64) -> Option<f32> {
     (f64::from(narrow) == scale && measured_in_f32(narrow)).then_some(narrow)
 }
 
-/// The smallest and largest step of a grid whose values' and errors' squares [`Group`] and
-/// [`Tally`] sum in `f32`. A group's values are then within `2^49` (448 steps, FP8's widest
+/// The smallest and largest step of a grid whose values' and errors' squares [`Group`],
+/// [`Checked`] and [`Tally`] sum in `f32`. A group's values are then within `2^49` (448 steps, FP8's widest
 /// grid), whose squares summed [`GROUP_VALUES`] at a time stay below `2^108`, and its errors
 /// near a step or a part of one (a quarter, on average) are above `2^-45`, whose squares stay
 /// normal (above `2^-126`). Beyond these the squares would overflow to infinity or fall to 0:
