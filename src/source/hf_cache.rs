@@ -397,22 +397,26 @@ pub fn cache_holding(path: &Path, env: &dyn Environment) -> Option<PathBuf> {
             return Some(cache);
         }
     }
-    resolved
-        .ancestors()
-        .find(|folder| is_repo_folder(folder))
-        .map(Path::to_path_buf)
+    repo_folder_above(&resolved)
 }
 
 /// The name of the repository whose cache folder holds `path` (`NAME` of `models--ORG--NAME`).
 pub fn cached_repo_name(path: &Path) -> Option<String> {
-    resolved(path)
-        .ancestors()
-        .find(|folder| is_repo_folder(folder))?
+    repo_folder_above(&resolved(path))?
         .file_name()?
         .to_string_lossy()
         .rsplit("--")
         .next()
         .map(str::to_owned)
+}
+
+/// The nearest folder at or above `resolved` (a path with its links resolved) that is a
+/// repository's in a cache.
+fn repo_folder_above(resolved: &Path) -> Option<PathBuf> {
+    resolved
+        .ancestors()
+        .find(|folder| is_repo_folder(folder))
+        .map(Path::to_path_buf)
 }
 
 fn is_repo_folder(folder: &Path) -> bool {
