@@ -310,30 +310,34 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
     let scales = decode_scales(plan.scale_dtype, &written.scales);
     let blocks = columns.div_ceil(block_columns);
     let (mut measure, mut checked) = (Measure::default(), Checked::default());
-    let mut in_f32 = Vec::with_capacity(blocks);
+    // Each block's scale as `f32`, 0 where its block is measured in `f64`.
+    let mut narrow_scales = Vec::with_capacity(blocks);
     for ((rows, codes), scales) in source
         .chunks(columns * block_rows)
         .zip(written.codes.chunks(columns * block_rows))
         .zip(scales.chunks(blocks))
     {
-        in_f32.clear();
-        in_f32.extend(
+        narrow_scales.clear();
+        narrow_scales.extend(
             scales
                 .iter()
                 .map(|&scale| scale_in_f32(scale).unwrap_or(0.0)),
         );
+        let some_wide = narrow_scales.contains(&0.0);
         for (values, codes) in rows.chunks(columns).zip(codes.chunks(columns)) {
-            for (((values, codes), &scale), &narrow) in values
-                .chunks(block_columns)
-                .zip(codes.chunks(block_columns))
-                .zip(scales)
-                .zip(&in_f32)
-            {
-                if narrow == 0.0 {
-                    measure_block(values, codes, scale, &mut measure);
+            if some_wide {
+                for (((values, codes), &scale), &narrow) in values
+                    .chunks(block_columns)
+                    .zip(codes.chunks(block_columns))
+                    .zip(scales)
+                    .zip(&narrow_scales)
+                {
+                    if narrow == 0.0 {
+                        measure_block(values, codes, scale, &mut measure);
+                    }
                 }
             }
-            check_row_in_f32(values, codes, block_columns, &in_f32, &mut checked);
+            check_row_in_f32(values, codes, block_columns, &narrow_scales, &mut checked);
         }
     }
     let ((mut sums, within), (in_f32, within_in_f32)) = (measure.finish(), checked.finish());
