@@ -12,7 +12,7 @@
 use super::fp8;
 use super::lanes::{
     GROUP_VALUES, Group, Measure, Scratch, Tally, WIDE, divisor_and_inverse, larger,
-    measured_in_f32, tensor_measured_in_f32,
+    tensor_measured_in_f32,
 };
 use super::scheme::{ErrorSums, Plan, Streams};
 use multiversion::multiversion;
@@ -312,10 +312,6 @@ fn measure_row(
         .zip(codes.chunks(GROUP_VALUES / 2))
         .zip(scales.chunks(per_part))
     {
-        if !scales.iter().all(|&scale| measured_in_f32(scale)) {
-            measure_part_in_f64(values, codes, scales, measure);
-            continue;
-        }
         let (backs, steps, per_steps) = scratch.parts(values.len());
         for ((((backs, steps), per_steps), bytes), &scale) in backs
             .as_chunks_mut::<GROUP>()
@@ -334,8 +330,9 @@ fn measure_row(
     }
 }
 
-/// [`measure_row`] of a part whose scales are beyond those [`measured_in_f32`] allows, in `f64`.
-fn measure_part_in_f64(values: &[f32], codes: &[u8], scales: &[f32], measure: &mut Measure) {
+/// [`measure_row`] in `f64`, for a weight whose squares `f32` does not hold (see
+/// [`tensor_measured_in_f32`]).
+fn measure_row_in_f64(values: &[f32], codes: &[u8], scales: &[f32], measure: &mut Measure) {
     for ((values, bytes), &scale) in values
         .as_chunks::<GROUP>()
         .0
@@ -401,7 +398,7 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
         if tensor_measured_in_f32(plan.absmax) {
             measure_row(values, codes, &scales, &mut scratch, &mut measure);
         } else {
-            measure_part_in_f64(values, codes, &scales, &mut measure);
+            measure_row_in_f64(values, codes, &scales, &mut measure);
         }
     }
     measure.finish()
