@@ -205,6 +205,71 @@ fn numpy_dequantizes_every_scheme_within_half_a_step() {
     }
 }
 
+/// Weights far from 1 (near `2^70`, `2^-100` and `2^-122`), quantized under every scheme, are
+/// read by numpy alone from the layout within half a step, with the SNRs `stui` reports.
+#[test]
+fn numpy_reads_weights_far_from_1_as_stui_reports_them() {
+    use stui::demo::{Fill, SyntheticModel};
+    let Some(python) = std::env::var_os("STUI_PYTHON") else {
+        assert!(std::env::var_os("CI").is_none(), "CI must set STUI_PYTHON");
+        eprintln!("STUI_PYTHON is not set: the Python interop test cannot run here");
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/schemes_numpy.py");
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("far.safetensors");
+    let normal = |power: i32| Fill::Normal {
+        mean: 0.0,
+        std: 2f64.powi(power),
+    };
+    SyntheticModel::new(17)
+        .tensor("big.weight", Dtype::Bf16, &[64, 256], normal(70))
+        .tensor("small.weight", Dtype::F32, &[64, 256], normal(-100))
+        .tensor("tiny.weight", Dtype::F32, &[64, 256], normal(-122))
+        .write(&source)
+        .unwrap();
+    let model = Model::open(&source).unwrap();
+    for scheme in Scheme::ALL {
+        let output = dir.path().join(scheme.name()).join("model.safetensors");
+        let options = Options {
+            scheme,
+            ..Options::default()
+        };
+        let summary = quantize::quantize(&model, &output, &options, &Control::default()).unwrap();
+        assert!(summary.verified, "{scheme}");
+        let result = Command::new(&python)
+            .arg(&script)
+            .arg(&source)
+            .arg(&output)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&result.stdout);
+        assert!(
+            result.status.success(),
+            "{scheme}: {stdout}{}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        assert!(
+            stdout.contains("checked 3 quantized weights"),
+            "{scheme}: {stdout}"
+        );
+        for quantized in &summary.quantized {
+            let name = model.tensors[quantized.tensor].name();
+            let theirs: f64 = stdout
+                .lines()
+                .find_map(|line| line.strip_prefix(&format!("{name}  snr ")))
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|snr| snr.parse().ok())
+                .unwrap_or_else(|| panic!("{scheme}: no SNR for {name} in {stdout}"));
+            let ours = quantized.error.snr_db;
+            assert!(
+                ours.is_finite() && (ours - theirs).abs() < 0.011,
+                "{scheme} {name}: stui {ours} dB, numpy {theirs} dB"
+            );
+        }
+    }
+}
+
 /// A weight whose columns do not divide into groups is kept as it is, and said so.
 #[test]
 fn weights_without_whole_groups_are_kept() {
