@@ -169,32 +169,38 @@ fn theirs_has(theirs: &[u8], name: &str) -> bool {
     file.tensor(&format!("{name}_scale")).is_ok()
 }
 
+/// What `tests/interop/schemes_numpy.py` prints of `output` against `source`, run in `python`;
+/// it must succeed.
+fn schemes_numpy(python: &std::ffi::OsStr, source: &Path, output: &Path) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/schemes_numpy.py");
+    let result = Command::new(python)
+        .arg(&script)
+        .arg(source)
+        .arg(output)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&result.stdout).into_owned();
+    assert!(
+        result.status.success(),
+        "{}: {stdout}{}",
+        output.display(),
+        String::from_utf8_lossy(&result.stderr)
+    );
+    stdout
+}
+
 /// The Python `safetensors` package reads every scheme's output, and numpy alone dequantizes it
 /// from the layout within half a step of the source (`tests/interop/schemes_numpy.py`). Runs where
 /// `STUI_PYTHON` names a Python with both (`.ci/run` sets one up).
 #[test]
 fn numpy_dequantizes_every_scheme_within_half_a_step() {
-    let Some(python) = std::env::var_os("STUI_PYTHON") else {
-        assert!(std::env::var_os("CI").is_none(), "CI must set STUI_PYTHON");
-        eprintln!("STUI_PYTHON is not set: the Python interop test cannot run here");
+    let Some(python) = crate::support::interop_python() else {
         return;
     };
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/schemes_numpy.py");
     for scheme in Scheme::ALL {
         let dir = tempfile::tempdir().unwrap();
         let summary = quantize_into(dir.path(), scheme);
-        let result = Command::new(&python)
-            .arg(&script)
-            .arg(source())
-            .arg(dir.path().join("model.safetensors"))
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&result.stdout);
-        assert!(
-            result.status.success(),
-            "{scheme}: {stdout}{}",
-            String::from_utf8_lossy(&result.stderr)
-        );
+        let stdout = schemes_numpy(&python, &source(), &dir.path().join("model.safetensors"));
         assert!(
             stdout.contains(&format!(
                 "checked {} quantized weights",
@@ -210,12 +216,9 @@ fn numpy_dequantizes_every_scheme_within_half_a_step() {
 #[test]
 fn numpy_reads_weights_far_from_1_as_stui_reports_them() {
     use stui::demo::{Fill, SyntheticModel};
-    let Some(python) = std::env::var_os("STUI_PYTHON") else {
-        assert!(std::env::var_os("CI").is_none(), "CI must set STUI_PYTHON");
-        eprintln!("STUI_PYTHON is not set: the Python interop test cannot run here");
+    let Some(python) = crate::support::interop_python() else {
         return;
     };
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/schemes_numpy.py");
     let dir = tempfile::tempdir().unwrap();
     let source = dir.path().join("far.safetensors");
     let normal = |power: i32| Fill::Normal {
@@ -237,18 +240,7 @@ fn numpy_reads_weights_far_from_1_as_stui_reports_them() {
         };
         let summary = quantize::quantize(&model, &output, &options, &Control::default()).unwrap();
         assert!(summary.verified, "{scheme}");
-        let result = Command::new(&python)
-            .arg(&script)
-            .arg(&source)
-            .arg(&output)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&result.stdout);
-        assert!(
-            result.status.success(),
-            "{scheme}: {stdout}{}",
-            String::from_utf8_lossy(&result.stderr)
-        );
+        let stdout = schemes_numpy(&python, &source, &output);
         assert!(
             stdout.contains("checked 3 quantized weights"),
             "{scheme}: {stdout}"

@@ -15,6 +15,17 @@ pub fn conformance_dir() -> PathBuf {
     dir
 }
 
+/// The Python with numpy and safetensors that `.ci/run` sets up (`STUI_PYTHON`); `None`, said on
+/// standard error, outside CI where none is named (CI must name one).
+pub fn interop_python() -> Option<std::ffi::OsString> {
+    let python = std::env::var_os("STUI_PYTHON");
+    if python.is_none() {
+        assert!(std::env::var_os("CI").is_none(), "CI must set STUI_PYTHON");
+        eprintln!("STUI_PYTHON is not set: the Python interop test cannot run here");
+    }
+    python
+}
+
 /// The demo model in the repository.
 pub fn demo_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/demo.safetensors")
