@@ -277,32 +277,24 @@ impl Measure {
 /// Values a [`Tally`] takes side by side: one AVX-512 register, two AVX2 ones.
 pub const WIDE: usize = 16;
 
-/// The error measures of [`ErrorSums`] for values measured as they are quantized, without
-/// codes (a comparison of schemes, which writes nothing): lane by lane, the squares summed in
-/// `f32` for at most [`GROUP_VALUES`] values (as in [`Group`]), then added into `f64` sums.
+/// Squares of values and of their errors, [`WIDE`] lanes side by side: summed in `f32` for at
+/// most [`GROUP_VALUES`] values (as in [`Group`]), then added into `f64` sums.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Tally {
+struct Squares {
     signal: [f32; WIDE],
     noise: [f32; WIDE],
-    max_abs: [f32; WIDE],
-    max_in_steps: [f32; WIDE],
     pending: usize,
     total_signal: [f64; WIDE],
     total_noise: [f64; WIDE],
 }
 
-impl Tally {
-    /// Adds values `xs`, which would come back as `backs`, each on a grid whose local step's
-    /// inverse is `inverse_steps[lane]`. Padding of zeros coming back as zeros adds nothing.
+impl Squares {
+    /// Adds the squares of `xs` and of their `errors`.
     #[inline(always)]
-    pub fn add(&mut self, xs: &[f32; WIDE], backs: &[f32; WIDE], inverse_steps: &[f32; WIDE]) {
+    fn add(&mut self, xs: &[f32; WIDE], errors: &[f32; WIDE]) {
         for lane in 0..WIDE {
-            let error = xs[lane] - backs[lane];
             self.signal[lane] += xs[lane] * xs[lane];
-            self.noise[lane] += error * error;
-            let error = error.abs();
-            self.max_abs[lane] = larger(error, self.max_abs[lane]);
-            self.max_in_steps[lane] = larger(error * inverse_steps[lane], self.max_in_steps[lane]);
+            self.noise[lane] += errors[lane] * errors[lane];
         }
         self.pending += WIDE;
         if self.pending >= GROUP_VALUES {
@@ -319,12 +311,46 @@ impl Tally {
         (self.signal, self.noise, self.pending) = ([0.0; WIDE], [0.0; WIDE], 0);
     }
 
-    pub fn finish(mut self) -> ErrorSums {
+    /// The sums of the squares of the values and of their errors.
+    fn totals(mut self) -> (f64, f64) {
         self.flush();
+        (
+            self.total_signal.iter().sum(),
+            self.total_noise.iter().sum(),
+        )
+    }
+}
+
+/// The error measures of [`ErrorSums`] for values measured as they are quantized, without
+/// codes (a comparison of schemes, which writes nothing), lane by lane.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tally {
+    squares: Squares,
+    max_abs: [f32; WIDE],
+    max_in_steps: [f32; WIDE],
+}
+
+impl Tally {
+    /// Adds values `xs`, which would come back as `backs`, each on a grid whose local step's
+    /// inverse is `inverse_steps[lane]`. Padding of zeros coming back as zeros adds nothing.
+    #[inline(always)]
+    pub fn add(&mut self, xs: &[f32; WIDE], backs: &[f32; WIDE], inverse_steps: &[f32; WIDE]) {
+        let mut errors = [0f32; WIDE];
+        for lane in 0..WIDE {
+            errors[lane] = xs[lane] - backs[lane];
+            let error = errors[lane].abs();
+            self.max_abs[lane] = larger(error, self.max_abs[lane]);
+            self.max_in_steps[lane] = larger(error * inverse_steps[lane], self.max_in_steps[lane]);
+        }
+        self.squares.add(xs, &errors);
+    }
+
+    pub fn finish(self) -> ErrorSums {
+        let (signal, noise) = self.squares.totals();
         let largest = |lanes: [f32; WIDE]| f64::from(lanes.into_iter().fold(0.0, f32::max));
         ErrorSums {
-            signal: self.total_signal.iter().sum(),
-            noise: self.total_noise.iter().sum(),
+            signal,
+            noise,
             max_abs: largest(self.max_abs),
             max_in_steps: largest(self.max_in_steps),
         }
@@ -339,11 +365,7 @@ impl Tally {
 /// [`Group::add_on_steps`] finds them, with exact errors for BF16 values as there.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Checked {
-    signal: [f32; WIDE],
-    noise: [f32; WIDE],
-    pending: usize,
-    total_signal: [f64; WIDE],
-    total_noise: [f64; WIDE],
+    squares: Squares,
     largest: [f32; WIDE],
     group_in_units: [f32; WIDE],
     in_steps: [f64; WIDE],
@@ -363,11 +385,10 @@ impl Checked {
         steps: &[f32; WIDE],
         per_steps: &[f32; WIDE],
     ) {
+        let mut errors = [0f32; WIDE];
         for lane in 0..WIDE {
-            let error = xs[lane] - backs[lane];
-            self.signal[lane] += xs[lane] * xs[lane];
-            self.noise[lane] += error * error;
-            let error = error.abs();
+            errors[lane] = xs[lane] - backs[lane];
+            let error = errors[lane].abs();
             self.largest[lane] = larger(error, self.largest[lane]);
             self.group_in_units[lane] = larger(error * per_steps[lane], self.group_in_units[lane]);
             // As in `Measure::add_lanes`.
@@ -376,19 +397,7 @@ impl Checked {
                 + f32::MIN_POSITIVE;
             self.beyond[lane] += u32::from(error.is_nan()) + u32::from(error > limit);
         }
-        self.pending += WIDE;
-        if self.pending >= GROUP_VALUES {
-            self.flush();
-        }
-    }
-
-    /// Adds the `f32` sums into the `f64` ones.
-    fn flush(&mut self) {
-        for lane in 0..WIDE {
-            self.total_signal[lane] += f64::from(self.signal[lane]);
-            self.total_noise[lane] += f64::from(self.noise[lane]);
-        }
-        (self.signal, self.noise, self.pending) = ([0.0; WIDE], [0.0; WIDE], 0);
+        self.squares.add(xs, &errors);
     }
 
     /// Ends the group under way, whose unit's inverse is `inverse_unit`: its largest error over
@@ -403,11 +412,11 @@ impl Checked {
     }
 
     /// The sums, and whether every value was within half a step.
-    pub fn finish(mut self) -> (ErrorSums, bool) {
-        self.flush();
+    pub fn finish(self) -> (ErrorSums, bool) {
+        let (signal, noise) = self.squares.totals();
         let sums = ErrorSums {
-            signal: self.total_signal.iter().sum(),
-            noise: self.total_noise.iter().sum(),
+            signal,
+            noise,
             max_abs: f64::from(self.largest.into_iter().fold(0.0, f32::max)),
             max_in_steps: self.in_steps.into_iter().fold(0.0, f64::max),
         };
