@@ -40,6 +40,7 @@ use crate::source::{ProcessEnvironment, hf_cache};
 use crate::text::{escape, escape_path};
 use copying::write_copying_beside;
 use digest::Digest;
+use lanes::Loaded;
 use magnitude::Bits;
 use multiversion::multiversion;
 use serde::Serialize;
@@ -843,7 +844,13 @@ trait Element: bytemuck::Pod + Send + Sync + Into<f64> {
 
     /// [`quantize_row`], in `f32` when `narrow` says the source's values and its scale have at
     /// most 11 significant bits (see [`quantize_narrow_row`]).
-    fn quantize(row: &[Self], scale: f64, out: &mut [u8], narrow: bool) -> ErrorSums;
+    fn quantize(
+        row: &[Self],
+        scale: f64,
+        out: &mut [u8],
+        narrow: bool,
+        loaded: Loaded,
+    ) -> ErrorSums;
 
     /// [`row_within_half_a_scale`], in `f32` when `narrow` says so (see
     /// [`narrow_row_within_half_a_scale`]).
@@ -902,11 +909,17 @@ impl Element for f32 {
         clippy::cast_possible_truncation,
         reason = "a narrow source's scale is stored as BF16 or F16, which f32 holds exactly"
     )]
-    fn quantize(row: &[f32], scale: f64, out: &mut [u8], narrow: bool) -> ErrorSums {
+    fn quantize(
+        row: &[f32],
+        scale: f64,
+        out: &mut [u8],
+        narrow: bool,
+        loaded: Loaded,
+    ) -> ErrorSums {
         if narrow {
-            quantize_narrow_row(row, scale as f32, out)
+            quantize_narrow_row(row, scale as f32, out, loaded)
         } else {
-            quantize_row(row, scale, out)
+            quantize_row(row, scale, out, loaded)
         }
     }
 }
@@ -931,8 +944,14 @@ impl Element for f64 {
         values::feed(dtype, bytes, &mut Wide(out));
     }
 
-    fn quantize(row: &[f64], scale: f64, out: &mut [u8], _narrow: bool) -> ErrorSums {
-        quantize_row(row, scale, out)
+    fn quantize(
+        row: &[f64],
+        scale: f64,
+        out: &mut [u8],
+        _narrow: bool,
+        loaded: Loaded,
+    ) -> ErrorSums {
+        quantize_row(row, scale, out, loaded)
     }
 
     fn within(row: &[f64], int8: &[u8], scale: f64, _narrow: bool) -> bool {
@@ -1648,6 +1667,7 @@ fn write_weight_as<E: Element>(
 ) -> io::Result<Made> {
     let columns = row_length(tensor)?;
     let narrow = is_narrow(tensor);
+    let loaded = Loaded::of(scales_dtype_of(tensor));
     let mut sums = ErrorSums::default();
     let mut within = true;
     let mut digest = Digest::default();
@@ -1666,7 +1686,7 @@ fn write_weight_as<E: Element>(
                 .enumerate()
             {
                 let scale = scales.of(first_row + offset, row);
-                chunk_sums.merge(&E::quantize(row, scale, out, narrow));
+                chunk_sums.merge(&E::quantize(row, scale, out, narrow, loaded));
                 chunk_within &= E::within(row, out, scale, narrow);
             }
             Ok((bytes, chunk_sums, chunk_within))
@@ -1687,10 +1707,11 @@ fn write_weight_as<E: Element>(
     })
 }
 
-/// Quantizes one row with its scale into `out`, measuring the error left. The worst error in
-/// scales is worked out once for the row, from its worst error.
+/// Quantizes one row with its scale into `out`, measuring the error left by the values as they
+/// are `loaded`. The worst error in scales is worked out once for the row, from its worst error
+/// on the grid.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-fn quantize_row<E: Element>(row: &[E], scale: f64, out: &mut [u8]) -> ErrorSums {
+fn quantize_row<E: Element>(row: &[E], scale: f64, out: &mut [u8], loaded: Loaded) -> ErrorSums {
     if scale == 0.0 || !scale.is_finite() {
         // Every value becomes 0 (see `quantize_value`): its error is itself.
         out.fill(0);
@@ -1708,7 +1729,7 @@ fn quantize_row<E: Element>(row: &[E], scale: f64, out: &mut [u8]) -> ErrorSums 
         };
     }
     // `quantize_value` with the scale's checks done once.
-    quantize_lanes(row, scale, out)
+    quantize_lanes(row, scale, out, loaded)
 }
 
 /// Quantizes `row` with a finite nonzero `scale`, in `f64`, in array-valued steps (rather than
@@ -1720,39 +1741,63 @@ fn quantize_row<E: Element>(row: &[E], scale: f64, out: &mut [u8]) -> ErrorSums 
     reason = "inlined into its caller, whose copies for AVX2 and AVX-512 it must share"
 )]
 #[inline(always)]
-fn quantize_lanes<E: Element>(row: &[E], scale: f64, out: &mut [u8]) -> ErrorSums {
+fn quantize_lanes<E: Element>(row: &[E], scale: f64, out: &mut [u8], loaded: Loaded) -> ErrorSums {
     let shifted = |x: f64| (x / scale).clamp(-127.0, 127.0) + ROUNDER;
-    let error = |x: f64, shifted: f64| (x - (shifted - ROUNDER) * scale).abs();
+    let back = |shifted: f64| (shifted - ROUNDER) * scale;
     let low_byte = |shifted: f64| shifted.to_bits().to_le_bytes()[0];
     let (mut signal, mut noise) = ([0f64; LANES], [0f64; LANES]);
-    let mut max_abs = [0f64; LANES];
+    let (mut max_abs, mut max_on_grid) = ([0f64; LANES], [0f64; LANES]);
     let larger = lanes::larger::<f64>;
     let (chunks, rest) = row.as_chunks::<LANES>();
     let (out_chunks, out_rest) = out.as_chunks_mut::<LANES>();
     for (xs, bytes) in chunks.iter().zip(out_chunks) {
         let xs: [f64; LANES] = std::array::from_fn(|i| xs[i].into());
         let shifted: [f64; LANES] = std::array::from_fn(|i| shifted(xs[i]));
-        let errors: [f64; LANES] = std::array::from_fn(|i| error(xs[i], shifted[i]));
+        let backs: [f64; LANES] = std::array::from_fn(|i| back(shifted[i]));
+        let on_grid: [f64; LANES] = std::array::from_fn(|i| (xs[i] - backs[i]).abs());
+        let errors = loaded_errors(&xs, &backs, loaded);
         *bytes = std::array::from_fn(|i| low_byte(shifted[i]));
         signal = std::array::from_fn(|i| signal[i] + xs[i] * xs[i]);
         noise = std::array::from_fn(|i| noise[i] + errors[i] * errors[i]);
         max_abs = std::array::from_fn(|i| larger(errors[i], max_abs[i]));
+        max_on_grid = std::array::from_fn(|i| larger(on_grid[i], max_on_grid[i]));
     }
     for (&x, out) in rest.iter().zip(out_rest) {
         let x: f64 = x.into();
         let shifted = shifted(x);
-        let error = error(x, shifted);
+        let back = back(shifted);
+        let error = (x - loaded.round_wide(back)).abs();
         *out = low_byte(shifted);
         signal[0] += x * x;
         noise[0] += error * error;
         max_abs[0] = larger(error, max_abs[0]);
+        max_on_grid[0] = larger((x - back).abs(), max_on_grid[0]);
     }
-    let max_abs = max_abs.into_iter().fold(0.0, f64::max);
+    let largest = |lanes: [f64; LANES]| lanes.into_iter().fold(0.0, f64::max);
     ErrorSums {
         signal: signal.iter().sum(),
         noise: noise.iter().sum(),
-        max_abs,
-        max_in_scales: max_abs / scale,
+        max_abs: largest(max_abs),
+        max_in_scales: largest(max_on_grid) / scale,
+    }
+}
+
+/// The errors of values `xs` that come back as `backs` on the grid (exactly, in `f64`), as
+/// they are `loaded`: a loop for each type, so that each vectorizes.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into its caller, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "rounding to the loader's type is the point"
+)]
+#[inline(always)]
+fn loaded_errors(xs: &[f64; LANES], backs: &[f64; LANES], loaded: Loaded) -> [f64; LANES] {
+    match loaded {
+        Loaded::F64 => std::array::from_fn(|i| (xs[i] - backs[i]).abs()),
+        Loaded::F32 => std::array::from_fn(|i| (xs[i] - f64::from(backs[i] as f32)).abs()),
+        Loaded::Half(_) => std::array::from_fn(|i| (xs[i] - loaded.round_wide(backs[i])).abs()),
     }
 }
 
@@ -1762,14 +1807,14 @@ fn quantize_lanes<E: Element>(row: &[E], scale: f64, out: &mut [u8]) -> ErrorSum
 /// rounding error below 128, so the correctly rounded quotient rounds to the same integer, and
 /// `x - q * scale` is exact in `f32`.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-fn quantize_narrow_row(row: &[f32], scale: f32, out: &mut [u8]) -> ErrorSums {
+fn quantize_narrow_row(row: &[f32], scale: f32, out: &mut [u8], loaded: Loaded) -> ErrorSums {
     use lanes::{Tally, WIDE};
     if !lanes::measured_in_f32(scale) {
-        return quantize_row(row, f64::from(scale), out);
+        return quantize_row(row, f64::from(scale), out, loaded);
     }
     // The squares summed in `f32` a part of the row at a time, [`WIDE`] lanes side by side
     // (see `Tally`): in `f64` the lanes were half as many, and the sums most of the work.
-    let mut tally = Tally::default();
+    let mut tally = Tally::new(loaded);
     let (chunks, rest) = row.as_chunks::<WIDE>();
     let (out_chunks, out_rest) = out.as_chunks_mut::<WIDE>();
     for (xs, bytes) in chunks.iter().zip(out_chunks) {
@@ -2183,7 +2228,7 @@ mod tests {
             .collect();
         for scale in [0.5, 1.0, 0.1, 0.0, f64::INFINITY] {
             let mut out = vec![0u8; row.len()];
-            let sums = quantize_row(&row, scale, &mut out);
+            let sums = quantize_row(&row, scale, &mut out, Loaded::F64);
             let mut noise = 0.0;
             for (&x, &byte) in row.iter().zip(&out) {
                 let q = quantize_value(x, scale);
@@ -2216,13 +2261,29 @@ mod tests {
                 let scale = scale_for(dtype, absmax);
                 let mut fast = vec![0u8; row.len()];
                 #[expect(clippy::cast_possible_truncation, reason = "stored as BF16 or F16")]
-                let sums = quantize_narrow_row(&row, scale as f32, &mut fast);
+                let sums = quantize_narrow_row(&row, scale as f32, &mut fast, Loaded::of(dtype));
                 let mut wide = vec![0u8; row.len()];
-                let expected = quantize_row(&row, scale, &mut wide);
+                let expected = quantize_row(&row, scale, &mut wide, Loaded::of(dtype));
                 assert_eq!(fast, wide, "{dtype} scale {scale}");
+                // The errors of the values as loaded: each product rounded to the scale's type.
+                let (mut noise, mut largest) = (0f64, 0f64);
                 for (&x, &byte) in row.iter().zip(&fast) {
-                    assert_eq!(byte.cast_signed(), quantize_value(f64::from(x), scale));
+                    let q = quantize_value(f64::from(x), scale);
+                    assert_eq!(byte.cast_signed(), q);
+                    let exact = f64::from(q) * scale;
+                    let loaded = if dtype == Dtype::Bf16 {
+                        half::bf16::from_f64(exact).to_f64()
+                    } else {
+                        half::f16::from_f64(exact).to_f64()
+                    };
+                    noise += (f64::from(x) - loaded).powi(2);
+                    largest = largest.max((f64::from(x) - loaded).abs());
                 }
+                assert_eq!(expected.max_abs, largest, "{dtype} scale {scale}");
+                assert!(
+                    (expected.noise - noise).abs() <= 1e-12 * noise,
+                    "{dtype} {scale}"
+                );
                 assert_eq!(sums.max_abs, expected.max_abs);
                 // The same errors, their squares summed in `f32` a part at a time.
                 for (narrow, wide) in [(sums.noise, expected.noise), (sums.signal, expected.signal)]

@@ -4,7 +4,7 @@
 //! every scheme in turn, without codes (see [`Plan::error`]).
 
 use super::int_packed;
-use super::lanes::{Tally, tensor_measured_in_f32};
+use super::lanes::{Loaded, Tally, tensor_measured_in_f32};
 use super::magnitude::Bits;
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{
@@ -318,7 +318,7 @@ fn int8_sums(
     if dtype == Dtype::F64 || !tensor_measured_in_f32(absmax) {
         return int8_sums_written(source, values, columns, scale_of);
     }
-    let mut tally = Tally::default();
+    let mut tally = Tally::new(Loaded::of(dtype));
     for row in values.chunks(columns) {
         #[expect(
             clippy::cast_possible_truncation,
@@ -338,11 +338,17 @@ fn int8_sums_written(
     scale_of: impl Fn(&[f32]) -> f64,
 ) -> ErrorSums {
     let narrow = source.is_float() && source.bits() <= 16;
+    let loaded = Loaded::of(super::scale_dtype(source));
     let mut out = vec![0u8; columns];
     let mut sums = ErrorSums::default();
     for row in values.chunks(columns) {
-        let row_sums =
-            <f32 as super::Element>::quantize(row, scale_of(row), &mut out[..row.len()], narrow);
+        let row_sums = <f32 as super::Element>::quantize(
+            row,
+            scale_of(row),
+            &mut out[..row.len()],
+            narrow,
+            loaded,
+        );
         sums.merge(&ErrorSums {
             signal: row_sums.signal,
             noise: row_sums.noise,

@@ -309,7 +309,7 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
     let (block_rows, block_columns) = (block_rows(plan), block_columns(plan));
     let scales = decode_scales(plan.scale_dtype, &written.scales);
     let blocks = columns.div_ceil(block_columns);
-    let (mut measure, mut checked) = (Measure::default(), Checked::default());
+    let (mut measure, mut checked) = (Measure::new(plan.loaded()), Checked::new(plan.loaded()));
     // Each block's scale as `f32`, 0 where its block is measured in `f64`.
     let mut narrow_scales = Vec::with_capacity(blocks);
     for ((rows, codes), scales) in source
@@ -353,7 +353,7 @@ pub fn error(plan: &Plan, values: &[f32]) -> ErrorSums {
     let columns = columns(plan);
     let (block_rows, block_columns) = (block_rows(plan), block_columns(plan));
     let (mut scales, mut encoded, mut narrow) = (Vec::new(), Vec::new(), Vec::new());
-    let mut tally = Tally::default();
+    let mut tally = Tally::new(plan.loaded());
     for rows in values.chunks(columns * block_rows) {
         scales.clear();
         block_scales(plan, rows, &mut encoded, &mut scales);
@@ -435,7 +435,8 @@ mod tests {
             proptest::prop_assume!(scale32 > 0.0);
             let mut codes = Vec::new();
             encode_block(&values, scale, &mut codes);
-            let (mut plain, mut in_f32) = (Measure::default(), Checked::default());
+            let loaded = super::super::lanes::Loaded::of(dtype);
+            let (mut plain, mut in_f32) = (Measure::new(loaded), Checked::new(loaded));
             measure_block(&values, &codes, scale, &mut plain);
             check_row_in_f32(&values, &codes, values.len(), &[scale32], &mut in_f32);
             let ((a, a_within), (b, b_within)) = (plain.finish(), in_f32.finish());

@@ -410,7 +410,7 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
     let groups = columns.div_ceil(group);
     let scales = super::scheme::decode_scales(plan.scale_dtype, &written.scales);
     let per_word = 32 / bits as usize;
-    let (mut measure, mut checked) = (Measure::default(), Checked::default());
+    let (mut measure, mut checked) = (Measure::new(plan.loaded()), Checked::new(plan.loaded()));
     let mut codes = vec![0u8; columns];
     let mut grid = Vec::with_capacity(groups);
     for (row, values) in source.chunks(columns).enumerate() {
@@ -454,7 +454,7 @@ pub fn error(plan: &Plan, values: &[f32]) -> ErrorSums {
     #[expect(clippy::cast_precision_loss, reason = "2^(b-1), at most 128")]
     let half = (1u32 << (bits(plan) - 1)) as f32;
     let codes = (-half, half - 1.0);
-    let mut tally = Tally::default();
+    let mut tally = Tally::new(plan.loaded());
     let mut grid = Vec::with_capacity(columns.div_ceil(group));
     for row in values.chunks(columns) {
         grid.clear();
@@ -560,7 +560,8 @@ mod tests {
             let (scale, zero) = scale_and_zero(&plan, &values);
             let mut codes = vec![0u8; values.len()];
             encode_group(&values, scale, zero, half, &mut codes);
-            let (mut plain, mut in_f32) = (Measure::default(), Checked::default());
+            let loaded = super::super::lanes::Loaded::of(dtype);
+            let (mut plain, mut in_f32) = (Measure::new(loaded), Checked::new(loaded));
             measure_group(&values, &codes, half + zero, scale, &mut plain);
             #[expect(clippy::cast_possible_truncation, reason = "a BF16 or F32 scale")]
             let scale32 = scale as f32;

@@ -7,9 +7,99 @@
 )]
 
 use super::scheme::ErrorSums;
+use crate::format::Dtype;
+use crate::quant::kernels::Half;
 
 /// Values handled side by side.
 pub const LANES: usize = 8;
+
+/// The type the loaders work a weight's values out in from its codes and scales: the scales'
+/// own (`crate::quant::kernels` reads them so; `stui diff` and `o` with it), BF16 for NVFP4.
+/// A model decompressed to dense weights computes with these values, so the errors the schemes
+/// report are theirs: a BF16 or F16 value is the grid's value rounded once more, by up to half
+/// a step of that type, which for 8-bit codes reaches half a step of the grid at the largest
+/// values. The half-step check and the largest error in steps stay on the grid itself, what
+/// the codes and scales hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Loaded {
+    /// `F64` scales: the exact product.
+    #[default]
+    F64,
+    /// `F32` scales: the product rounded to `f32`, as the `f32` kernels work it out.
+    F32,
+    /// 16-bit scales: the product rounded to their type.
+    Half(Half),
+}
+
+/// F16's smallest normal value.
+const F16_NORMAL: f32 = 1.0 / 16_384.0;
+/// The inverse of the step of F16's subnormal values.
+const F16_UNITS: f32 = 16_777_216.0;
+/// F16's largest value.
+const F16_LARGEST: f32 = 65_504.0;
+
+impl Loaded {
+    /// How values on a grid of scales stored as `scales` are loaded.
+    pub fn of(scales: Dtype) -> Loaded {
+        match scales {
+            Dtype::F64 => Loaded::F64,
+            other => Half::of(other).map_or(Loaded::F32, Loaded::Half),
+        }
+    }
+
+    /// Values `backs`, worked out in `f32`, as the loaders give them.
+    #[inline(always)]
+    pub fn round(self, backs: &[f32; WIDE]) -> [f32; WIDE] {
+        let mut loaded = *backs;
+        match self {
+            Loaded::F64 | Loaded::F32 => {}
+            // `Half::round` without its care for NaN, whose select kept the loop from
+            // vectorizing: a NaN product stays NaN (but for payloads no product has).
+            Loaded::Half(Half::Bf16) => {
+                for back in &mut loaded {
+                    let bits = back.to_bits();
+                    let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) & 0xFFFF_0000;
+                    *back = f32::from_bits(rounded);
+                }
+            }
+            // F16's normal values keep 10 bits of the mantissa; below `2^-14` its values are
+            // whole multiples of `2^-24`; beyond 65504 it rounds to infinity.
+            Loaded::Half(Half::F16) => {
+                for back in &mut loaded {
+                    let bits = back.to_bits();
+                    let normal = bits.wrapping_add(0xFFF + ((bits >> 13) & 1)) & 0xFFFF_E000;
+                    let subnormal = round_even(*back * F16_UNITS) * (1.0 / F16_UNITS);
+                    let rounded = if back.abs() < F16_NORMAL {
+                        subnormal
+                    } else {
+                        f32::from_bits(normal)
+                    };
+                    *back = if rounded.abs() > F16_LARGEST {
+                        f32::INFINITY.copysign(*back)
+                    } else {
+                        rounded
+                    };
+                }
+            }
+        }
+        loaded
+    }
+
+    /// A value `back` worked out exactly in `f64`, as the loaders give it. A product of a code
+    /// and a 16-bit scale is exact in `f32` (at most 19 significant bits), so that rounding to
+    /// `f32` first rounds nothing twice; NVFP4's loader itself works in `f32` before BF16.
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "rounding to the loader's type is the point"
+    )]
+    pub fn round_wide(self, back: f64) -> f64 {
+        match self {
+            Loaded::F64 => back,
+            Loaded::F32 => f64::from(back as f32),
+            Loaded::Half(half) => f64::from(half.round(back as f32)),
+        }
+    }
+}
 
 /// Adding and taking away 1.5 · 2^23 rounds an `f32` of magnitude below 2^22 to the nearest
 /// whole number, ties to even, as `round_ties_even` does.
@@ -50,48 +140,20 @@ const EXACT_SLACK: f32 = 1.0 / 4_194_304.0;
 /// and error are each rounded once (at most `2^-24` of the step each near the half step).
 const HALF_STEP_SLACK: f32 = 1.0 + 1.0 / 2_097_152.0;
 
-/// Values of a [`Group`] at most: their squares are summed in `f32` (a lane's sum of 128 terms
-/// then loses at most 2^-17 of itself), the group's sums added into the `f64` ones once.
+/// Values whose squares [`Squares`] sums in `f32` at most (a lane's sum of 64 terms then loses
+/// at most `2^-18` of itself) before adding them into its `f64` sums.
 pub const GROUP_VALUES: usize = 1024;
 
-/// Room for a part of at most [`GROUP_VALUES`] values decoded before it is measured: the values
-/// they came back as, the local step around each, and that step's share of the group's unit.
-pub struct Scratch {
-    backs: [f32; GROUP_VALUES],
-    steps: [f32; GROUP_VALUES],
-    per_steps: [f32; GROUP_VALUES],
-}
-
-impl Scratch {
-    pub fn new() -> Box<Scratch> {
-        Box::new(Scratch {
-            backs: [0.0; GROUP_VALUES],
-            steps: [0.0; GROUP_VALUES],
-            per_steps: [0.0; GROUP_VALUES],
-        })
-    }
-
-    /// The first `len` (at most [`GROUP_VALUES`]) of the back values, steps and shares.
-    pub fn parts(&mut self, len: usize) -> (&mut [f32], &mut [f32], &mut [f32]) {
-        (
-            &mut self.backs[..len],
-            &mut self.steps[..len],
-            &mut self.per_steps[..len],
-        )
-    }
-}
-
 /// `scale` as `f32` when `f32` holds it exactly and it is a step whose group can be measured in
-/// `f32` (see [`Group`] and [`measured_in_f32`]).
+/// `f32` (see [`measured_in_f32`]).
 pub fn scale_in_f32(scale: f64) -> Option<f32> {
     #[expect(clippy::cast_possible_truncation, reason = "kept only when exact")]
     let narrow = scale as f32;
     (f64::from(narrow) == scale && measured_in_f32(narrow)).then_some(narrow)
 }
 
-/// The smallest and largest step of a grid whose values' and errors' squares [`Group`],
-/// [`Checked`] and [`Tally`] sum in `f32`. A group's values are then within `2^49` (448 steps, FP8's widest
-/// grid), whose squares summed [`GROUP_VALUES`] at a time stay below `2^108`, and its errors
+/// The smallest and largest step of a grid whose values' and errors' squares [`Checked`] and
+/// [`Tally`] sum in `f32`. A group's values are then within `2^49` (448 steps, FP8's widest grid), whose squares summed [`GROUP_VALUES`] at a time stay below `2^108`, and its errors
 /// near a step or a part of one (a quarter, on average) are above `2^-45`, whose squares stay
 /// normal (above `2^-126`). Beyond these the squares would overflow to infinity or fall to 0:
 /// such groups are measured in `f64`.
@@ -111,87 +173,10 @@ pub fn tensor_measured_in_f32(absmax: f64) -> bool {
     (1.0 / 1_073_741_824.0..=1_073_741_824.0).contains(&absmax)
 }
 
-/// The sums (lane by lane) and largest errors of a group of values, in `f32`.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Group {
-    signal: [f32; LANES],
-    noise: [f32; LANES],
-    abs: f32,
-    in_steps: f32,
-    beyond: u32,
-}
-
-impl Group {
-    /// Adds values `xs` that came back as `backs` on a grid whose step changes from value to
-    /// value (FP8's binades, NVFP4's groups): `steps[i]` is the local step around `backs[i]`,
-    /// `per_steps[i]` the group's unit over that step (see [`Measure::end_group`]). Where these
-    /// are powers of two, by monotone rounding the largest of the errors times `per_steps` times
-    /// the group's inverse unit is the largest of the errors over their steps.
-    ///
-    /// The error `x - back` is exact in `f32` for BF16 values on a grid of BF16 scales times
-    /// small whole numbers or powers of two, the one `f64` gives; for wider values the back value
-    /// and the error are each rounded once, which the half-step check allows for
-    /// ([`HALF_STEP_SLACK`]). Its square and the value's are summed in `f32` (at most
-    /// [`GROUP_VALUES`] values a group) and added into the `f64` sums when the group ends. The
-    /// largest errors and the count beyond half a step are integer reductions (a non-negative
-    /// `f32`'s bits order as it does), which vectorize as whole loops; the sums of squares lane
-    /// by lane in a loop of their own.
-    #[inline(always)]
-    pub fn add_on_steps(&mut self, xs: &[f32], backs: &[f32], steps: &[f32], per_steps: &[f32]) {
-        let (mut largest, mut in_steps, mut beyond) = (0u32, 0u32, 0u32);
-        for (((&x, &back), &step), &per_step) in xs.iter().zip(backs).zip(steps).zip(per_steps) {
-            let error = (x - back).abs();
-            largest = largest.max(bits_unless_nan(error));
-            in_steps = in_steps.max(bits_unless_nan(error * per_step));
-            let limit = 0.5 * step * HALF_STEP_SLACK + x.abs() * EXACT_SLACK + f32::MIN_POSITIVE;
-            beyond += u32::from(error.is_nan()) + u32::from(error > limit);
-        }
-        self.add_squares(xs, backs);
-        self.add_largest(f32::from_bits(largest), f32::from_bits(in_steps), beyond);
-    }
-
-    /// Sums the squares of `xs` and of their errors against `backs`, lane by lane.
-    #[inline(always)]
-    fn add_squares(&mut self, xs: &[f32], backs: &[f32]) {
-        let (chunks, rest) = xs.as_chunks::<LANES>();
-        let (back_chunks, back_rest) = backs.as_chunks::<LANES>();
-        // The rest as one more chunk, padded with zeros (whose error is 0): added into lane 0
-        // alone, it split the lanes into pieces of one, two and four.
-        let (mut rest_chunk, mut back_rest_chunk) = ([0f32; LANES], [0f32; LANES]);
-        rest_chunk[..rest.len()].copy_from_slice(rest);
-        back_rest_chunk[..back_rest.len()].copy_from_slice(back_rest);
-        let (mut signal, mut noise) = (self.signal, self.noise);
-        let pairs = chunks.iter().zip(back_chunks);
-        for (xs, backs) in pairs.chain([(&rest_chunk, &back_rest_chunk)]) {
-            for lane in 0..LANES {
-                let error = xs[lane] - backs[lane];
-                signal[lane] += xs[lane] * xs[lane];
-                noise[lane] += error * error;
-            }
-        }
-        (self.signal, self.noise) = (signal, noise);
-    }
-
-    /// Adds a part's largest error and largest error over its step, and how many of its values
-    /// were beyond half a step.
-    #[inline(always)]
-    fn add_largest(&mut self, error: f32, in_steps: f32, beyond: u32) {
-        self.abs = self.abs.max(error);
-        self.in_steps = self.in_steps.max(in_steps);
-        self.beyond += beyond;
-    }
-}
-
-/// The bits of a non-negative `value`, which order as it does; 0 for NaN, which is counted
-/// beyond half a step and left out of the largest errors.
-#[inline(always)]
-fn bits_unless_nan(value: f32) -> u32 {
-    if value.is_nan() { 0 } else { value.to_bits() }
-}
-
-/// The error measures of [`ErrorSums`] and the half-step check, summed lane by lane.
+/// The error measures of [`ErrorSums`] and the half-step check, summed lane by lane, in `f64`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Measure {
+    loaded: Loaded,
     signal: [f64; LANES],
     noise: [f64; LANES],
     max_abs: [f64; LANES],
@@ -200,6 +185,13 @@ pub struct Measure {
 }
 
 impl Measure {
+    pub fn new(loaded: Loaded) -> Measure {
+        Measure {
+            loaded,
+            ..Measure::default()
+        }
+    }
+
     /// Adds value `x`, which came back as `back` on a grid of local step `step` (whose inverse
     /// is `inverse_step`, 0 when the step is), in lane 0.
     #[inline(always)]
@@ -222,19 +214,20 @@ impl Measure {
         inverse_steps: &[f64; LANES],
     ) {
         let mut wide = [0f64; LANES];
-        let mut errors = [0f64; LANES];
+        let (mut errors, mut loaded_errors) = ([0f64; LANES], [0f64; LANES]);
         for lane in 0..LANES {
             wide[lane] = f64::from(xs[lane]);
             errors[lane] = (wide[lane] - backs[lane]).abs();
+            loaded_errors[lane] = (wide[lane] - self.loaded.round_wide(backs[lane])).abs();
         }
         for lane in 0..LANES {
             self.signal[lane] += wide[lane] * wide[lane];
-            self.noise[lane] += errors[lane] * errors[lane];
+            self.noise[lane] += loaded_errors[lane] * loaded_errors[lane];
         }
         for lane in 0..LANES {
-            let error = errors[lane];
-            self.max_abs[lane] = larger(error, self.max_abs[lane]);
-            self.max_in_steps[lane] = larger(error * inverse_steps[lane], self.max_in_steps[lane]);
+            self.max_abs[lane] = larger(loaded_errors[lane], self.max_abs[lane]);
+            let in_steps = errors[lane] * inverse_steps[lane];
+            self.max_in_steps[lane] = larger(in_steps, self.max_in_steps[lane]);
         }
         for lane in 0..LANES {
             // Within half a step, allowing for the rounding of the `f32` quotient `x / scale`
@@ -247,19 +240,6 @@ impl Measure {
             let error = errors[lane];
             self.beyond[lane] += u32::from(error.is_nan()) + u32::from(error > limit);
         }
-    }
-
-    /// Ends a [`Group`] whose unit step's inverse is
-    /// `inverse_unit` (0 when the step is).
-    #[inline(always)]
-    pub fn end_group(&mut self, group: &Group, inverse_unit: f64) {
-        for lane in 0..LANES {
-            self.signal[lane] += f64::from(group.signal[lane]);
-            self.noise[lane] += f64::from(group.noise[lane]);
-        }
-        self.beyond[0] += group.beyond;
-        self.max_abs[0] = self.max_abs[0].max(f64::from(group.abs));
-        self.max_in_steps[0] = self.max_in_steps[0].max(f64::from(group.in_steps) * inverse_unit);
     }
 
     /// The sums, and whether every value was within half a step.
@@ -278,7 +258,7 @@ impl Measure {
 pub const WIDE: usize = 16;
 
 /// Squares of values and of their errors, [`WIDE`] lanes side by side: summed in `f32` for at
-/// most [`GROUP_VALUES`] values (as in [`Group`]), then added into `f64` sums.
+/// most [`GROUP_VALUES`] values, then added into `f64` sums.
 #[derive(Clone, Copy, Debug, Default)]
 struct Squares {
     signal: [f32; WIDE],
@@ -325,22 +305,32 @@ impl Squares {
 /// codes (a comparison of schemes, which writes nothing), lane by lane.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Tally {
+    loaded: Loaded,
     squares: Squares,
     max_abs: [f32; WIDE],
     max_in_steps: [f32; WIDE],
 }
 
 impl Tally {
-    /// Adds values `xs`, which would come back as `backs`, each on a grid whose local step's
-    /// inverse is `inverse_steps[lane]`. Padding of zeros coming back as zeros adds nothing.
+    pub fn new(loaded: Loaded) -> Tally {
+        Tally {
+            loaded,
+            ..Tally::default()
+        }
+    }
+
+    /// Adds values `xs`, which would come back as `backs` on the grid, each on a grid whose
+    /// local step's inverse is `inverse_steps[lane]`. Padding of zeros coming back as zeros
+    /// adds nothing.
     #[inline(always)]
     pub fn add(&mut self, xs: &[f32; WIDE], backs: &[f32; WIDE], inverse_steps: &[f32; WIDE]) {
+        let loaded = self.loaded.round(backs);
         let mut errors = [0f32; WIDE];
         for lane in 0..WIDE {
-            errors[lane] = xs[lane] - backs[lane];
-            let error = errors[lane].abs();
-            self.max_abs[lane] = larger(error, self.max_abs[lane]);
-            self.max_in_steps[lane] = larger(error * inverse_steps[lane], self.max_in_steps[lane]);
+            errors[lane] = xs[lane] - loaded[lane];
+            self.max_abs[lane] = larger(errors[lane].abs(), self.max_abs[lane]);
+            let in_steps = (xs[lane] - backs[lane]).abs() * inverse_steps[lane];
+            self.max_in_steps[lane] = larger(in_steps, self.max_in_steps[lane]);
         }
         self.squares.add(xs, &errors);
     }
@@ -357,14 +347,20 @@ impl Tally {
     }
 }
 
-/// The measures of values read back from a file, as [`Measure`] takes them, for whole rows of
-/// groups (the grouped int schemes', FP8's blocks), [`WIDE`] values side by side with no
-/// reduction across the lanes until the end (measured group by group, each ending in a
-/// reduction, the measure took twice the time): the squares summed in `f32` for at most
-/// [`GROUP_VALUES`] values (as in [`Tally`]), the largest errors and those beyond half a step as
-/// [`Group::add_on_steps`] finds them, with exact errors for BF16 values as there.
+/// The measures of values read back from a file, as [`Measure`] takes them, in `f32`, for whole
+/// rows of groups, [`WIDE`] values side by side with no reduction across the lanes until the
+/// end (measured group by group, each ending in a reduction, the measure took twice the time).
+///
+/// The error `x - back` is exact in `f32` for BF16 values on a grid of BF16 scales times small
+/// whole numbers or powers of two, the one `f64` gives; for wider values the back value and the
+/// error are each rounded once, which the half-step check allows for ([`HALF_STEP_SLACK`]). The
+/// squares are summed in `f32` for at most [`GROUP_VALUES`] values (as in [`Tally`]), then in
+/// `f64`. The largest error over the steps is found in the group's unit (each step a power of
+/// two times it, so that by monotone rounding the largest error times `per_steps` is the largest
+/// error over its step, in units), then in `f64` over the unit when the group ends.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Checked {
+    loaded: Loaded,
     squares: Squares,
     largest: [f32; WIDE],
     group_in_units: [f32; WIDE],
@@ -373,10 +369,17 @@ pub struct Checked {
 }
 
 impl Checked {
-    /// Adds values `xs` of the group under way that came back as `backs`, on a grid whose local
-    /// step around `backs[lane]` is `steps[lane]`, that step a power of two `1 / per_steps[lane]`
-    /// times the group's unit (as in [`Group::add_on_steps`]). Padding of zeros coming back as
-    /// zeros adds nothing.
+    pub fn new(loaded: Loaded) -> Checked {
+        Checked {
+            loaded,
+            ..Checked::default()
+        }
+    }
+
+    /// Adds values `xs` of the group under way that came back as `backs` on the grid, whose
+    /// local step around `backs[lane]` is `steps[lane]`, that step a power of two
+    /// `1 / per_steps[lane]` times the group's unit. Padding of zeros coming back as zeros adds
+    /// nothing.
     #[inline(always)]
     pub fn add(
         &mut self,
@@ -385,23 +388,24 @@ impl Checked {
         steps: &[f32; WIDE],
         per_steps: &[f32; WIDE],
     ) {
+        let loaded = self.loaded.round(backs);
         let mut errors = [0f32; WIDE];
         for lane in 0..WIDE {
-            errors[lane] = xs[lane] - backs[lane];
-            let error = errors[lane].abs();
-            self.largest[lane] = larger(error, self.largest[lane]);
-            self.group_in_units[lane] = larger(error * per_steps[lane], self.group_in_units[lane]);
+            errors[lane] = xs[lane] - loaded[lane];
+            self.largest[lane] = larger(errors[lane].abs(), self.largest[lane]);
+            let on_grid = (xs[lane] - backs[lane]).abs();
+            self.group_in_units[lane] =
+                larger(on_grid * per_steps[lane], self.group_in_units[lane]);
             // As in `Measure::add_lanes`.
             let limit = 0.5 * steps[lane] * HALF_STEP_SLACK
                 + xs[lane].abs() * EXACT_SLACK
                 + f32::MIN_POSITIVE;
-            self.beyond[lane] += u32::from(error.is_nan()) + u32::from(error > limit);
+            self.beyond[lane] += u32::from(on_grid.is_nan()) + u32::from(on_grid > limit);
         }
         self.squares.add(xs, &errors);
     }
 
-    /// Ends the group under way, whose unit's inverse is `inverse_unit`: its largest error over
-    /// the steps is worked out in `f64`, as [`Measure::end_group`] does.
+    /// Ends the group under way, whose unit's inverse is `inverse_unit`.
     #[inline(always)]
     pub fn end_group(&mut self, inverse_unit: f64) {
         for lane in 0..WIDE {
@@ -450,7 +454,7 @@ pub fn wide_chunks(values: &[f32]) -> impl Iterator<Item = [f32; WIDE]> + '_ {
     chunks.iter().copied().chain(padded)
 }
 
-/// Holds the sums of a [`Group`] to those of [`Measure::add_lanes`] on the same values.
+/// Holds the sums of a [`Checked`] to those of [`Measure::add_lanes`] on the same values.
 /// When `exact` (BF16 values and scales) the errors are the same, so the largest are the same to
 /// the bit and the sums of squares within their `f32` rounding. Otherwise each error may be off
 /// by `d`, up to about `2^-23 · |x|` (the back value's and the error's rounding): a sum of squares
@@ -524,6 +528,43 @@ pub fn test_values(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The loaders' rounding in lanes is `half`'s, for every value but NaN (a spread of all
+    /// `f32` bit patterns, and every value near each type's steps, subnormals and largest).
+    #[test]
+    fn loaded_values_round_as_half_rounds_them() {
+        let spread = (0..=u32::MAX).step_by(4_099).map(f32::from_bits);
+        let near = |low: u32, high: u32| (low..high).step_by(7).map(f32::from_bits);
+        let edges = near(0x3800_0000, 0x3880_0000) // F16's subnormals and smallest normals
+            .chain(near(0x3300_0000, 0x3400_0000)) // around 2^-25, F16's rounding to 0
+            .chain(near(0x477f_0000, 0x4780_1000)) // around 65504, F16's largest
+            .chain(near(0x7f7f_0000, 0x7f80_0001)) // around BF16's largest and infinity
+            .chain(near(0, 0x0001_0000)); // BF16's (and F32's) subnormals
+        let values: Vec<f32> = spread.chain(edges).filter(|x| !x.is_nan()).collect();
+        for chunk in values.chunks_exact(WIDE) {
+            let chunk: [f32; WIDE] = chunk.try_into().unwrap();
+            for (loaded, half) in [
+                (Loaded::Half(Half::Bf16), Half::Bf16),
+                (Loaded::Half(Half::F16), Half::F16),
+            ] {
+                let rounded = loaded.round(&chunk);
+                for lane in 0..WIDE {
+                    let (x, got) = (chunk[lane], rounded[lane]);
+                    let expected = half.round(x);
+                    // As numbers: F16's subnormals may round a negative value to +0, which
+                    // changes no error.
+                    assert!(
+                        got == expected,
+                        "{half:?} {x:e}: {got:e} against {expected:e}"
+                    );
+                    assert!(
+                        loaded.round_wide(f64::from(x)) == f64::from(expected),
+                        "{x:e}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn rounds_as_round_ties_even() {

@@ -11,8 +11,7 @@
 
 use super::fp8;
 use super::lanes::{
-    GROUP_VALUES, Group, Measure, Scratch, Tally, WIDE, divisor_and_inverse, larger,
-    tensor_measured_in_f32,
+    Checked, Measure, Tally, WIDE, divisor_and_inverse, larger, tensor_measured_in_f32,
 };
 use super::scheme::{ErrorSums, Plan, Streams};
 use multiversion::multiversion;
@@ -295,44 +294,30 @@ pub fn quantize(plan: &Plan, values: &[f32], out: &mut Streams) {
 }
 
 /// Adds a row's values, which came back from `codes` (two to a byte) under each group's
-/// `scales`, in `f32`: the back value `e2m1 · scale` and the error are rounded once each, at
-/// most `2^-24 · |x|` beside the exact ones, well within the half-step check's slack and far
-/// below the errors the sums report.
+/// `scales`, to `checked`, in `f32`: the back value `e2m1 · scale` and the error are rounded once
+/// each, at most `2^-24 · |x|` beside the exact ones, well within the half-step check's slack and
+/// far below the errors the sums report. Each value's step is taken in units of 1 (its inverse
+/// the group's inverse scale over the E2M1 step, a power of two).
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-fn measure_row(
-    values: &[f32],
-    codes: &[u8],
-    scales: &[f32],
-    scratch: &mut Scratch,
-    measure: &mut Measure,
-) {
-    let per_part = GROUP_VALUES / GROUP;
-    for ((values, codes), scales) in values
-        .chunks(GROUP_VALUES)
-        .zip(codes.chunks(GROUP_VALUES / 2))
-        .zip(scales.chunks(per_part))
+fn check_row_in_f32(values: &[f32], codes: &[u8], scales: &[f32], checked: &mut Checked) {
+    const { assert!(GROUP == WIDE) };
+    let mut local = *checked;
+    for ((xs, bytes), &scale) in values
+        .as_chunks::<GROUP>()
+        .0
+        .iter()
+        .zip(codes.as_chunks::<{ GROUP / 2 }>().0)
+        .zip(scales)
     {
-        let (backs, steps, per_steps) = scratch.parts(values.len());
-        for ((((backs, steps), per_steps), bytes), &scale) in backs
-            .as_chunks_mut::<GROUP>()
-            .0
-            .iter_mut()
-            .zip(steps.as_chunks_mut::<GROUP>().0)
-            .zip(per_steps.as_chunks_mut::<GROUP>().0)
-            .zip(codes.as_chunks::<{ GROUP / 2 }>().0)
-            .zip(scales)
-        {
-            decode_group(bytes, scale, (backs, steps, per_steps));
-        }
-        let mut group = Group::default();
-        group.add_on_steps(values, backs, steps, per_steps);
-        measure.end_group(&group, 1.0);
+        let (backs, steps, per_steps) = decode_group(bytes, scale);
+        local.add(xs, &backs, &steps, &per_steps);
     }
+    *checked = local;
 }
 
-/// [`measure_row`] in `f64`, for a weight whose squares `f32` does not hold (see
+/// [`check_row_in_f32`] in `f64`, for a weight whose squares `f32` does not hold (see
 /// [`tensor_measured_in_f32`]).
-fn measure_row_in_f64(values: &[f32], codes: &[u8], scales: &[f32], measure: &mut Measure) {
+fn check_row_in_f64(values: &[f32], codes: &[u8], scales: &[f32], measure: &mut Measure) {
     for ((values, bytes), &scale) in values
         .as_chunks::<GROUP>()
         .0
@@ -359,11 +344,8 @@ fn measure_row_in_f64(values: &[f32], codes: &[u8], scales: &[f32], measure: &mu
     reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
 )]
 #[inline(always)]
-fn decode_group(
-    bytes: &[u8; GROUP / 2],
-    scale: f32,
-    (backs, steps, per_steps): (&mut [f32; GROUP], &mut [f32; GROUP], &mut [f32; GROUP]),
-) {
+fn decode_group(bytes: &[u8; GROUP / 2], scale: f32) -> ([f32; GROUP], [f32; GROUP], [f32; GROUP]) {
+    let (mut backs, mut steps, mut per_steps) = ([0f32; GROUP], [0f32; GROUP], [0f32; GROUP]);
     let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
     let mut codes = [0u8; GROUP];
     for (pair, &byte) in codes.as_chunks_mut::<2>().0.iter_mut().zip(bytes) {
@@ -376,14 +358,14 @@ fn decode_group(
         // The step is 1/2, 1 or 2: its inverse is exact.
         per_steps[lane] = inverse * (1.0 / step);
     }
+    (backs, steps, per_steps)
 }
 
 pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool) {
     let columns = columns(plan);
     let groups = columns / GROUP;
     let bytes = columns / 2;
-    let mut measure = Measure::default();
-    let mut scratch = Scratch::new();
+    let (mut measure, mut checked) = (Measure::new(plan.loaded()), Checked::new(plan.loaded()));
     let mut scales = Vec::with_capacity(groups);
     for (row, values) in source.chunks(columns).enumerate() {
         let codes = &written.codes[row * bytes..][..bytes];
@@ -396,12 +378,15 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
         let values = &values[..groups * GROUP];
         // The squares of a weight far from 1 would pass `f32`'s range, or vanish in it.
         if tensor_measured_in_f32(plan.absmax) {
-            measure_row(values, codes, &scales, &mut scratch, &mut measure);
+            check_row_in_f32(values, codes, &scales, &mut checked);
         } else {
-            measure_row_in_f64(values, codes, &scales, &mut measure);
+            check_row_in_f64(values, codes, &scales, &mut measure);
         }
     }
-    measure.finish()
+    checked.end_group(1.0);
+    let ((mut sums, within), (in_f32, within_in_f32)) = (measure.finish(), checked.finish());
+    sums.merge(&in_f32);
+    (sums, within && within_in_f32)
 }
 
 /// The error [`check`] would measure of what [`quantize`] writes for `values` (whole rows),
@@ -409,7 +394,7 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
 /// the E2M1 grid from its quotient by the scale, as [`quantize`] codes it.
 pub fn error(plan: &Plan, values: &[f32]) -> ErrorSums {
     let columns = columns(plan);
-    let mut tally = Tally::default();
+    let mut tally = Tally::new(plan.loaded());
     for row in values.chunks(columns) {
         // The model's weights are cut into whole groups (see `fits`).
         let (groups, _) = row.as_chunks::<GROUP>();
@@ -482,6 +467,42 @@ mod tests {
         assert_eq!(encode(2.5), 4);
         assert_eq!(encode(5.0), 6);
         assert_eq!(encode(-100.0), 15);
+    }
+
+    proptest::proptest! {
+        /// The `f32` measure of a row gives the `f64` one's figures: the values as loaded
+        /// (rounded to BF16) alike, the errors and their squares to `f32`'s rounding.
+        #[test]
+        fn the_f32_measure_agrees_with_the_plain_one(
+            values in super::super::lanes::test_values(1..64),
+            bf16: bool,
+        ) {
+            let values: Vec<f32> = values
+                .iter()
+                .cycle()
+                .take(values.len() * GROUP)
+                .map(|&x| if bf16 { half::bf16::from_f32(x).to_f32() } else { x })
+                .collect();
+            let absmax = values.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let dtype = if bf16 { Dtype::Bf16 } else { Dtype::F32 };
+            let columns = values.len() as u64;
+            let plan = Plan::new(Scheme::Nvfp4A16, 16, [1, columns], dtype, f64::from(absmax));
+            let mut out = Streams::default();
+            quantize(&plan, &values, &mut out);
+            let scales: Vec<f32> = out
+                .scales
+                .iter()
+                .map(|&byte| fp8::decode(byte) / plan.global_scale)
+                .collect();
+            let (mut plain, mut in_f32) = (Measure::new(plan.loaded()), Checked::new(plan.loaded()));
+            check_row_in_f64(&values, &out.codes, &scales, &mut plain);
+            check_row_in_f32(&values, &out.codes, &scales, &mut in_f32);
+            in_f32.end_group(1.0);
+            let ((a, a_within), (b, b_within)) = (plain.finish(), in_f32.finish());
+            super::super::lanes::assert_agree(&a, &b, false)?;
+            proptest::prop_assert!(a_within);
+            proptest::prop_assert!(b_within);
+        }
     }
 
     #[test]

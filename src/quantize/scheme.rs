@@ -2,8 +2,10 @@
 //! for a weight: its members (tensors beside or in place of `P.weight`), their dtypes and shapes,
 //! and its `quantization_config`.
 
+use super::lanes::Loaded;
 use super::{fp8, int_packed, lanes, nvfp4};
 use crate::format::{Dtype, Shape};
+use crate::quant::kernels::Half;
 use crate::recycle::Recycled;
 use serde::Serialize;
 
@@ -188,6 +190,17 @@ impl Plan {
             scale_dtype,
             global_scale: nvfp4::global_scale(absmax),
             absmax,
+        }
+    }
+
+    /// The type the loaders work the weight's values out in ([`Loaded`]): its scales' type;
+    /// BF16 for NVFP4, whose loader (compressed-tensors') works in `f32` and rounds to BF16
+    /// whatever the model's type.
+    pub fn loaded(&self) -> Loaded {
+        if self.scheme == Scheme::Nvfp4A16 {
+            Loaded::Half(Half::Bf16)
+        } else {
+            Loaded::of(self.scale_dtype)
         }
     }
 

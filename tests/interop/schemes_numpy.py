@@ -6,8 +6,10 @@ Needs numpy and safetensors only. The Python `safetensors` package must list eve
 output with the dtype and shape of its header. Each quantized weight (`P.weight_packed`,
 `P.weight` in F8_E4M3 or I8, with `P.weight_scale`, ...) is dequantized from its members as the
 layouts define them (the scheme read from `quantization_config` in the metadata) and compared
-with the source weight: every value within half a step of the grid (scales as stored), and the
-SNR printed per weight. Exits 1 on any failure.
+with the source weight: every value of the grid (codes times scales as stored, exactly) within
+half a step of the source, and the SNR printed per weight of the values as compressed-tensors'
+decompressor gives them (each product rounded to the scales' type; NVFP4's worked out in F32 and
+rounded to BF16). Exits 1 on any failure.
 """
 import json
 import struct
@@ -52,6 +54,24 @@ def floats(dtype, shape, buf):
     return values.reshape(shape)
 
 
+def to_bf16(values):
+    """float64 values that F32 holds rounded to BF16, ties to even."""
+    bits = values.astype(np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    return rounded.view(np.float32).astype(np.float64)
+
+
+def as_loaded(values, dtype):
+    """Exact products of codes and scales of `dtype` as the loader computes them, in that type."""
+    if dtype == "BF16":
+        return to_bf16(values)
+    if dtype == "F16":
+        return values.astype(np.float16).astype(np.float64)
+    if dtype == "F32":
+        return values.astype(np.float32).astype(np.float64)
+    return values
+
+
 def e4m3(codes):
     codes = codes.astype(np.int64)
     exponent = (codes >> 3) & 15
@@ -86,6 +106,7 @@ def dequantize(header, body, stem, config):
         _, pshape, buf = raw(header, body, stem + "_packed")
         codes = unpack_rows(np.frombuffer(buf, "<i4").view(np.uint32).reshape(pshape), bits, columns)
         q = codes - (1 << (bits - 1))
+        scale_dtype = raw(header, body, stem + "_scale")[0]
         scale = floats(*raw(header, body, stem + "_scale"))
         g = weights["group_size"]
         s = np.repeat(scale, g, axis=1)[:, :columns]
@@ -97,17 +118,20 @@ def dequantize(header, body, stem, config):
             # Packed down the rows: unpack each column's words along dim 0.
             zcodes = unpack_rows(zwords.T.copy(), bits, out).T - (1 << (bits - 1))
             zero = np.repeat(zcodes, g, axis=1)[:, :columns].astype(np.float64)
-        return (q - zero) * s, s
+        back = (q - zero) * s
+        return back, s, as_loaded(back, scale_dtype)
     if fmt == "float-quantized":
         dtype, shape, buf = raw(header, body, stem)
         codes = np.frombuffer(buf, np.uint8).reshape(shape)
+        scale_dtype = raw(header, body, stem + "_scale")[0]
         scale = floats(*raw(header, body, stem + "_scale"))
         if weights["strategy"] == "block":
             r, c = weights["block_structure"]
             s = np.repeat(np.repeat(scale, r, axis=0), c, axis=1)[: shape[0], : shape[1]]
         else:
             s = np.broadcast_to(scale, shape)
-        return e4m3(codes) * s, e4m3_step(codes) * s
+        back = e4m3(codes) * s
+        return back, e4m3_step(codes) * s, as_loaded(back, scale_dtype)
     if fmt == "nvfp4-pack-quantized":
         _, pshape, buf = raw(header, body, stem + "_packed")
         packed = np.frombuffer(buf, np.uint8).reshape(pshape).astype(np.int64)
@@ -118,13 +142,16 @@ def dequantize(header, body, stem, config):
         scale = floats(*raw(header, body, stem + "_scale"))
         (global_scale,) = np.frombuffer(raw(header, body, stem + "_global_scale")[2], "<f4")
         s = np.repeat(scale.astype(np.float32) / global_scale, 16, axis=1).astype(np.float64)
-        return values * s, step * s
+        back = values * s
+        # Worked out in F32 (`to_bf16` rounds the exact product to it first), then BF16.
+        return back, step * s, to_bf16(back)
     if fmt == "int-quantized":
         _, shape, buf = raw(header, body, stem)
         q = np.frombuffer(buf, np.int8).reshape(shape).astype(np.float64)
+        scale_dtype = raw(header, body, stem + "_scale")[0]
         scale = floats(*raw(header, body, stem + "_scale"))
         s = np.broadcast_to(scale.reshape(-1, 1) if scale.size > 1 else scale, shape)
-        return q * s, s
+        return q * s, s, as_loaded(q * s, scale_dtype)
     raise SystemExit(f"unknown format {fmt}")
 
 
@@ -148,12 +175,12 @@ def main():
                 raise SystemExit(f"{name}: kept, but not as it was")
             continue
         x = floats(*raw(source, source_body, name))
-        back, step = dequantize(header, body, name, config)
+        back, step, loaded = dequantize(header, body, name, config)
         error = np.abs(x - back)
         bound = 0.5 * step + np.abs(x) * 2.0**-22 + 1e-38
         worst = float(np.max(error / np.maximum(step, 1e-300)))
-        snr = 10 * np.log10(np.sum(x * x) / max(np.sum((x - back) ** 2), 1e-300))
-        print(f"{name}  snr {snr:.2f} dB  worst {worst:.4f} steps")
+        snr = 10 * np.log10(np.sum(x * x) / max(np.sum((x - loaded) ** 2), 1e-300))
+        print(f"{name}  snr {snr:.4f} dB  worst {worst:.4f} steps")
         if np.any(error > bound):
             raise SystemExit(f"{name}: {int(np.sum(error > bound))} values beyond half a step")
         checked += 1
