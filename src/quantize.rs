@@ -1815,17 +1815,19 @@ fn quantize_narrow_row(row: &[f32], scale: f32, out: &mut [u8], loaded: Loaded) 
     // The squares summed in `f32` a part of the row at a time, [`WIDE`] lanes side by side
     // (see `Tally`): in `f64` the lanes were half as many, and the sums most of the work.
     let mut tally = Tally::new(loaded);
-    let (chunks, rest) = row.as_chunks::<WIDE>();
-    let (out_chunks, out_rest) = out.as_chunks_mut::<WIDE>();
-    for (xs, bytes) in chunks.iter().zip(out_chunks) {
-        quantize_narrow_lanes(xs, scale, bytes, &mut tally);
-    }
-    if !rest.is_empty() {
-        let (mut xs, mut bytes) = ([0f32; WIDE], [0u8; WIDE]);
-        xs[..rest.len()].copy_from_slice(rest);
-        quantize_narrow_lanes(&xs, scale, &mut bytes, &mut tally);
-        out_rest.copy_from_slice(&bytes[..rest.len()]);
-    }
+    lanes::for_loaded!(loaded, ROUNDING => {
+        let (chunks, rest) = row.as_chunks::<WIDE>();
+        let (out_chunks, out_rest) = out.as_chunks_mut::<WIDE>();
+        for (xs, bytes) in chunks.iter().zip(out_chunks) {
+            quantize_narrow_lanes::<ROUNDING>(xs, scale, bytes, &mut tally);
+        }
+        if !rest.is_empty() {
+            let (mut xs, mut bytes) = ([0f32; WIDE], [0u8; WIDE]);
+            xs[..rest.len()].copy_from_slice(rest);
+            quantize_narrow_lanes::<ROUNDING>(&xs, scale, &mut bytes, &mut tally);
+            out_rest.copy_from_slice(&bytes[..rest.len()]);
+        }
+    });
     let sums = tally.finish();
     ErrorSums {
         signal: sums.signal,
@@ -1842,7 +1844,7 @@ fn quantize_narrow_row(row: &[f32], scale: f32, out: &mut [u8], loaded: Loaded) 
     reason = "inlined into its caller, whose copies for AVX2 and AVX-512 it must share"
 )]
 #[inline(always)]
-fn quantize_narrow_lanes(
+fn quantize_narrow_lanes<const ROUNDING: lanes::Rounding>(
     xs: &[f32; lanes::WIDE],
     scale: f32,
     bytes: &mut [u8; lanes::WIDE],
@@ -1855,7 +1857,7 @@ fn quantize_narrow_lanes(
         bytes[lane] = lanes::byte_of(q);
         backs[lane] = q * scale;
     }
-    tally.add(xs, &backs, &[1.0 / scale; lanes::WIDE]);
+    tally.add::<ROUNDING>(xs, &backs, &[1.0 / scale; lanes::WIDE]);
 }
 
 /// What quantizing one tensor would cost, computed without writing anything: `None` when it

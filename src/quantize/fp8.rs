@@ -5,8 +5,8 @@
 //! `x' = q · scale`.
 
 use super::lanes::{
-    Checked, LANES, Measure, Tally, WIDE, byte_of, clamp, divisor_and_inverse, larger, round_even,
-    scale_in_f32, wide_chunks,
+    Checked, LANES, Measure, Rounding, Tally, WIDE, byte_of, clamp, divisor_and_inverse,
+    for_loaded, larger, round_even, scale_in_f32, wide_chunks,
 };
 use super::scheme::{BLOCK, ErrorSums, Plan, Scheme, Streams, decode_scales};
 use super::{encode_scale, stored_at_least};
@@ -239,6 +239,24 @@ fn check_row_in_f32(
     scales: &[f32],
     checked: &mut Checked,
 ) {
+    for_loaded!(checked.loaded(), ROUNDING => {
+        check_row_in_f32_as::<ROUNDING>(values, codes, block_columns, scales, checked);
+    });
+}
+
+/// [`check_row_in_f32`] for values loaded as `ROUNDING` says.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into its caller, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn check_row_in_f32_as<const ROUNDING: Rounding>(
+    values: &[f32],
+    codes: &[u8],
+    block_columns: usize,
+    scales: &[f32],
+    checked: &mut Checked,
+) {
     let mut local = *checked;
     for ((values, codes), &scale) in values
         .chunks(block_columns)
@@ -264,7 +282,7 @@ fn check_row_in_f32(
                 steps[lane] = step * scale;
                 per_steps[lane] = per_step;
             }
-            local.add(xs, &backs, &steps, &per_steps);
+            local.add::<ROUNDING>(xs, &backs, &steps, &per_steps);
         }
         local.end_group(1.0 / f64::from(scale));
     }
@@ -374,6 +392,23 @@ pub fn error(plan: &Plan, values: &[f32]) -> ErrorSums {
 /// Adds a row's values, each block's under its scale of `scales`, to `tally`.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn tally_row(row: &[f32], block_columns: usize, scales: &[f32], tally: &mut Tally) {
+    for_loaded!(tally.loaded(), ROUNDING => {
+        tally_row_as::<ROUNDING>(row, block_columns, scales, tally);
+    });
+}
+
+/// [`tally_row`] for values loaded as `ROUNDING` says.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into its caller, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn tally_row_as<const ROUNDING: Rounding>(
+    row: &[f32],
+    block_columns: usize,
+    scales: &[f32],
+    tally: &mut Tally,
+) {
     let mut local = *tally;
     for (values, &scale) in row.chunks(block_columns).zip(scales) {
         let (divisor, inverse) = divisor_and_inverse(scale);
@@ -385,7 +420,7 @@ fn tally_row(row: &[f32], block_columns: usize, scales: &[f32], tally: &mut Tall
                 backs[lane] = rounded.copysign(quotient) * scale;
                 inverse_steps[lane] = per_step * inverse;
             }
-            local.add(&xs, &backs, &inverse_steps);
+            local.add::<ROUNDING>(&xs, &backs, &inverse_steps);
         }
     }
     *tally = local;

@@ -15,8 +15,8 @@
 //! that no value is clipped by more than half a step.
 
 use super::lanes::{
-    Checked, LANES, Measure, Tally, WIDE, byte_of, clamp, divisor_and_inverse, measured_in_f32,
-    round_even, scale_in_f32, wide_chunks,
+    Checked, LANES, Measure, Rounding, Tally, WIDE, byte_of, clamp, divisor_and_inverse,
+    for_loaded, measured_in_f32, round_even, scale_in_f32, wide_chunks,
 };
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{encode_scale, stored_at_least};
@@ -373,6 +373,24 @@ fn check_row_in_f32(
     grid: &[(f32, f32)],
     checked: &mut Checked,
 ) {
+    for_loaded!(checked.loaded(), ROUNDING => {
+        check_row_in_f32_as::<ROUNDING>(values, codes, group, grid, checked);
+    });
+}
+
+/// [`check_row_in_f32`] for values loaded as `ROUNDING` says.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into its caller, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn check_row_in_f32_as<const ROUNDING: Rounding>(
+    values: &[f32],
+    codes: &[u8],
+    group: usize,
+    grid: &[(f32, f32)],
+    checked: &mut Checked,
+) {
     let mut local = *checked;
     for ((values, codes), &(scale, offset)) in
         values.chunks(group).zip(codes.chunks(group)).zip(grid)
@@ -387,7 +405,7 @@ fn check_row_in_f32(
             for lane in 0..WIDE {
                 backs[lane] = (f32::from(cs[lane]) - offset) * scale;
             }
-            local.add(xs, &backs, &[scale; WIDE], &[1.0; WIDE]);
+            local.add::<ROUNDING>(xs, &backs, &[scale; WIDE], &[1.0; WIDE]);
         }
         if !rest.is_empty() {
             // Padded with zeros coming back as zeros.
@@ -396,7 +414,7 @@ fn check_row_in_f32(
                 xs[lane] = x;
                 backs[lane] = (f32::from(code) - offset) * scale;
             }
-            local.add(&xs, &backs, &[scale; WIDE], &[1.0; WIDE]);
+            local.add::<ROUNDING>(&xs, &backs, &[scale; WIDE], &[1.0; WIDE]);
         }
         local.end_group(1.0 / f64::from(scale));
     }
@@ -482,22 +500,42 @@ pub(super) fn tally_row(
     (low, high): (f32, f32),
     tally: &mut Tally,
 ) {
+    for_loaded!(tally.loaded(), ROUNDING => {
+        tally_row_as::<ROUNDING>(row, group, grid, (low, high), tally);
+    });
+}
+
+/// [`tally_row`] for values loaded as `ROUNDING` says.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into its caller, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn tally_row_as<const ROUNDING: Rounding>(
+    row: &[f32],
+    group: usize,
+    grid: &[(f32, f32)],
+    (low, high): (f32, f32),
+    tally: &mut Tally,
+) {
     let mut local = *tally;
     for (values, &(scale, zero)) in row.chunks(group).zip(grid) {
         // A degenerate scale's zero point is 0: its values come back as 0.
         let (divisor, inverse) = divisor_and_inverse(scale);
         let inverse_steps = [inverse; WIDE];
         for xs in wide_chunks(values) {
+            // One step a loop: written as one, the compiler cut the lanes into pieces of four
+            // and eight and put them back together.
+            let mut quotients = [0f32; WIDE];
+            for lane in 0..WIDE {
+                quotients[lane] = clamp(xs[lane] / divisor, -LIMIT, LIMIT);
+            }
             let mut backs = [0f32; WIDE];
             for lane in 0..WIDE {
-                let q = clamp(
-                    round_even(clamp(xs[lane] / divisor, -LIMIT, LIMIT)) + zero,
-                    low,
-                    high,
-                );
+                let q = clamp(round_even(quotients[lane]) + zero, low, high);
                 backs[lane] = (q - zero) * scale;
             }
-            local.add(&xs, &backs, &inverse_steps);
+            local.add::<ROUNDING>(&xs, &backs, &inverse_steps);
         }
     }
     *tally = local;

@@ -31,6 +31,78 @@ pub enum Loaded {
     Half(Half),
 }
 
+/// How the `f32` kernels round the values they measure to the loader's type, as a constant
+/// each kernel is compiled for (see [`for_loaded`]): chosen for every [`WIDE`] values instead,
+/// the rounded values passed through memory and a comparison took a tenth more time.
+pub type Rounding = u8;
+/// No rounding: `F32` (and `F64`) scales.
+pub const AS_IS: Rounding = 0;
+/// To BF16.
+pub const TO_BF16: Rounding = 1;
+/// To F16.
+pub const TO_F16: Rounding = 2;
+
+/// Runs `$body` with the constant `$rounding` of [`Loaded`] `$loaded`, compiled once for each.
+macro_rules! for_loaded {
+    ($loaded:expr, $rounding:ident => $body:expr) => {
+        match $loaded.rounding() {
+            $crate::quantize::lanes::TO_BF16 => {
+                const $rounding: $crate::quantize::lanes::Rounding =
+                    $crate::quantize::lanes::TO_BF16;
+                $body
+            }
+            $crate::quantize::lanes::TO_F16 => {
+                const $rounding: $crate::quantize::lanes::Rounding =
+                    $crate::quantize::lanes::TO_F16;
+                $body
+            }
+            _ => {
+                const $rounding: $crate::quantize::lanes::Rounding = $crate::quantize::lanes::AS_IS;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use for_loaded;
+
+/// Values `backs`, worked out in `f32`, rounded as `ROUNDING` says.
+#[inline(always)]
+pub fn round<const ROUNDING: Rounding>(backs: &[f32; WIDE]) -> [f32; WIDE] {
+    let mut loaded = *backs;
+    match ROUNDING {
+        // `Half::round` without its care for NaN, whose select kept the loop from
+        // vectorizing: a NaN product stays NaN (but for payloads no product has).
+        TO_BF16 => {
+            for back in &mut loaded {
+                let bits = back.to_bits();
+                let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) & 0xFFFF_0000;
+                *back = f32::from_bits(rounded);
+            }
+        }
+        // F16's normal values keep 10 bits of the mantissa; below `2^-14` its values are
+        // whole multiples of `2^-24`; beyond 65504 it rounds to infinity.
+        TO_F16 => {
+            for back in &mut loaded {
+                let bits = back.to_bits();
+                let normal = bits.wrapping_add(0xFFF + ((bits >> 13) & 1)) & 0xFFFF_E000;
+                let subnormal = round_even(*back * F16_UNITS) * (1.0 / F16_UNITS);
+                let rounded = if back.abs() < F16_NORMAL {
+                    subnormal
+                } else {
+                    f32::from_bits(normal)
+                };
+                *back = if rounded.abs() > F16_LARGEST {
+                    f32::INFINITY.copysign(*back)
+                } else {
+                    rounded
+                };
+            }
+        }
+        _ => {}
+    }
+    loaded
+}
+
 /// F16's smallest normal value.
 const F16_NORMAL: f32 = 1.0 / 16_384.0;
 /// The inverse of the step of F16's subnormal values.
@@ -47,42 +119,13 @@ impl Loaded {
         }
     }
 
-    /// Values `backs`, worked out in `f32`, as the loaders give them.
-    #[inline(always)]
-    pub fn round(self, backs: &[f32; WIDE]) -> [f32; WIDE] {
-        let mut loaded = *backs;
+    /// The [`Rounding`] constant of this type, which the kernels are compiled for.
+    pub fn rounding(self) -> Rounding {
         match self {
-            Loaded::F64 | Loaded::F32 => {}
-            // `Half::round` without its care for NaN, whose select kept the loop from
-            // vectorizing: a NaN product stays NaN (but for payloads no product has).
-            Loaded::Half(Half::Bf16) => {
-                for back in &mut loaded {
-                    let bits = back.to_bits();
-                    let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) & 0xFFFF_0000;
-                    *back = f32::from_bits(rounded);
-                }
-            }
-            // F16's normal values keep 10 bits of the mantissa; below `2^-14` its values are
-            // whole multiples of `2^-24`; beyond 65504 it rounds to infinity.
-            Loaded::Half(Half::F16) => {
-                for back in &mut loaded {
-                    let bits = back.to_bits();
-                    let normal = bits.wrapping_add(0xFFF + ((bits >> 13) & 1)) & 0xFFFF_E000;
-                    let subnormal = round_even(*back * F16_UNITS) * (1.0 / F16_UNITS);
-                    let rounded = if back.abs() < F16_NORMAL {
-                        subnormal
-                    } else {
-                        f32::from_bits(normal)
-                    };
-                    *back = if rounded.abs() > F16_LARGEST {
-                        f32::INFINITY.copysign(*back)
-                    } else {
-                        rounded
-                    };
-                }
-            }
+            Loaded::F64 | Loaded::F32 => AS_IS,
+            Loaded::Half(Half::Bf16) => TO_BF16,
+            Loaded::Half(Half::F16) => TO_F16,
         }
-        loaded
     }
 
     /// A value `back` worked out exactly in `f64`, as the loaders give it. A product of a code
@@ -319,12 +362,23 @@ impl Tally {
         }
     }
 
+    /// The type the values are loaded in.
+    pub fn loaded(&self) -> Loaded {
+        self.loaded
+    }
+
     /// Adds values `xs`, which would come back as `backs` on the grid, each on a grid whose
-    /// local step's inverse is `inverse_steps[lane]`. Padding of zeros coming back as zeros
-    /// adds nothing.
+    /// local step's inverse is `inverse_steps[lane]`, loaded as `ROUNDING` (the constant of
+    /// [`Tally::loaded`]) says. Padding of zeros coming back as zeros adds nothing.
     #[inline(always)]
-    pub fn add(&mut self, xs: &[f32; WIDE], backs: &[f32; WIDE], inverse_steps: &[f32; WIDE]) {
-        let loaded = self.loaded.round(backs);
+    pub fn add<const ROUNDING: Rounding>(
+        &mut self,
+        xs: &[f32; WIDE],
+        backs: &[f32; WIDE],
+        inverse_steps: &[f32; WIDE],
+    ) {
+        debug_assert_eq!(ROUNDING, self.loaded.rounding());
+        let loaded = round::<ROUNDING>(backs);
         let mut errors = [0f32; WIDE];
         for lane in 0..WIDE {
             errors[lane] = xs[lane] - loaded[lane];
@@ -376,19 +430,25 @@ impl Checked {
         }
     }
 
+    /// The type the values are loaded in.
+    pub fn loaded(&self) -> Loaded {
+        self.loaded
+    }
+
     /// Adds values `xs` of the group under way that came back as `backs` on the grid, whose
     /// local step around `backs[lane]` is `steps[lane]`, that step a power of two
-    /// `1 / per_steps[lane]` times the group's unit. Padding of zeros coming back as zeros adds
-    /// nothing.
+    /// `1 / per_steps[lane]` times the group's unit, loaded as `ROUNDING` (the constant of
+    /// [`Checked::loaded`]) says. Padding of zeros coming back as zeros adds nothing.
     #[inline(always)]
-    pub fn add(
+    pub fn add<const ROUNDING: Rounding>(
         &mut self,
         xs: &[f32; WIDE],
         backs: &[f32; WIDE],
         steps: &[f32; WIDE],
         per_steps: &[f32; WIDE],
     ) {
-        let loaded = self.loaded.round(backs);
+        debug_assert_eq!(ROUNDING, self.loaded.rounding());
+        let loaded = round::<ROUNDING>(backs);
         let mut errors = [0f32; WIDE];
         for lane in 0..WIDE {
             errors[lane] = xs[lane] - loaded[lane];
@@ -547,7 +607,7 @@ mod tests {
                 (Loaded::Half(Half::Bf16), Half::Bf16),
                 (Loaded::Half(Half::F16), Half::F16),
             ] {
-                let rounded = loaded.round(&chunk);
+                let rounded = for_loaded!(loaded, ROUNDING => round::<ROUNDING>(&chunk));
                 for lane in 0..WIDE {
                     let (x, got) = (chunk[lane], rounded[lane]);
                     let expected = half.round(x);

@@ -11,7 +11,7 @@
 
 use super::fp8;
 use super::lanes::{
-    Checked, Measure, Tally, WIDE, divisor_and_inverse, larger, tensor_measured_in_f32,
+    Checked, Measure, TO_BF16, Tally, WIDE, divisor_and_inverse, larger, tensor_measured_in_f32,
 };
 use super::scheme::{ErrorSums, Plan, Streams};
 use multiversion::multiversion;
@@ -310,7 +310,7 @@ fn check_row_in_f32(values: &[f32], codes: &[u8], scales: &[f32], checked: &mut 
         .zip(scales)
     {
         let (backs, steps, per_steps) = decode_group(bytes, scale);
-        local.add(xs, &backs, &steps, &per_steps);
+        local.add::<TO_BF16>(xs, &backs, &steps, &per_steps);
     }
     *checked = local;
 }
@@ -427,7 +427,7 @@ fn tally_batch(groups: &[[f32; GROUP]], global: f32, tally: &mut Tally) {
             };
             inverse_steps[lane] = inverse * per_step;
         }
-        local.add(xs, &backs, &inverse_steps);
+        local.add::<TO_BF16>(xs, &backs, &inverse_steps);
     }
     *tally = local;
 }
