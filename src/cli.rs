@@ -225,10 +225,10 @@ pub struct QuantizeArgs {
                   not divide into groups are kept as they are",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub group_size: u64,
-    /// One scale per output channel (row); the default.
+    /// W8A8: one scale per output channel (row); the default.
     #[arg(long, conflicts_with = "per_tensor")]
     pub per_channel: bool,
-    /// One scale for the whole tensor.
+    /// W8A8: one scale for the whole tensor (the other schemes have their own scales).
     #[arg(long)]
     pub per_tensor: bool,
     /// Quantize only tensors whose names match GLOB (`*` and `?`); may be repeated.

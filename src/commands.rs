@@ -578,6 +578,13 @@ impl<'m> InOrder<'m> {
 
 fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failure> {
     use crate::quantize::{Control, Granularity, NonFinite, Options};
+    if args.per_tensor && args.scheme != crate::quantize::Scheme::W8A8 && !args.compare {
+        return Err(Failure::Stui(crate::error::Error::Invalid(format!(
+            "--per-tensor is W8A8's: {} has its own scales ({})",
+            args.scheme,
+            crate::quantize::scales_label(args.scheme, Granularity::PerTensor, args.group_size)
+        ))));
+    }
     let model = open(&args.path)?;
     if let Some(remote) = &model.remote {
         return Err(Failure::Stui(crate::error::Error::Invalid(format!(

@@ -106,6 +106,21 @@ pub struct Options {
     pub keep_below_snr: Option<f64>,
 }
 
+/// How `scheme` scales its weights, in words: `per channel` or `per tensor` (W8A8 as
+/// `granularity` says), `groups of 128`, `128x128 blocks`...
+pub fn scales_label(scheme: Scheme, granularity: Granularity, group_size: u64) -> String {
+    match scheme {
+        Scheme::W8A8 => match granularity {
+            Granularity::PerChannel => "per channel".into(),
+            Granularity::PerTensor => "per tensor".into(),
+        },
+        Scheme::W8A16 | Scheme::W4A16 | Scheme::W4A16Asym => format!("groups of {group_size}"),
+        Scheme::Fp8Dynamic => "per channel".into(),
+        Scheme::Fp8Block => format!("{BLOCK}x{BLOCK} blocks", BLOCK = scheme::BLOCK),
+        Scheme::Nvfp4A16 => format!("groups of {}", scheme::NVFP4_GROUP),
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {

@@ -1474,18 +1474,11 @@ pub fn two_places_or_dash(value: Option<f64>) -> String {
 
 /// The scheme of a quantization as the summary says it: `int8 (per channel)` for W8A8.
 fn scheme_label(summary: &crate::quantize::Summary) -> String {
-    use crate::quantize::{Granularity, Scheme};
+    let scales =
+        crate::quantize::scales_label(summary.scheme, summary.granularity, summary.group_size);
     match summary.scheme {
-        Scheme::W8A8 => match summary.granularity {
-            Granularity::PerChannel => "int8 (per channel)".into(),
-            Granularity::PerTensor => "int8 (per tensor)".into(),
-        },
-        Scheme::W8A16 | Scheme::W4A16 | Scheme::W4A16Asym => {
-            format!("{} (groups of {})", summary.scheme, summary.group_size)
-        }
-        Scheme::Fp8Dynamic => "FP8_DYNAMIC (per channel)".into(),
-        Scheme::Fp8Block => "FP8_BLOCK (128x128 blocks)".into(),
-        Scheme::Nvfp4A16 => "NVFP4A16 (groups of 16)".into(),
+        crate::quantize::Scheme::W8A8 => format!("int8 ({scales})"),
+        scheme => format!("{scheme} ({scales})"),
     }
 }
 

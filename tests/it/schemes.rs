@@ -335,6 +335,29 @@ fn the_command_line_takes_the_preset_names() {
         .unwrap();
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("NVFP4A16"));
+    // `--per-tensor` is W8A8's: with another scheme it is refused, not ignored; with
+    // `--compare` it sets W8A8's row.
+    let other = dir.path().join("per-tensor.safetensors");
+    let refused = Command::new(env!("CARGO_BIN_EXE_stui"))
+        .args(["quantize", "--scheme", "W4A16", "--per-tensor"])
+        .arg(source())
+        .arg("-o")
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        message.contains("--per-tensor is W8A8's: W4A16 has its own scales (groups of 128)"),
+        "{message}"
+    );
+    assert!(!other.exists());
+    let compared = Command::new(env!("CARGO_BIN_EXE_stui"))
+        .args(["quantize", "--compare", "--json", "--per-tensor"])
+        .arg(source())
+        .output()
+        .unwrap();
+    assert!(compared.status.success());
 }
 
 /// `--compare` gives each scheme the very errors that writing it reads back from the file: the

@@ -348,6 +348,11 @@ fn the_quantize_dialog_previews_saves_and_reports() {
     );
     assert!(shown.contains("▸ W8A16"), "{shown}");
     assert!(!shown.contains("comparing"), "{shown}");
+    // The scheme's own scales, and W8A8's that `g` chooses.
+    assert!(
+        shown.contains("scales  groups of 128 · W8A8 per channel (g)   NaN/Inf tensors: stop (s)"),
+        "{shown}"
+    );
     // The output, still named after the scheme, follows it.
     assert!(
         shown.contains("output  assets/demo.w8a16.safetensors"),

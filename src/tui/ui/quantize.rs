@@ -2,7 +2,7 @@
 //! scheme's error preview (worst tensors first), then the save's progress and its summary.
 
 use super::{block, inner};
-use crate::quantize::Granularity;
+use crate::quantize::{self, Scheme};
 use crate::text::{Bytes, escape, escape_path};
 use crate::tui::app::{App, QuantizeDialog, Stage};
 use ratatui::Frame;
@@ -24,9 +24,15 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, dialog: &QuantizeDialog)
     frame.render_widget(Clear, box_area);
     frame.render_widget(block("quantize", true, app), box_area);
     let theme = &app.theme;
-    let granularity = match dialog.granularity {
-        Granularity::PerChannel => "per output channel",
-        Granularity::PerTensor => "per tensor",
+    // `g` chooses W8A8's scales; the other schemes' are their own.
+    let options = dialog.options();
+    let w8a8 = quantize::scales_label(Scheme::W8A8, options.granularity, options.group_size);
+    let scales = match dialog.scheme {
+        Scheme::W8A8 => format!("{w8a8} (g)"),
+        scheme => format!(
+            "{} · W8A8 {w8a8} (g)",
+            quantize::scales_label(scheme, options.granularity, options.group_size)
+        ),
     };
     let mut lines = vec![
         Line::from(vec![
@@ -46,7 +52,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, dialog: &QuantizeDialog)
         Line::from(vec![
             Span::styled("scales  ", theme.dim),
             Span::raw(format!(
-                "{granularity} (g)   NaN/Inf tensors: {} (s)",
+                "{scales}   NaN/Inf tensors: {} (s)",
                 if dialog.skip_non_finite {
                     "skip"
                 } else {
