@@ -208,7 +208,7 @@ pub struct QuantizeArgs {
     #[arg(long, conflicts_with_all = ["output", "keep_below_snr"])]
     pub compare: bool,
     /// Keep in source precision every weight whose SNR under the scheme would fall below DB.
-    #[arg(long, value_name = "DB")]
+    #[arg(long, value_name = "DB", value_parser = parse_decibels, allow_negative_numbers = true)]
     pub keep_below_snr: Option<f64>,
     #[arg(
         long,
@@ -316,6 +316,14 @@ impl std::str::FromStr for ByteSize {
             .and_then(|n| n.checked_mul(1 << shift))
             .map(ByteSize)
             .ok_or_else(|| format!("`{text}` is not a size such as 512M or 4G"))
+    }
+}
+
+/// A number of dB: any number, but not NaN.
+fn parse_decibels(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(db) if !db.is_nan() => Ok(db),
+        _ => Err("not a number of dB".into()),
     }
 }
 

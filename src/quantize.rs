@@ -580,7 +580,33 @@ fn choose_all(
         let below = compare::below_snr(model, files, &choices, options, threshold, control)?;
         compare::keep_below(&mut choices, &below);
     }
-    Ok(choices)
+    if choices.contains(&Choice::Quantize) {
+        Ok(choices)
+    } else {
+        Err(Error::Invalid(nothing_to_quantize(&choices, options)))
+    }
+}
+
+/// Why `choices` quantize nothing, and what would change that.
+fn nothing_to_quantize(choices: &[Choice], options: &Options) -> String {
+    let scheme = options.scheme;
+    let kept = |why: Kept| choices.contains(&Choice::Keep(why));
+    if let (true, Some(threshold)) = (kept(Kept::BelowSnr), options.keep_below_snr) {
+        format!(
+            "every weight chosen falls below {threshold} dB under {scheme}: nothing is left to \
+             quantize (a lower --keep-below-snr keeps fewer)"
+        )
+    } else if kept(Kept::Ungrouped) {
+        let groups = scales_label(scheme, options.granularity, options.group_size);
+        format!(
+            "no weight chosen has columns that divide into {scheme}'s {groups}: nothing to \
+             quantize (another --group-size, or another scheme)"
+        )
+    } else {
+        "no tensor to quantize: stui quantizes 2-D float weights, and --include, --exclude and \
+         the embeddings, lm_head and norms kept leave none"
+            .into()
+    }
 }
 
 /// Creates the folder of the files to write, and removes the temporaries an interrupted save

@@ -1353,8 +1353,9 @@ pub fn write_quantize<W: Write>(
     }
     writeln!(
         out,
-        "{} tensors quantized to {}, {} kept; {} -> {}; {}",
+        "{} tensor{} quantized to {}, {} kept; {} -> {}; {}",
         summary.quantized.len(),
+        plural(summary.quantized.len()),
         scheme_label(summary),
         summary.kept().count(),
         format_bytes(summary.bytes_before),

@@ -777,3 +777,54 @@ fn the_save_reports_what_stui_diff_reads() {
         }
     }
 }
+
+/// A save that would quantize nothing is refused before anything is written, saying why: no
+/// weight in whole groups, every weight below the threshold, or no weight chosen at all.
+#[test]
+fn a_save_that_would_quantize_nothing_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("out.safetensors");
+    for (args, says) in [
+        (
+            &["--scheme", "W4A16", "--group-size", "5"][..],
+            "no weight chosen has columns that divide into W4A16's groups of 5",
+        ),
+        (
+            &["--scheme", "NVFP4A16", "--keep-below-snr", "1000"][..],
+            "every weight chosen falls below 1000 dB under NVFP4A16",
+        ),
+        (&["--include", "nothing.*"][..], "no tensor to quantize"),
+        (&["--keep-below-snr", "nan"][..], "not a number of dB"),
+    ] {
+        let refused = Command::new(env!("CARGO_BIN_EXE_stui"))
+            .arg("quantize")
+            .args(args)
+            .arg(source())
+            .arg("-o")
+            .arg(&output)
+            .output()
+            .unwrap();
+        let message = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{args:?}: {message}");
+        assert!(message.contains(says), "{args:?}: {message}");
+        assert!(!output.exists(), "{args:?}");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "{args:?}"
+        );
+    }
+    // A threshold below zero is a number like any other.
+    let saved = Command::new(env!("CARGO_BIN_EXE_stui"))
+        .args(["quantize", "--keep-below-snr", "-5"])
+        .arg(source())
+        .arg("-o")
+        .arg(&output)
+        .output()
+        .unwrap();
+    assert!(
+        saved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&saved.stderr)
+    );
+}
