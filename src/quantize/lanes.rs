@@ -74,9 +74,7 @@ pub fn round<const ROUNDING: Rounding>(backs: &[f32; WIDE]) -> [f32; WIDE] {
         // vectorizing: a NaN product stays NaN (but for payloads no product has).
         TO_BF16 => {
             for back in &mut loaded {
-                let bits = back.to_bits();
-                let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) & 0xFFFF_0000;
-                *back = f32::from_bits(rounded);
+                *back = f32::from_bits(Half::bf16_bits(back.to_bits()));
             }
         }
         // F16's normal values keep 10 bits of the mantissa; below `2^-14` its values are
@@ -196,7 +194,8 @@ pub fn scale_in_f32(scale: f64) -> Option<f32> {
 }
 
 /// The smallest and largest step of a grid whose values' and errors' squares [`Checked`] and
-/// [`Tally`] sum in `f32`. A group's values are then within `2^49` (448 steps, FP8's widest grid), whose squares summed [`GROUP_VALUES`] at a time stay below `2^108`, and its errors
+/// [`Tally`] sum in `f32`. A group's values are then within `2^49` (448 steps, FP8's widest
+/// grid), whose squares summed [`GROUP_VALUES`] at a time stay below `2^108`, and its errors
 /// near a step or a part of one (a quarter, on average) are above `2^-45`, whose squares stay
 /// normal (above `2^-126`). Beyond these the squares would overflow to infinity or fall to 0:
 /// such groups are measured in `f64`.

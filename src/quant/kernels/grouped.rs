@@ -312,14 +312,20 @@ impl Half {
         match self {
             Half::Bf16 => {
                 let bits = value.to_bits();
-                let rounded = bits.wrapping_add(0x7fff + (bits >> 16 & 1)) & 0xffff_0000;
                 // NaN kept as it is; a select on the bits, which vectorizes where a branch on
                 // the float would not.
                 let nan = bits & 0x7fff_ffff > 0x7f80_0000;
-                f32::from_bits(if nan { bits } else { rounded })
+                f32::from_bits(if nan { bits } else { Half::bf16_bits(bits) })
             }
             Half::F16 => half::f16::from_f32(value).to_f32(),
         }
+    }
+
+    /// The bits of the `f32` of bits `bits` rounded to BF16 (to nearest, ties to even), for any
+    /// value but a NaN whose low 16 bits are near all ones, which wraps to another value.
+    #[inline(always)]
+    pub fn bf16_bits(bits: u32) -> u32 {
+        bits.wrapping_add(0x7fff + (bits >> 16 & 1)) & 0xffff_0000
     }
 }
 
