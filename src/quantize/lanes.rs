@@ -343,27 +343,68 @@ impl Squares {
     }
 }
 
+/// The errors of values as they are loaded, [`WIDE`] lanes side by side: the squares of the
+/// values and of their errors ([`Squares`]) and the largest error in each lane, what [`Tally`]
+/// and [`Checked`] share.
+#[derive(Clone, Copy, Debug, Default)]
+struct LoadedErrors {
+    loaded: Loaded,
+    squares: Squares,
+    largest: [f32; WIDE],
+}
+
+impl LoadedErrors {
+    /// Adds values `xs` that came back as `backs` on the grid, loaded as `ROUNDING` (the
+    /// constant of `self.loaded`) says; gives their errors on the grid, `|x - back|` (worked out
+    /// in the same loop: in a loop of the caller's own, a save took 5% more CPU time).
+    #[inline(always)]
+    fn add<const ROUNDING: Rounding>(
+        &mut self,
+        xs: &[f32; WIDE],
+        backs: &[f32; WIDE],
+    ) -> [f32; WIDE] {
+        debug_assert_eq!(ROUNDING, self.loaded.rounding());
+        let loaded = round::<ROUNDING>(backs);
+        let (mut errors, mut on_grid) = ([0f32; WIDE], [0f32; WIDE]);
+        for lane in 0..WIDE {
+            errors[lane] = xs[lane] - loaded[lane];
+            self.largest[lane] = larger(errors[lane].abs(), self.largest[lane]);
+            on_grid[lane] = (xs[lane] - backs[lane]).abs();
+        }
+        self.squares.add(xs, &errors);
+        on_grid
+    }
+
+    /// The sums of the squares of the values and of their errors, and the largest error.
+    fn finish(self) -> (f64, f64, f64) {
+        let (signal, noise) = self.squares.totals();
+        let largest = self.largest.into_iter().fold(0.0, f32::max);
+        (signal, noise, f64::from(largest))
+    }
+}
+
 /// The error measures of [`ErrorSums`] for values measured as they are quantized, without
 /// codes (a comparison of schemes, which writes nothing), lane by lane.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Tally {
-    loaded: Loaded,
-    squares: Squares,
-    max_abs: [f32; WIDE],
+    errors: LoadedErrors,
     max_in_steps: [f32; WIDE],
 }
 
 impl Tally {
     pub fn new(loaded: Loaded) -> Tally {
         Tally {
-            loaded,
+            errors: LoadedErrors {
+                loaded,
+                ..LoadedErrors::default()
+            },
             ..Tally::default()
         }
     }
 
     /// The type the values are loaded in.
     pub fn loaded(&self) -> Loaded {
-        self.loaded
+        self.errors.loaded
     }
 
     /// Adds values `xs`, which would come back as `backs` on the grid, each on a grid whose
@@ -376,26 +417,20 @@ impl Tally {
         backs: &[f32; WIDE],
         inverse_steps: &[f32; WIDE],
     ) {
-        debug_assert_eq!(ROUNDING, self.loaded.rounding());
-        let loaded = round::<ROUNDING>(backs);
-        let mut errors = [0f32; WIDE];
+        let on_grid = self.errors.add::<ROUNDING>(xs, backs);
         for lane in 0..WIDE {
-            errors[lane] = xs[lane] - loaded[lane];
-            self.max_abs[lane] = larger(errors[lane].abs(), self.max_abs[lane]);
-            let in_steps = (xs[lane] - backs[lane]).abs() * inverse_steps[lane];
+            let in_steps = on_grid[lane] * inverse_steps[lane];
             self.max_in_steps[lane] = larger(in_steps, self.max_in_steps[lane]);
         }
-        self.squares.add(xs, &errors);
     }
 
     pub fn finish(self) -> ErrorSums {
-        let (signal, noise) = self.squares.totals();
-        let largest = |lanes: [f32; WIDE]| f64::from(lanes.into_iter().fold(0.0, f32::max));
+        let (signal, noise, max_abs) = self.errors.finish();
         ErrorSums {
             signal,
             noise,
-            max_abs: largest(self.max_abs),
-            max_in_steps: largest(self.max_in_steps),
+            max_abs,
+            max_in_steps: f64::from(self.max_in_steps.into_iter().fold(0.0, f32::max)),
         }
     }
 }
@@ -413,9 +448,7 @@ impl Tally {
 /// error over its step, in units), then in `f64` over the unit when the group ends.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Checked {
-    loaded: Loaded,
-    squares: Squares,
-    largest: [f32; WIDE],
+    errors: LoadedErrors,
     group_in_units: [f32; WIDE],
     in_steps: [f64; WIDE],
     beyond: [u32; WIDE],
@@ -424,14 +457,17 @@ pub struct Checked {
 impl Checked {
     pub fn new(loaded: Loaded) -> Checked {
         Checked {
-            loaded,
+            errors: LoadedErrors {
+                loaded,
+                ..LoadedErrors::default()
+            },
             ..Checked::default()
         }
     }
 
     /// The type the values are loaded in.
     pub fn loaded(&self) -> Loaded {
-        self.loaded
+        self.errors.loaded
     }
 
     /// Adds values `xs` of the group under way that came back as `backs` on the grid, whose
@@ -446,13 +482,9 @@ impl Checked {
         steps: &[f32; WIDE],
         per_steps: &[f32; WIDE],
     ) {
-        debug_assert_eq!(ROUNDING, self.loaded.rounding());
-        let loaded = round::<ROUNDING>(backs);
-        let mut errors = [0f32; WIDE];
+        let on_grid = self.errors.add::<ROUNDING>(xs, backs);
         for lane in 0..WIDE {
-            errors[lane] = xs[lane] - loaded[lane];
-            self.largest[lane] = larger(errors[lane].abs(), self.largest[lane]);
-            let on_grid = (xs[lane] - backs[lane]).abs();
+            let on_grid = on_grid[lane];
             self.group_in_units[lane] =
                 larger(on_grid * per_steps[lane], self.group_in_units[lane]);
             // As in `Measure::add_lanes`.
@@ -461,7 +493,6 @@ impl Checked {
                 + f32::MIN_POSITIVE;
             self.beyond[lane] += u32::from(on_grid.is_nan()) + u32::from(on_grid > limit);
         }
-        self.squares.add(xs, &errors);
     }
 
     /// Ends the group under way, whose unit's inverse is `inverse_unit`.
@@ -476,11 +507,11 @@ impl Checked {
 
     /// The sums, and whether every value was within half a step.
     pub fn finish(self) -> (ErrorSums, bool) {
-        let (signal, noise) = self.squares.totals();
+        let (signal, noise, max_abs) = self.errors.finish();
         let sums = ErrorSums {
             signal,
             noise,
-            max_abs: f64::from(self.largest.into_iter().fold(0.0, f32::max)),
+            max_abs,
             max_in_steps: self.in_steps.into_iter().fold(0.0, f64::max),
         };
         (sums, self.beyond == [0; WIDE])
