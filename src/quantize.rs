@@ -316,9 +316,23 @@ fn next_stored_up(dtype: Dtype, scale: f64) -> f64 {
 fn scale_for(dtype: Dtype, absmax: f64) -> f64 {
     let scale = stored(dtype, absmax / 127.0);
     if scale * 127.5 >= absmax || !scale.is_finite() {
-        return scale;
+        return loadable(dtype, scale, 127.0);
     }
     next_stored_up(dtype, scale)
+}
+
+/// `scale`, or the F16 value below it when `dtype` is F16 and the grid's largest value
+/// `largest_code · scale` lies beyond F16's largest (65504), which an F16 loader would turn into
+/// ±Inf. One step down brings it back within range for the codes of 127 and 448 that use this,
+/// and the largest magnitude an F16 weight can hold then lands a fraction of a step beyond the
+/// largest code: within half a step.
+fn loadable(dtype: Dtype, scale: f64, largest_code: f64) -> f64 {
+    let beyond = |scale: f64| half::f16::from_f64(largest_code * scale).is_infinite();
+    if dtype == Dtype::F16 && scale.is_finite() && scale > 0.0 && beyond(scale) {
+        half::f16::from_bits(half::f16::from_f64(scale).to_bits() - 1).to_f64()
+    } else {
+        scale
+    }
 }
 
 /// Stored values of a float `dtype` decoded.
@@ -2387,6 +2401,25 @@ mod tests {
             }
             assert_eq!(scale_for(dtype, 0.0), 0.0);
         }
+    }
+
+    /// An F16 row reaching F16's largest value gets a scale whose grid stays within F16, so that
+    /// an F16 loader reads no ±Inf, with every value still within half a scale.
+    #[test]
+    fn f16_scales_keep_the_grid_within_f16() {
+        for absmax in [65504.0, 65472.0, 65440.0, 60000.0] {
+            let scale = scale_for(Dtype::F16, absmax);
+            let largest = half::f16::from_f64(127.0 * scale);
+            assert!(largest.is_finite(), "{absmax}: {scale}");
+            assert!(scale * 127.5 >= absmax, "{absmax}: {scale}");
+            assert_eq!(scale, stored(Dtype::F16, scale));
+        }
+        assert_eq!(scale_for(Dtype::F16, 65504.0), 515.5);
+        // BF16 holds F32's range: its scales are as they were.
+        assert_eq!(
+            scale_for(Dtype::Bf16, 65504.0),
+            stored(Dtype::Bf16, 65504.0 / 127.0)
+        );
     }
 
     /// Scales kept from the first pass and scales worked out again from the rows give the same

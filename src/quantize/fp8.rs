@@ -9,7 +9,7 @@ use super::lanes::{
     for_loaded, larger, round_even, scale_in_f32, wide_chunks,
 };
 use super::scheme::{BLOCK, ErrorSums, Plan, Scheme, Streams, decode_scales};
-use super::{encode_scale, stored_at_least};
+use super::{encode_scale, loadable, stored_at_least};
 use multiversion::multiversion;
 
 /// The largest finite E4M3 value.
@@ -168,6 +168,7 @@ fn block_scales(plan: &Plan, rows: &[f32], out: &mut Vec<u8>, scales: &mut Vec<f
     }
     for max in maxima {
         let scale = stored_at_least(plan.scale_dtype, f64::from(max) / f64::from(MAX));
+        let scale = loadable(plan.scale_dtype, scale, f64::from(MAX));
         encode_scale(plan.scale_dtype, scale, out);
         scales.push(scale);
     }

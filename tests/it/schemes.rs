@@ -828,3 +828,54 @@ fn a_save_that_would_quantize_nothing_is_refused() {
         String::from_utf8_lossy(&saved.stderr)
     );
 }
+
+/// An F16 weight reaching F16's largest value (65504) is quantized to a grid an F16 loader
+/// reads without ±Inf under W8A8 and FP8 (their scales one F16 step lower when the largest
+/// code times the scale would pass it), with every value within half a step and the save's
+/// figures finite and `stui diff`'s.
+#[test]
+fn f16_weights_at_f16s_largest_value_load_finite() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut values: Vec<f32> = (0..64 * 256)
+        .map(|i| (((i * 7919) % 2001) as f32 - 1000.0) * 60.0)
+        .collect();
+    (values[0], values[257]) = (65504.0, -65504.0);
+    let data: Vec<u8> = values
+        .iter()
+        .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+        .collect();
+    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F16, vec![64, 256], &data)
+        .unwrap();
+    let source = dir.path().join("big.safetensors");
+    std::fs::write(
+        &source,
+        safetensors::serialize([("big.weight", view)], None).unwrap(),
+    )
+    .unwrap();
+    let source = source.to_str().unwrap();
+    for scheme in ["W8A8", "FP8_DYNAMIC", "FP8_BLOCK"] {
+        let output = dir.path().join(format!("{scheme}.safetensors"));
+        let output = output.to_str().unwrap();
+        let summary = stui_json(
+            dir.path(),
+            &[
+                "quantize", source, "-o", output, "--scheme", scheme, "--yes",
+            ],
+        );
+        assert_eq!(summary["verified"], true, "{scheme}");
+        let weight = &summary["quantized"][0];
+        let snr = weight["snr_db"].as_f64();
+        assert!(snr.is_some_and(f64::is_finite), "{scheme}: {weight}");
+        assert!(
+            weight["max_error_in_scales"].as_f64().unwrap() <= 0.5,
+            "{scheme}"
+        );
+        let diff = stui_json(dir.path(), &["diff", source, output]);
+        let change = &diff["tensors"][0]["change"];
+        assert_eq!(change["nonfinite_mismatches"], 0, "{scheme}: {change}");
+        assert!(
+            (change["snr_db"].as_f64().unwrap() - snr.unwrap()).abs() < 1e-4,
+            "{scheme}"
+        );
+    }
+}
