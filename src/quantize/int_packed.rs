@@ -100,7 +100,11 @@ fn scale_and_zero(plan: &Plan, values: &[f32]) -> (f64, i32) {
     }
     if plan.scheme != Scheme::W4A16Asym {
         let need = (max / (half - 0.5)).max(-min / (half + 0.5));
-        return (stored_at_least(plan.scale_dtype, need), 0);
+        let scale = stored_at_least(plan.scale_dtype, need);
+        if plan.scale_dtype == Dtype::F16 && !extremes_within_f16(min, max, scale) {
+            return (f16_scale_within(min, max, scale), 0);
+        }
+        return (scale, 0);
     }
     let exact = (max - min) / (2.0 * half - 1.0);
     let up = stored_at_least(plan.scale_dtype, exact);
@@ -108,9 +112,19 @@ fn scale_and_zero(plan: &Plan, values: &[f32]) -> (f64, i32) {
         return (up, 0);
     }
     let nearest = super::stored(plan.scale_dtype, exact);
+    let mut scales: SmallVec<[f64; 2]> = SmallVec::new();
+    scales.push(nearest);
+    if up != nearest {
+        scales.push(up);
+    }
+    if plan.scale_dtype == Dtype::F16 {
+        scales.retain(|scale| extremes_within_f16(min, max, *scale));
+        if scales.is_empty() {
+            scales.push(f16_scale_within(min, max, up));
+        }
+    }
     let mut candidates: SmallVec<[(f64, i32); 2 * CANDIDATES]> = SmallVec::new();
-    let scales: &[f64] = if nearest == up { &[up] } else { &[nearest, up] };
-    for &scale in scales {
+    for &scale in &scales {
         if scale <= 0.0 {
             continue;
         }
@@ -122,7 +136,7 @@ fn scale_and_zero(plan: &Plan, values: &[f32]) -> (f64, i32) {
         let highest = (half - 0.5 - max / scale).floor().min(half - 1.0) as i32;
         candidates.extend((lowest..=highest).map(|zero| (scale, zero)));
     }
-    let mut best = (f32::INFINITY, up, 0);
+    let mut best = (f32::INFINITY, scales[scales.len() - 1], 0);
     #[expect(clippy::cast_possible_truncation, reason = "2^(b-1), at most 128")]
     let half = half as f32;
     // Far from 1, the candidates' squared errors would overflow `f32` or vanish in it: the
@@ -176,6 +190,35 @@ fn epsilon(dtype: Dtype) -> f64 {
         Dtype::F64 => f64::EPSILON,
         _ => f64::from(f32::EPSILON),
     }
+}
+
+/// Whether the values an F16 loader works out for a group's extremes `min` and `max` on a grid
+/// of step `scale` (their quotients rounded as the writer rounds them, times the scale) stay
+/// within F16's range: beyond 65504 it reads ±Inf.
+fn extremes_within_f16(min: f64, max: f64, scale: f64) -> bool {
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "as the writer divides, in f32"
+    )]
+    let (low, high, scale32) = (min as f32, max as f32, scale as f32);
+    [low, high].iter().all(|&x| {
+        let steps = round_even(clamp(x / scale32, -LIMIT, LIMIT));
+        half::f16::from_f64(f64::from(steps) * scale).is_finite()
+    })
+}
+
+/// The smallest F16 scale from `up` on whose grid the group's extremes stay within F16's range
+/// (a coarser grid rounds the largest value down instead of past 65504), or `up` where none
+/// within 1,024 steps does.
+fn f16_scale_within(min: f64, max: f64, up: f64) -> f64 {
+    let mut scale = up;
+    for _ in 0..1024 {
+        if extremes_within_f16(min, max, scale) {
+            return scale;
+        }
+        scale = super::next_stored_up(Dtype::F16, scale);
+    }
+    up
 }
 
 /// Scale and zero point pairs tried at once for an asymmetric group: two scales with at most

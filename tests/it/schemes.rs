@@ -829,23 +829,33 @@ fn a_save_that_would_quantize_nothing_is_refused() {
     );
 }
 
-/// An F16 weight reaching F16's largest value (65504) is quantized to a grid an F16 loader
-/// reads without ±Inf under W8A8 and FP8 (their scales one F16 step lower when the largest
-/// code times the scale would pass it), with every value within half a step and the save's
-/// figures finite and `stui diff`'s.
+/// An F16 weight whose rows reach from 20,000 to F16's largest value (65504) is quantized by
+/// every scheme to a grid an F16 loader reads without ±Inf (a scale one F16 step lower for W8A8
+/// and FP8, coarser for a group whose extreme would round past 65504), with every value within
+/// half a step and the save's figures finite and `stui diff`'s.
 #[test]
 fn f16_weights_at_f16s_largest_value_load_finite() {
     let dir = tempfile::tempdir().unwrap();
-    let mut values: Vec<f32> = (0..64 * 256)
-        .map(|i| (((i * 7919) % 2001) as f32 - 1000.0) * 60.0)
+    let (rows, columns) = (256usize, 512usize);
+    let values: Vec<f32> = (0..rows * columns)
+        .map(|i| {
+            let (row, column) = (i / columns, i % columns);
+            let reach = 20_000.0 + 45_504.0 * row as f32 / (rows - 1) as f32;
+            let unit = ((i * 7919) % 2001) as f32 / 1000.0 - 1.0;
+            match column {
+                0 => reach,
+                1 => -reach,
+                _ => unit * reach,
+            }
+        })
         .collect();
-    (values[0], values[257]) = (65504.0, -65504.0);
     let data: Vec<u8> = values
         .iter()
         .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
         .collect();
-    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F16, vec![64, 256], &data)
-        .unwrap();
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F16, vec![rows, columns], &data)
+            .unwrap();
     let source = dir.path().join("big.safetensors");
     std::fs::write(
         &source,
@@ -853,14 +863,13 @@ fn f16_weights_at_f16s_largest_value_load_finite() {
     )
     .unwrap();
     let source = source.to_str().unwrap();
-    for scheme in ["W8A8", "FP8_DYNAMIC", "FP8_BLOCK"] {
+    for scheme in Scheme::ALL {
         let output = dir.path().join(format!("{scheme}.safetensors"));
         let output = output.to_str().unwrap();
+        let name = scheme.to_string();
         let summary = stui_json(
             dir.path(),
-            &[
-                "quantize", source, "-o", output, "--scheme", scheme, "--yes",
-            ],
+            &["quantize", source, "-o", output, "--scheme", &name, "--yes"],
         );
         assert_eq!(summary["verified"], true, "{scheme}");
         let weight = &summary["quantized"][0];
