@@ -101,7 +101,7 @@ fn scale_and_zero(plan: &Plan, values: &[f32]) -> (f64, i32) {
     if plan.scheme != Scheme::W4A16Asym {
         let need = (max / (half - 0.5)).max(-min / (half + 0.5));
         let scale = stored_at_least(plan.scale_dtype, need);
-        if plan.scale_dtype == Dtype::F16 && !extremes_within_f16(min, max, scale) {
+        if plan.scale_dtype == Dtype::F16 {
             return (f16_scale_within(min, max, scale), 0);
         }
         return (scale, 0);
