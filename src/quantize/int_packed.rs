@@ -202,7 +202,7 @@ fn extremes_within_f16(min: f64, max: f64, scale: f64) -> bool {
     )]
     let (low, high, scale32) = (min as f32, max as f32, scale as f32);
     [low, high].iter().all(|&x| {
-        let steps = round_even(clamp(x / scale32, -LIMIT, LIMIT));
+        let steps = round_even(x / scale32);
         half::f16::from_f64(f64::from(steps) * scale).is_finite()
     })
 }
@@ -244,16 +244,14 @@ fn group_errors(values: &[f32], candidates: &[(f64, i32)], half: f32) -> [f32; C
         // would be most of the work, and a quotient a rounding off moves a value to the next
         // code only at a tie, where the sum barely moves.
         let inverse = 1.0 / scale;
+        // The codes' range taken less the zero point, which then never needs adding.
+        let (low, high) = (-half - zero, half - 1.0 - zero);
         let mut lanes = [0f32; WIDE];
         // Padding of zeros codes as the zero point: no error.
         for xs in wide_chunks(values) {
             for lane in 0..WIDE {
-                let q = clamp(
-                    round_even(clamp(xs[lane] * inverse, -LIMIT, LIMIT)) + zero,
-                    -half,
-                    half - 1.0,
-                );
-                let error = xs[lane] - (q - zero) * scale;
+                let steps = clamp(round_even(xs[lane] * inverse), low, high);
+                let error = xs[lane] - steps * scale;
                 lanes[lane] += error * error;
             }
         }
@@ -261,10 +259,6 @@ fn group_errors(values: &[f32], candidates: &[(f64, i32)], half: f32) -> [f32; C
     }
     sums
 }
-
-/// Quotients beyond this are clamped before rounding: far outside every code range, and small
-/// enough to round exactly.
-const LIMIT: f32 = 1_048_576.0;
 
 /// Each value's code `clamp(round(x / scale) + zero) + 2^(b-1)`; every code `2^(b-1)` (the
 /// value 0) when the scale is 0 or not finite.
@@ -282,11 +276,7 @@ fn encode_group(values: &[f32], scale: f64, zero: i32, half: i32, codes: &mut [u
         return;
     }
     for (&x, code) in values.iter().zip(codes.iter_mut()) {
-        let q = clamp(
-            round_even(clamp(x / scale32, -LIMIT, LIMIT)) + zero,
-            -half,
-            half - 1.0,
-        );
+        let q = clamp(round_even(x / scale32) + zero, -half, half - 1.0);
         *code = byte_of(q + half);
     }
 }
@@ -566,17 +556,17 @@ fn tally_row_as<const ROUNDING: Rounding>(
         // A degenerate scale's zero point is 0: its values come back as 0.
         let (divisor, inverse) = divisor_and_inverse(scale);
         let inverse_steps = [inverse; WIDE];
+        let (low, high) = (low - zero, high - zero);
         for xs in wide_chunks(values) {
             // One step a loop: written as one, the compiler cut the lanes into pieces of four
             // and eight and put them back together.
             let mut quotients = [0f32; WIDE];
             for lane in 0..WIDE {
-                quotients[lane] = clamp(xs[lane] / divisor, -LIMIT, LIMIT);
+                quotients[lane] = xs[lane] / divisor;
             }
             let mut backs = [0f32; WIDE];
             for lane in 0..WIDE {
-                let q = clamp(round_even(quotients[lane]) + zero, low, high);
-                backs[lane] = (q - zero) * scale;
+                backs[lane] = clamp(round_even(quotients[lane]), low, high) * scale;
             }
             local.add::<ROUNDING>(&xs, &backs, &inverse_steps);
         }

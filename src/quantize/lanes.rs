@@ -144,9 +144,12 @@ impl Loaded {
 
 /// Adding and taking away 1.5 · 2^23 rounds an `f32` of magnitude below 2^22 to the nearest
 /// whole number, ties to even, as `round_ties_even` does.
-const ROUNDER: f32 = 12_582_912.0;
+pub const ROUNDER: f32 = 12_582_912.0;
 
-/// `value` (of magnitude at most 2^22) rounded to the nearest whole number, ties to even.
+/// `value` (of magnitude at most 2^22) rounded to the nearest whole number, ties to even. A
+/// larger value comes back beyond 2^22 still, with its sign (infinities as they are): clamped to
+/// a range of codes, as the kernels clamp it, it gives the range's end as the exact rounding
+/// would.
 #[inline(always)]
 pub fn round_even(value: f32) -> f32 {
     (value + ROUNDER) - ROUNDER

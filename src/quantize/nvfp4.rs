@@ -11,7 +11,8 @@
 
 use super::fp8;
 use super::lanes::{
-    Checked, Measure, TO_BF16, Tally, WIDE, divisor_and_inverse, larger, tensor_measured_in_f32,
+    Checked, Measure, ROUNDER, TO_BF16, Tally, WIDE, divisor_and_inverse, larger, round_even,
+    tensor_measured_in_f32,
 };
 use super::scheme::{ErrorSums, Plan, Streams};
 use multiversion::multiversion;
@@ -38,42 +39,57 @@ pub fn global_scale(absmax: f64) -> f32 {
 }
 
 /// The code of `value` rounded to the nearest E2M1 value (clamped to ±6), ties to the even
-/// code.
+/// code. Comes back 7 (±6) for NaN, which no quotient the kernels code is.
 #[expect(
     clippy::inline_always,
     reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
 )]
 #[inline(always)]
 fn encode(value: f32) -> u32 {
-    let a = value.abs();
-    // NaN passes no threshold: code 0.
-    u32::from(a > 0.25)
-        + u32::from(a >= 0.75)
-        + u32::from(a > 1.25)
-        + u32::from(a >= 1.75)
-        + u32::from(a > 2.5)
-        + u32::from(a >= 3.5)
-        + u32::from(a > 5.0)
-        + ((value.to_bits() >> 28) & 8)
+    let (steps, power) = steps_and_power(value.abs());
+    // The grid's codes run 0 to 3 in steps of 1/2, 4 and 5 in steps of 1 from 2, then 6 and
+    // 7 in steps of 2 from 4: the whole steps above the power of two, plus twice its exponent.
+    let steps = (steps + ROUNDER).to_bits() - ROUNDER.to_bits();
+    let code = steps + (power >> 22) - 254;
+    (if code < 7 { code } else { 7 }) + ((value.to_bits() >> 28) & 8)
 }
 
-/// The magnitude [`encode`] rounds `a` (a magnitude) to, without a table.
+/// The magnitude [`encode`] rounds `a` (a magnitude) to. NaN comes back NaN.
 #[expect(
     clippy::inline_always,
     reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
 )]
 #[inline(always)]
 fn rounded_magnitude(a: f32) -> f32 {
-    // The grid's steps from one code to the next, each taken when its threshold is passed: a
-    // sum of masked constants, which vectorizes where a chain of choices does not.
-    let step = |pass: bool, step: f32| if pass { step } else { 0.0 };
-    step(a > 0.25, 0.5)
-        + step(a >= 0.75, 0.5)
-        + step(a > 1.25, 0.5)
-        + step(a >= 1.75, 0.5)
-        + step(a > 2.5, 1.0)
-        + step(a >= 3.5, 1.0)
-        + step(a > 5.0, 2.0)
+    let (steps, power) = steps_and_power(a);
+    let rounded = round_even(steps) * f32::from_bits(power - STEP_BELOW_POWER);
+    if rounded > 6.0 { 6.0 } else { rounded }
+}
+
+/// Bits to take from a power of two's to halve it.
+const STEP_BELOW_POWER: u32 = 0x0080_0000;
+
+/// The magnitude `a` in the E2M1 grid's steps where it lies (not yet rounded), and the bits of
+/// the power of two at or below it, at least 1, that step's double: the grid's step is 1/2
+/// below 2, 1 from 2 to 4, 2 from 4 on. Magnitudes beyond 8 are taken as 8, which rounds to 6
+/// as they do. A choice among powers of two by the bits rather than a chain of seven
+/// thresholds: fewer steps for the lanes.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn steps_and_power(a: f32) -> (f32, u32) {
+    let capped = if a > 8.0 { 8.0 } else { a };
+    let power = capped.to_bits() & 0x7F80_0000;
+    let power = if power > 0x3F80_0000 {
+        power
+    } else {
+        0x3F80_0000
+    };
+    // The inverse of half a power of two, from its exponent's bits.
+    let inverse_step = f32::from_bits(0x7F80_0000 - power);
+    (capped * inverse_step, power)
 }
 
 /// The value of a code (sign in bit 3, magnitude `[0, .5, 1, 1.5, 2, 3, 4, 6][n & 7]`) and its
@@ -451,6 +467,47 @@ mod tests {
             let n = usize::from(code & 7);
             assert_eq!(value_and_step(code), (sign * magnitudes[n], steps[n]));
             assert_eq!(rounded_magnitude(magnitudes[n]), magnitudes[n]);
+        }
+    }
+
+    /// The code nearest `value` by E2M1's thresholds (the midpoints between its values), a tie
+    /// to the even code.
+    fn code_by_thresholds(value: f32) -> u32 {
+        let a = value.abs();
+        let passed = [
+            a > 0.25,
+            a >= 0.75,
+            a > 1.25,
+            a >= 1.75,
+            a > 2.5,
+            a >= 3.5,
+            a > 5.0,
+        ];
+        passed.iter().map(|&p| u32::from(p)).sum::<u32>() + ((value.to_bits() >> 28) & 8)
+    }
+
+    /// Every magnitude whose bits are a multiple of `stride`, and those next to each threshold.
+    fn magnitudes(stride: u32) -> impl Iterator<Item = f32> {
+        let thresholds = [0.25f32, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 8.0];
+        let near = thresholds
+            .into_iter()
+            .flat_map(|t| (0..=8).map(move |k| f32::from_bits(t.to_bits() - 4 + k)));
+        (0..=f32::INFINITY.to_bits())
+            .step_by(stride as usize)
+            .map(f32::from_bits)
+            .chain(near)
+            .chain([f32::MAX, f32::INFINITY, f32::MIN_POSITIVE, 1e-45])
+    }
+
+    #[test]
+    fn codes_and_magnitudes_are_those_of_the_thresholds() {
+        for a in magnitudes(4099) {
+            for value in [a, -a] {
+                let code = code_by_thresholds(value);
+                assert_eq!(encode(value), code, "{value:e}");
+                let code = u8::try_from(code).unwrap_or(u8::MAX);
+                assert_eq!(rounded_magnitude(a), decode(code).abs(), "{a:e}");
+            }
         }
     }
 
