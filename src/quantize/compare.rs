@@ -4,7 +4,7 @@
 //! every scheme in turn, without codes (see [`Plan::error`]).
 
 use super::int_packed;
-use super::lanes::{Loaded, Tally, tensor_measured_in_f32};
+use super::lanes::{Compared, Loaded, SquareSum, tensor_measured_in_f32, wide_chunks};
 use super::magnitude::Bits;
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{
@@ -13,6 +13,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::format::{Dtype, Model, Tensor};
+use multiversion::multiversion;
 use serde::Serialize;
 use std::fs::File;
 use std::sync::Mutex;
@@ -150,13 +151,14 @@ pub(super) fn evaluate(
             .max(1);
         let errors = |values: &[f32]| -> Vec<ErrorSums> {
             let mut streams = Streams::take();
+            let signal = signal(values, absmax);
             let sums = plans
                 .iter()
                 .map(|plan| match plan {
                     Some(plan) if plan.scheme == Scheme::W8A8 => {
-                        int8_sums(source, values, columns, int8_scales, absmax)
+                        int8_sums(source, values, columns, int8_scales, absmax, signal)
                     }
-                    Some(plan) => plan.error(values, &mut streams),
+                    Some(plan) => plan.error(values, signal, &mut streams),
                     None => ErrorSums::default(),
                 })
                 .collect();
@@ -302,15 +304,30 @@ fn read_whole(
     Ok(stored_bits.unwrap_or(Bits::F32).magnitude(largest))
 }
 
+/// The sum of the squares of `values`, of a weight whose largest magnitude is `absmax`: in `f32`
+/// lanes as the schemes' measures sum theirs where it holds them, in `f64` otherwise.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+fn signal(values: &[f32], absmax: f64) -> f64 {
+    if !tensor_measured_in_f32(absmax) {
+        return values.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+    }
+    let mut sum = SquareSum::default();
+    for xs in wide_chunks(values) {
+        sum.add(&xs);
+    }
+    sum.total()
+}
+
 /// W8A8's error on whole rows, with each row's own scale or `shared`, as its writer's measure
 /// gives it, without codes (see [`int_packed::error`]) where `f32` holds the scales and measures
-/// the weight, whose largest magnitude is `absmax`.
+/// the weight, whose largest magnitude is `absmax` and the sum of whose squares is `signal`.
 fn int8_sums(
     source: Dtype,
     values: &[f32],
     columns: usize,
     shared: Option<f64>,
     absmax: f64,
+    signal: f64,
 ) -> ErrorSums {
     let dtype = super::scale_dtype(source);
     let scale_of =
@@ -318,7 +335,7 @@ fn int8_sums(
     if dtype == Dtype::F64 || !tensor_measured_in_f32(absmax) {
         return int8_sums_written(source, values, columns, scale_of);
     }
-    let mut tally = Tally::new(Loaded::of(dtype));
+    let mut tally = Compared::new(Loaded::of(dtype));
     for row in values.chunks(columns) {
         #[expect(
             clippy::cast_possible_truncation,
@@ -327,7 +344,7 @@ fn int8_sums(
         let scale = scale_of(row) as f32;
         int_packed::tally_row(row, columns, &[(scale, 0.0)], (-127.0, 127.0), &mut tally);
     }
-    tally.finish()
+    tally.finish(signal)
 }
 
 /// [`int8_sums`] from the codes its writer makes.
@@ -497,7 +514,12 @@ mod tests {
             };
             let written = int8_sums_written(source, &values, columns, scale_of);
             let absmax = super::super::absmax_of(&values).0;
-            let worked_out = int8_sums(source, &values, columns, shared, absmax);
+            let worked_out = int8_sums(source, &values, columns, shared, absmax, signal(&values, absmax));
+            // Not measured by a comparison (see `Compared`).
+            let worked_out = ErrorSums {
+                max_in_steps: written.max_in_steps,
+                ..worked_out
+            };
             super::super::lanes::assert_agree(&written, &worked_out, false)?;
         }
     }

@@ -5,7 +5,7 @@
 //! `x' = q · scale`.
 
 use super::lanes::{
-    Checked, LANES, Measure, Rounding, Tally, WIDE, byte_of, clamp, divisor_and_inverse,
+    Checked, Compared, LANES, Measure, Rounding, WIDE, byte_of, clamp, divisor_and_inverse,
     for_loaded, larger, round_even, scale_in_f32, wide_chunks,
 };
 use super::scheme::{BLOCK, ErrorSums, Plan, Scheme, Streams, decode_scales};
@@ -368,11 +368,11 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
 /// blocks), worked out without codes: each block's scale as [`quantize`] chooses it, each value
 /// rounded to the E4M3 grid from its quotient by the scale, as [`quantize`] codes it. For
 /// scales `f32` holds (see [`Plan::error`]).
-pub fn error(plan: &Plan, values: &[f32]) -> ErrorSums {
+pub fn error(plan: &Plan, values: &[f32], signal: f64) -> ErrorSums {
     let columns = columns(plan);
     let (block_rows, block_columns) = (block_rows(plan), block_columns(plan));
     let (mut scales, mut encoded, mut narrow) = (Vec::new(), Vec::new(), Vec::new());
-    let mut tally = Tally::new(plan.loaded());
+    let mut tally = Compared::new(plan.loaded());
     for rows in values.chunks(columns * block_rows) {
         scales.clear();
         block_scales(plan, rows, &mut encoded, &mut scales);
@@ -387,12 +387,12 @@ pub fn error(plan: &Plan, values: &[f32]) -> ErrorSums {
             tally_row(row, block_columns, &narrow, &mut tally);
         }
     }
-    tally.finish()
+    tally.finish(signal)
 }
 
 /// Adds a row's values, each block's under its scale of `scales`, to `tally`.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-fn tally_row(row: &[f32], block_columns: usize, scales: &[f32], tally: &mut Tally) {
+fn tally_row(row: &[f32], block_columns: usize, scales: &[f32], tally: &mut Compared) {
     for_loaded!(tally.loaded(), ROUNDING => {
         tally_row_as::<ROUNDING>(row, block_columns, scales, tally);
     });
@@ -408,44 +408,38 @@ fn tally_row_as<const ROUNDING: Rounding>(
     row: &[f32],
     block_columns: usize,
     scales: &[f32],
-    tally: &mut Tally,
+    tally: &mut Compared,
 ) {
     let mut local = *tally;
     for (values, &scale) in row.chunks(block_columns).zip(scales) {
-        let (divisor, inverse) = divisor_and_inverse(scale);
+        let (divisor, _) = divisor_and_inverse(scale);
         for xs in wide_chunks(values) {
-            let (mut backs, mut inverse_steps) = ([0f32; WIDE], [0f32; WIDE]);
+            let mut backs = [0f32; WIDE];
             for lane in 0..WIDE {
                 let quotient = clamp(xs[lane] / divisor, -MAX, MAX);
-                let (rounded, per_step) = rounded_and_per_step(quotient.abs());
-                backs[lane] = rounded.copysign(quotient) * scale;
-                inverse_steps[lane] = per_step * inverse;
+                backs[lane] = rounded(quotient.abs()).copysign(quotient) * scale;
             }
-            local.add::<ROUNDING>(&xs, &backs, &inverse_steps);
+            local.add::<ROUNDING>(&xs, &backs);
         }
     }
     *tally = local;
 }
 
-/// A magnitude within 448 rounded to the E4M3 grid as [`encode_clamped`] rounds it, and the
-/// inverse of the grid's step there ([`value_and_step`]'s third), from its bits alone.
+/// A magnitude within 448 rounded to the E4M3 grid as [`encode_clamped`] rounds it, from its
+/// bits alone.
 #[expect(
     clippy::inline_always,
     reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
 )]
 #[inline(always)]
-fn rounded_and_per_step(magnitude: f32) -> (f32, f32) {
+fn rounded(magnitude: f32) -> f32 {
     let bits = magnitude.to_bits();
     let normal = f32::from_bits((bits + 0x7_FFFF + ((bits >> 20) & 1)) & 0xFFF0_0000);
     let subnormal = round_even(magnitude * 512.0) * (1.0 / 512.0);
     if magnitude < 1.0 / 64.0 {
-        (subnormal, 512.0)
+        subnormal
     } else {
-        // The binade's step is 2^(e - 127 - 3) for the biased exponent e of the value rounded.
-        (
-            normal,
-            f32::from_bits((257 - (normal.to_bits() >> 23)) << 23),
-        )
+        normal
     }
 }
 

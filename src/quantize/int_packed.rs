@@ -15,7 +15,7 @@
 //! that no value is clipped by more than half a step.
 
 use super::lanes::{
-    Checked, LANES, Measure, Rounding, Tally, WIDE, byte_of, clamp, divisor_and_inverse,
+    Checked, Compared, LANES, Measure, Rounding, WIDE, byte_of, clamp, divisor_and_inverse,
     for_loaded, measured_in_f32, round_even, scale_in_f32, wide_chunks,
 };
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
@@ -500,12 +500,12 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
 /// worked out without codes: each group's scale and zero point as [`quantize`] chooses them, each
 /// value's code from its quotient by the scale, as [`quantize`] codes it. For scales `f32`
 /// holds (see [`Plan::error`]).
-pub fn error(plan: &Plan, values: &[f32]) -> ErrorSums {
+pub fn error(plan: &Plan, values: &[f32], signal: f64) -> ErrorSums {
     let (columns, group) = (columns(plan), group(plan));
     #[expect(clippy::cast_precision_loss, reason = "2^(b-1), at most 128")]
     let half = (1u32 << (bits(plan) - 1)) as f32;
     let codes = (-half, half - 1.0);
-    let mut tally = Tally::new(plan.loaded());
+    let mut tally = Compared::new(plan.loaded());
     let mut grid = Vec::with_capacity(columns.div_ceil(group));
     for row in values.chunks(columns) {
         grid.clear();
@@ -520,7 +520,7 @@ pub fn error(plan: &Plan, values: &[f32]) -> ErrorSums {
         }));
         tally_row(row, group, &grid, codes, &mut tally);
     }
-    tally.finish()
+    tally.finish(signal)
 }
 
 /// Adds a row's values, each group's coded with its `(scale, zero)` of `grid` as the whole
@@ -531,7 +531,7 @@ pub(super) fn tally_row(
     group: usize,
     grid: &[(f32, f32)],
     (low, high): (f32, f32),
-    tally: &mut Tally,
+    tally: &mut Compared,
 ) {
     for_loaded!(tally.loaded(), ROUNDING => {
         tally_row_as::<ROUNDING>(row, group, grid, (low, high), tally);
@@ -549,13 +549,12 @@ fn tally_row_as<const ROUNDING: Rounding>(
     group: usize,
     grid: &[(f32, f32)],
     (low, high): (f32, f32),
-    tally: &mut Tally,
+    tally: &mut Compared,
 ) {
     let mut local = *tally;
     for (values, &(scale, zero)) in row.chunks(group).zip(grid) {
         // A degenerate scale's zero point is 0: its values come back as 0.
-        let (divisor, inverse) = divisor_and_inverse(scale);
-        let inverse_steps = [inverse; WIDE];
+        let (divisor, _) = divisor_and_inverse(scale);
         let (low, high) = (low - zero, high - zero);
         for xs in wide_chunks(values) {
             // One step a loop: written as one, the compiler cut the lanes into pieces of four
@@ -568,7 +567,7 @@ fn tally_row_as<const ROUNDING: Rounding>(
             for lane in 0..WIDE {
                 backs[lane] = clamp(round_even(quotients[lane]), low, high) * scale;
             }
-            local.add::<ROUNDING>(&xs, &backs, &inverse_steps);
+            local.add::<ROUNDING>(&xs, &backs);
         }
     }
     *tally = local;

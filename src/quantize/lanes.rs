@@ -299,27 +299,24 @@ impl Measure {
     }
 }
 
-/// Values a [`Tally`] takes side by side: one AVX-512 register, two AVX2 ones.
+/// Values a [`Tally`] or a [`Compared`] takes side by side: one AVX-512 register, two AVX2 ones.
 pub const WIDE: usize = 16;
 
-/// Squares of values and of their errors, [`WIDE`] lanes side by side: summed in `f32` for at
-/// most [`GROUP_VALUES`] values, then added into `f64` sums.
+/// A sum of squares, [`WIDE`] lanes side by side: summed in `f32` for at most [`GROUP_VALUES`]
+/// values, then added into `f64` sums.
 #[derive(Clone, Copy, Debug, Default)]
-struct Squares {
-    signal: [f32; WIDE],
-    noise: [f32; WIDE],
+pub struct SquareSum {
+    lanes: [f32; WIDE],
     pending: usize,
-    total_signal: [f64; WIDE],
-    total_noise: [f64; WIDE],
+    total: [f64; WIDE],
 }
 
-impl Squares {
-    /// Adds the squares of `xs` and of their `errors`.
+impl SquareSum {
+    /// Adds the squares of `xs`.
     #[inline(always)]
-    fn add(&mut self, xs: &[f32; WIDE], errors: &[f32; WIDE]) {
-        for lane in 0..WIDE {
-            self.signal[lane] += xs[lane] * xs[lane];
-            self.noise[lane] += errors[lane] * errors[lane];
+    pub fn add(&mut self, xs: &[f32; WIDE]) {
+        for (sum, &x) in self.lanes.iter_mut().zip(xs) {
+            *sum += x * x;
         }
         self.pending += WIDE;
         if self.pending >= GROUP_VALUES {
@@ -330,19 +327,36 @@ impl Squares {
     /// Adds the `f32` sums into the `f64` ones.
     fn flush(&mut self) {
         for lane in 0..WIDE {
-            self.total_signal[lane] += f64::from(self.signal[lane]);
-            self.total_noise[lane] += f64::from(self.noise[lane]);
+            self.total[lane] += f64::from(self.lanes[lane]);
         }
-        (self.signal, self.noise, self.pending) = ([0.0; WIDE], [0.0; WIDE], 0);
+        (self.lanes, self.pending) = ([0.0; WIDE], 0);
+    }
+
+    /// The sum of the squares.
+    pub fn total(mut self) -> f64 {
+        self.flush();
+        self.total.iter().sum()
+    }
+}
+
+/// Squares of values and of their errors ([`SquareSum`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct Squares {
+    signal: SquareSum,
+    noise: SquareSum,
+}
+
+impl Squares {
+    /// Adds the squares of `xs` and of their `errors`.
+    #[inline(always)]
+    fn add(&mut self, xs: &[f32; WIDE], errors: &[f32; WIDE]) {
+        self.signal.add(xs);
+        self.noise.add(errors);
     }
 
     /// The sums of the squares of the values and of their errors.
-    fn totals(mut self) -> (f64, f64) {
-        self.flush();
-        (
-            self.total_signal.iter().sum(),
-            self.total_noise.iter().sum(),
-        )
+    fn totals(self) -> (f64, f64) {
+        (self.signal.total(), self.noise.total())
     }
 }
 
@@ -386,8 +400,8 @@ impl LoadedErrors {
     }
 }
 
-/// The error measures of [`ErrorSums`] for values measured as they are quantized, without
-/// codes (a comparison of schemes, which writes nothing), lane by lane.
+/// The error measures of [`ErrorSums`] for values measured as they are quantized, lane by lane
+/// (W8A8's writer; a comparison of schemes takes [`Compared`]).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Tally {
     errors: LoadedErrors,
@@ -405,14 +419,9 @@ impl Tally {
         }
     }
 
-    /// The type the values are loaded in.
-    pub fn loaded(&self) -> Loaded {
-        self.errors.loaded
-    }
-
     /// Adds values `xs`, which would come back as `backs` on the grid, each on a grid whose
     /// local step's inverse is `inverse_steps[lane]`, loaded as `ROUNDING` (the constant of
-    /// [`Tally::loaded`]) says. Padding of zeros coming back as zeros adds nothing.
+    /// `Tally::new`'s type) says. Padding of zeros coming back as zeros adds nothing.
     #[inline(always)]
     pub fn add<const ROUNDING: Rounding>(
         &mut self,
@@ -434,6 +443,56 @@ impl Tally {
             noise,
             max_abs,
             max_in_steps: f64::from(self.max_in_steps.into_iter().fold(0.0, f32::max)),
+        }
+    }
+}
+
+/// What a comparison of schemes measures of values quantized without codes (it writes
+/// nothing), lane by lane: the squares of their errors as loaded, and the largest. The squares
+/// of the values themselves, the same for every scheme, the comparison sums once
+/// ([`SquareSum`]); the largest error in steps, which no comparison shows, is not measured.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Compared {
+    loaded: Loaded,
+    noise: SquareSum,
+    largest: [f32; WIDE],
+}
+
+impl Compared {
+    pub fn new(loaded: Loaded) -> Compared {
+        Compared {
+            loaded,
+            ..Compared::default()
+        }
+    }
+
+    /// The type the values are loaded in.
+    pub fn loaded(&self) -> Loaded {
+        self.loaded
+    }
+
+    /// Adds values `xs`, which would come back as `backs` on the grid, loaded as `ROUNDING` (the
+    /// constant of [`Compared::loaded`]) says. Padding of zeros coming back as zeros adds nothing.
+    #[inline(always)]
+    pub fn add<const ROUNDING: Rounding>(&mut self, xs: &[f32; WIDE], backs: &[f32; WIDE]) {
+        debug_assert_eq!(ROUNDING, self.loaded.rounding());
+        let loaded = round::<ROUNDING>(backs);
+        let mut errors = [0f32; WIDE];
+        for lane in 0..WIDE {
+            errors[lane] = xs[lane] - loaded[lane];
+            self.largest[lane] = larger(errors[lane].abs(), self.largest[lane]);
+        }
+        self.noise.add(&errors);
+    }
+
+    /// The sums, with `signal` the values' squares summed apart; the largest error in steps
+    /// left at 0 (not measured).
+    pub fn finish(self, signal: f64) -> ErrorSums {
+        ErrorSums {
+            signal,
+            noise: self.noise.total(),
+            max_abs: f64::from(self.largest.into_iter().fold(0.0, f32::max)),
+            max_in_steps: 0.0,
         }
     }
 }

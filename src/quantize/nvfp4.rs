@@ -11,7 +11,7 @@
 
 use super::fp8;
 use super::lanes::{
-    Checked, Measure, ROUNDER, TO_BF16, Tally, WIDE, divisor_and_inverse, larger, round_even,
+    Checked, Compared, Measure, ROUNDER, TO_BF16, WIDE, divisor_and_inverse, larger, round_even,
     tensor_measured_in_f32,
 };
 use super::scheme::{ErrorSums, Plan, Streams};
@@ -408,9 +408,9 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
 /// The error [`check`] would measure of what [`quantize`] writes for `values` (whole rows),
 /// worked out without codes: each group's scale as [`quantize`] chooses it, each value rounded to
 /// the E2M1 grid from its quotient by the scale, as [`quantize`] codes it.
-pub fn error(plan: &Plan, values: &[f32]) -> ErrorSums {
+pub fn error(plan: &Plan, values: &[f32], signal: f64) -> ErrorSums {
     let columns = columns(plan);
-    let mut tally = Tally::new(plan.loaded());
+    let mut tally = Compared::new(plan.loaded());
     for row in values.chunks(columns) {
         // The model's weights are cut into whole groups (see `fits`).
         let (groups, _) = row.as_chunks::<GROUP>();
@@ -418,32 +418,23 @@ pub fn error(plan: &Plan, values: &[f32]) -> ErrorSums {
             tally_batch(batch, plan.global_scale, &mut tally);
         }
     }
-    tally.finish()
+    tally.finish(signal)
 }
 
 /// Adds `groups`, each under the scale [`quantize`] chooses for it, to `tally`.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-fn tally_batch(groups: &[[f32; GROUP]], global: f32, tally: &mut Tally) {
+fn tally_batch(groups: &[[f32; GROUP]], global: f32, tally: &mut Compared) {
     const { assert!(GROUP == WIDE) };
     let scales = group_scales(groups, global);
     let mut local = *tally;
     for (xs, &(_, scale)) in groups.iter().zip(&scales) {
-        let (divisor, inverse) = divisor_and_inverse(scale);
-        let (mut backs, mut inverse_steps) = ([0f32; WIDE], [0f32; WIDE]);
+        let (divisor, _) = divisor_and_inverse(scale);
+        let mut backs = [0f32; WIDE];
         for lane in 0..WIDE {
             let rounded = rounded_magnitude((xs[lane] / divisor).abs());
             backs[lane] = (rounded * scale).copysign(xs[lane]);
-            // The grid's step: 0.5 below 2, 1 below 4, 2 above.
-            let per_step = if rounded < 2.0 {
-                2.0
-            } else if rounded < 4.0 {
-                1.0
-            } else {
-                0.5
-            };
-            inverse_steps[lane] = inverse * per_step;
         }
-        local.add::<TO_BF16>(xs, &backs, &inverse_steps);
+        local.add::<TO_BF16>(xs, &backs);
     }
     *tally = local;
 }
