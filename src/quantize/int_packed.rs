@@ -131,10 +131,14 @@ fn scale_and_zero(plan: &Plan, values: &[f32]) -> (f64, i32) {
         // Zero points keeping `min` at or above the lowest code less half a step, and `max` at
         // or below the highest plus half a step.
         #[expect(clippy::cast_possible_truncation, reason = "within the code range")]
-        let lowest = (-half - 0.5 - min / scale).ceil().max(-half) as i32;
+        let lowest = (-floor(half + 0.5 + min / scale)).max(-half) as i32;
         #[expect(clippy::cast_possible_truncation, reason = "within the code range")]
-        let highest = (half - 0.5 - max / scale).floor().min(half - 1.0) as i32;
+        let highest = floor(half - 0.5 - max / scale).min(half - 1.0) as i32;
         candidates.extend((lowest..=highest).map(|zero| (scale, zero)));
+    }
+    // The one candidate there is most often (the nearest scale rounded down leaves none).
+    if let [only] = candidates[..] {
+        return only;
     }
     let mut best = (f32::INFINITY, scales[scales.len() - 1], 0);
     #[expect(clippy::cast_possible_truncation, reason = "2^(b-1), at most 128")]
@@ -180,6 +184,23 @@ fn scale_and_zero(plan: &Plan, values: &[f32]) -> (f64, i32) {
         }
     }
     (best.1, best.2)
+}
+
+/// `value.floor()` for a quotient of a group's extremes by its scale (within a few codes of the
+/// range; larger ones come back beyond it still), without the call to `floor` that x86-64's
+/// baseline, with no instruction to round an `f64`, makes of it.
+fn floor(value: f64) -> f64 {
+    #[expect(clippy::cast_possible_truncation, reason = "rounding is the point")]
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "a whole number within the code range"
+    )]
+    let toward_zero = value as i64 as f64;
+    if toward_zero > value {
+        toward_zero - 1.0
+    } else {
+        toward_zero
+    }
 }
 
 /// The gap between 1 and the next value of a scale dtype (`torch.finfo(dtype).eps`).

@@ -339,24 +339,48 @@ impl SquareSum {
     }
 }
 
-/// Squares of values and of their errors ([`SquareSum`]).
+/// Squares of values and of their errors, as [`SquareSum`] sums them, with one count of the
+/// values summed in `f32` for both: with a count for each, the measures of a save were at the
+/// mercy of the compiler, which kept their sums in memory in one build of two.
 #[derive(Clone, Copy, Debug, Default)]
 struct Squares {
-    signal: SquareSum,
-    noise: SquareSum,
+    signal: [f32; WIDE],
+    noise: [f32; WIDE],
+    pending: usize,
+    total_signal: [f64; WIDE],
+    total_noise: [f64; WIDE],
 }
 
 impl Squares {
     /// Adds the squares of `xs` and of their `errors`.
     #[inline(always)]
     fn add(&mut self, xs: &[f32; WIDE], errors: &[f32; WIDE]) {
-        self.signal.add(xs);
-        self.noise.add(errors);
+        for lane in 0..WIDE {
+            self.signal[lane] += xs[lane] * xs[lane];
+            self.noise[lane] += errors[lane] * errors[lane];
+        }
+        self.pending += WIDE;
+        if self.pending >= GROUP_VALUES {
+            self.flush();
+        }
+    }
+
+    /// Adds the `f32` sums into the `f64` ones.
+    fn flush(&mut self) {
+        for lane in 0..WIDE {
+            self.total_signal[lane] += f64::from(self.signal[lane]);
+            self.total_noise[lane] += f64::from(self.noise[lane]);
+        }
+        (self.signal, self.noise, self.pending) = ([0.0; WIDE], [0.0; WIDE], 0);
     }
 
     /// The sums of the squares of the values and of their errors.
-    fn totals(self) -> (f64, f64) {
-        (self.signal.total(), self.noise.total())
+    fn totals(mut self) -> (f64, f64) {
+        self.flush();
+        (
+            self.total_signal.iter().sum(),
+            self.total_noise.iter().sum(),
+        )
     }
 }
 
