@@ -39,7 +39,16 @@ fn group(plan: &Plan) -> usize {
 /// Values [`range`] compares side by side: one AVX-512 register, two AVX2 ones.
 const RANGE_LANES: usize = 16;
 
-/// The smallest and largest of `values` and 0.
+/// The smallest and largest value (and 0) of each group of `group` values of `row`, into
+/// `extremes`.
+fn ranges(row: &[f32], group: usize, extremes: &mut Vec<(f32, f32)>) {
+    extremes.clear();
+    extremes.extend(row.chunks(group).map(range));
+}
+
+/// The smallest and largest of `values` and 0. A function of its own: inlined into a loop over a
+/// row's groups, its lanes were compiled four to a register, as they were when the lanes were
+/// folded onto each other in halves at the end.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn range(values: &[f32]) -> (f32, f32) {
     let (chunks, rest) = values.as_chunks::<RANGE_LANES>();
@@ -75,17 +84,17 @@ fn range(values: &[f32]) -> (f32, f32) {
     )
 }
 
-/// A group's scale and zero point (0 when symmetric), the scale as stored: of the scales and
-/// zero points that keep every value within half a step, the one that leaves the least error.
+/// A group's scale and zero point (0 when symmetric), the scale as stored, from its `values`
+/// and their [`range`]: of the scales and zero points that keep every value within half a step,
+/// the one that leaves the least error.
 ///
 /// Symmetric: the codes reach half a step further below zero than above it (`-2^(b-1)` against
 /// `2^(b-1) - 1`), so the scale is the larger of the positive side's need and the negative side's,
 /// which is finer than `absmax / (2^(b-1) - 1/2)` whenever the largest magnitude is negative.
 /// Asymmetric: the stored scale nearest `(max - min) / (2^b - 1)` on either side, with every zero
 /// point that keeps both ends within half a step.
-fn scale_and_zero(plan: &Plan, values: &[f32]) -> (f64, i32) {
+fn scale_and_zero(plan: &Plan, values: &[f32], (min, max): (f32, f32)) -> (f64, i32) {
     let half = f64::from(1u32 << (bits(plan) - 1));
-    let (min, max) = range(values);
     let (min, max) = (f64::from(min), f64::from(max));
     if min == 0.0 && max == 0.0 {
         // An all-zero group: the presets store the scale dtype's epsilon, not 0 (a zero scale
@@ -281,9 +290,24 @@ fn group_errors(values: &[f32], candidates: &[(f64, i32)], half: f32) -> [f32; C
     sums
 }
 
+/// [`encode_group`] for each group of `group` values of `row` with its `(scale, zero)` of
+/// `grid`, in one call for the row.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+fn encode_row(row: &[f32], group: usize, grid: &[(f64, i32)], half: i32, codes: &mut [u8]) {
+    for ((values, codes), &(scale, zero)) in
+        row.chunks(group).zip(codes.chunks_mut(group)).zip(grid)
+    {
+        encode_group(values, scale, zero, half, codes);
+    }
+}
+
 /// Each value's code `clamp(round(x / scale) + zero) + 2^(b-1)`; every code `2^(b-1)` (the
 /// value 0) when the scale is 0 or not finite.
-#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into its caller, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
 fn encode_group(values: &[f32], scale: f64, zero: i32, half: i32, codes: &mut [u8]) {
     #[expect(
         clippy::cast_possible_truncation,
@@ -362,16 +386,20 @@ pub fn quantize(plan: &Plan, values: &[f32], out: &mut Streams) {
     let asymmetric = plan.scheme == Scheme::W4A16Asym;
     let mut zeros = Vec::with_capacity(if asymmetric { rows * groups } else { 0 });
     let mut codes = vec![0u8; columns];
+    let (mut extremes, mut grid) = (Vec::with_capacity(groups), Vec::with_capacity(groups));
     for row in values.chunks(columns) {
         let codes = &mut codes[..row.len()];
-        for (chunk, codes) in row.chunks(group).zip(codes.chunks_mut(group)) {
-            let (scale, zero) = scale_and_zero(plan, chunk);
+        ranges(row, group, &mut extremes);
+        grid.clear();
+        for (chunk, &range) in row.chunks(group).zip(&extremes) {
+            let (scale, zero) = scale_and_zero(plan, chunk, range);
             encode_scale(plan.scale_dtype, scale, &mut out.scales);
             if asymmetric {
                 zeros.push(zero);
             }
-            encode_group(chunk, scale, zero, half, codes);
+            grid.push((scale, zero));
         }
+        encode_row(row, group, &grid, half, codes);
         pack_row(codes, bits, words, &mut out.codes);
     }
     if asymmetric {
@@ -528,10 +556,12 @@ pub fn error(plan: &Plan, values: &[f32], signal: f64) -> ErrorSums {
     let codes = (-half, half - 1.0);
     let mut tally = Compared::new(plan.loaded());
     let mut grid = Vec::with_capacity(columns.div_ceil(group));
+    let mut extremes = Vec::with_capacity(columns.div_ceil(group));
     for row in values.chunks(columns) {
+        ranges(row, group, &mut extremes);
         grid.clear();
-        grid.extend(row.chunks(group).map(|chunk| {
-            let (scale, zero) = scale_and_zero(plan, chunk);
+        grid.extend(row.chunks(group).zip(&extremes).map(|(chunk, &range)| {
+            let (scale, zero) = scale_and_zero(plan, chunk, range);
             #[expect(
                 clippy::cast_possible_truncation,
                 reason = "scales are at most f32 here"
@@ -640,6 +670,21 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Each group's range is its smallest and largest value, with 0.
+        #[test]
+        fn ranges_are_each_groups_extremes_with_zero(
+            row in proptest::collection::vec(-1e3f32..1e3, 1..700),
+            group in 1usize..300,
+        ) {
+            let mut extremes = Vec::new();
+            ranges(&row, group, &mut extremes);
+            proptest::prop_assert_eq!(extremes.len(), row.len().div_ceil(group));
+            for (values, &(low, high)) in row.chunks(group).zip(&extremes) {
+                let folded = values.iter().fold((0f32, 0f32), |(l, h), &x| (l.min(x), h.max(x)));
+                proptest::prop_assert_eq!((low, high), folded);
+            }
+        }
+
         #[test]
         fn the_f32_measure_agrees_with_the_plain_one(
             (wide, values) in proptest::bool::ANY.prop_flat_map(|wide| (proptest::strategy::Just(wide), source_values(wide))),
@@ -648,9 +693,9 @@ mod tests {
             let dtype = if wide { Dtype::F32 } else { Dtype::Bf16 };
             let plan = Plan::new(scheme, 128, [1, values.len() as u64], dtype, 1.0);
             let half = 1i32 << (bits(&plan) - 1);
-            let (scale, zero) = scale_and_zero(&plan, &values);
+            let (scale, zero) = scale_and_zero(&plan, &values, range(&values));
             let mut codes = vec![0u8; values.len()];
-            encode_group(&values, scale, zero, half, &mut codes);
+            encode_row(&values, values.len(), &[(scale, zero)], half, &mut codes);
             let loaded = super::super::lanes::Loaded::of(dtype);
             let (mut plain, mut in_f32) = (Measure::new(loaded), Checked::new(loaded));
             measure_group(&values, &codes, half + zero, scale, &mut plain);
