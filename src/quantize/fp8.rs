@@ -5,8 +5,8 @@
 //! `x' = q · scale`.
 
 use super::lanes::{
-    Checked, Compared, LANES, Measure, Rounding, WIDE, byte_of, clamp, divisor_and_inverse,
-    for_loaded, larger, round_even, scale_in_f32, wide_chunks,
+    Checked, Compared, LANES, Measure, Rounding, WIDE, byte_of, clamp, divisor, for_loaded, larger,
+    round_even, scale_in_f32, wide_chunks,
 };
 use super::scheme::{BLOCK, ErrorSums, Plan, Scheme, Streams, decode_scales};
 use super::{encode_scale, loadable, stored_at_least};
@@ -412,11 +412,11 @@ fn tally_row_as<const ROUNDING: Rounding>(
 ) {
     let mut local = *tally;
     for (values, &scale) in row.chunks(block_columns).zip(scales) {
-        let (divisor, _) = divisor_and_inverse(scale);
+        let by = divisor(scale);
         for xs in wide_chunks(values) {
             let mut backs = [0f32; WIDE];
             for lane in 0..WIDE {
-                let quotient = clamp(xs[lane] / divisor, -MAX, MAX);
+                let quotient = clamp(xs[lane] / by, -MAX, MAX);
                 backs[lane] = rounded(quotient.abs()).copysign(quotient) * scale;
             }
             local.add::<ROUNDING>(&xs, &backs);

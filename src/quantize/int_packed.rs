@@ -15,8 +15,8 @@
 //! that no value is clipped by more than half a step.
 
 use super::lanes::{
-    Checked, Compared, LANES, Measure, Rounding, WIDE, byte_of, clamp, divisor_and_inverse,
-    for_loaded, measured_in_f32, round_even, scale_in_f32, wide_chunks,
+    Checked, Compared, LANES, Measure, Rounding, WIDE, byte_of, clamp, divisor, for_loaded,
+    measured_in_f32, round_even, scale_in_f32, wide_chunks,
 };
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{encode_scale, stored_at_least};
@@ -46,9 +46,9 @@ fn ranges(row: &[f32], group: usize, extremes: &mut Vec<(f32, f32)>) {
     extremes.extend(row.chunks(group).map(range));
 }
 
-/// The smallest and largest of `values` and 0. A function of its own: inlined into a loop over a
-/// row's groups, its lanes were compiled four to a register, as they were when the lanes were
-/// folded onto each other in halves at the end.
+/// The smallest and largest of `values` and 0. The lanes are reduced one after the other at the
+/// end: folded onto each other in halves, they led the compiler to put the whole function's lanes
+/// four to a register, and the ranges took more time.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn range(values: &[f32]) -> (f32, f32) {
     let (chunks, rest) = values.as_chunks::<RANGE_LANES>();
@@ -605,14 +605,14 @@ fn tally_row_as<const ROUNDING: Rounding>(
     let mut local = *tally;
     for (values, &(scale, zero)) in row.chunks(group).zip(grid) {
         // A degenerate scale's zero point is 0: its values come back as 0.
-        let (divisor, _) = divisor_and_inverse(scale);
+        let by = divisor(scale);
         let (low, high) = (low - zero, high - zero);
         for xs in wide_chunks(values) {
             // One step a loop: written as one, the compiler cut the lanes into pieces of four
             // and eight and put them back together.
             let mut quotients = [0f32; WIDE];
             for lane in 0..WIDE {
-                quotients[lane] = xs[lane] / divisor;
+                quotients[lane] = xs[lane] / by;
             }
             let mut backs = [0f32; WIDE];
             for lane in 0..WIDE {

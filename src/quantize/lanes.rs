@@ -605,17 +605,16 @@ impl Checked {
     }
 }
 
-/// What a measure without codes divides a scale's values by, and the scale's inverse (for the
-/// error in steps). Dividing, as the writers do, gives their very codes: a product by the
-/// inverse rounds to another code where a value lies within its rounding of a tie, and that can
-/// move the value to another grid step. A scale of 0 or beyond `f32` codes every value as 0, as
-/// the writers do: the quotient by an infinite divisor; its inverse is then 0.
+/// What a measure without codes divides a scale's values by. Dividing, as the writers do, gives
+/// their very codes: a product by the inverse rounds to another code where a value lies within
+/// its rounding of a tie, and that can move the value to another grid step. A scale of 0 or
+/// beyond `f32` codes every value as 0, as the writers do: the quotient by an infinite divisor.
 #[inline(always)]
-pub fn divisor_and_inverse(scale: f32) -> (f32, f32) {
+pub fn divisor(scale: f32) -> f32 {
     if scale > 0.0 && scale.is_finite() {
-        (scale, 1.0 / scale)
+        scale
     } else {
-        (f32::INFINITY, 0.0)
+        f32::INFINITY
     }
 }
 

@@ -11,7 +11,7 @@
 
 use super::fp8;
 use super::lanes::{
-    Checked, Compared, Measure, ROUNDER, TO_BF16, WIDE, divisor_and_inverse, larger, round_even,
+    Checked, Compared, Measure, ROUNDER, TO_BF16, WIDE, divisor, larger, round_even,
     tensor_measured_in_f32,
 };
 use super::scheme::{ErrorSums, Plan, Streams};
@@ -428,10 +428,10 @@ fn tally_batch(groups: &[[f32; GROUP]], global: f32, tally: &mut Compared) {
     let scales = group_scales(groups, global);
     let mut local = *tally;
     for (xs, &(_, scale)) in groups.iter().zip(&scales) {
-        let (divisor, _) = divisor_and_inverse(scale);
+        let by = divisor(scale);
         let mut backs = [0f32; WIDE];
         for lane in 0..WIDE {
-            let rounded = rounded_magnitude((xs[lane] / divisor).abs());
+            let rounded = rounded_magnitude((xs[lane] / by).abs());
             backs[lane] = (rounded * scale).copysign(xs[lane]);
         }
         local.add::<TO_BF16>(xs, &backs);
