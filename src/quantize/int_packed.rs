@@ -15,7 +15,7 @@
 //! that no value is clipped by more than half a step.
 
 use super::lanes::{
-    Checked, Compared, LANES, Measure, Rounding, WIDE, byte_of, clamp, divisor, for_loaded,
+    Checked, Compared, LANES, Measure, Rounding, WIDE, byte_of, clamp, divisor, for_loaded, larger,
     measured_in_f32, round_even, scale_in_f32, wide_chunks,
 };
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
@@ -193,6 +193,46 @@ fn scale_and_zero(plan: &Plan, values: &[f32], (min, max): (f32, f32)) -> (f64, 
         }
     }
     (best.1, best.2)
+}
+
+/// Each group's scale and zero point of a row whose groups' ranges are `extremes`, into `grid`,
+/// as [`scale_and_zero`] chooses them.
+fn row_grid(
+    plan: &Plan,
+    row: &[f32],
+    group: usize,
+    extremes: &[(f32, f32)],
+    grid: &mut Vec<(f64, i32)>,
+) {
+    grid.clear();
+    if plan.scheme != Scheme::W4A16Asym && plan.scale_dtype == Dtype::Bf16 {
+        grid.resize(extremes.len(), (0.0, 0));
+        symmetric_bf16_scales(extremes, f64::from(1u32 << (bits(plan) - 1)), grid);
+    } else {
+        for (chunk, &range) in row.chunks(group).zip(extremes) {
+            grid.push(scale_and_zero(plan, chunk, range));
+        }
+    }
+}
+
+/// [`scale_and_zero`] of symmetric groups whose scales are stored as BF16 (a BF16 model's), from
+/// their `extremes`, into `grid`: the smallest BF16 value at or above each group's need (as
+/// `stored_at_least` finds it, from the bits), BF16's epsilon for a group of zeros. In one loop
+/// over a row's groups, which vectorizes: group by group, the choice of a scale was as much work
+/// as coding the group.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+fn symmetric_bf16_scales(extremes: &[(f32, f32)], half: f64, grid: &mut [(f64, i32)]) {
+    for (cell, &(min, max)) in grid.iter_mut().zip(extremes) {
+        let (low, high) = (f64::from(min), f64::from(max));
+        let need = larger(high / (half - 0.5), -low / (half + 0.5));
+        // The `f32` at or above the need, then the BF16 at or above that.
+        #[expect(clippy::cast_possible_truncation, reason = "rounded up just after")]
+        let single = need as f32;
+        let bits = single.to_bits() + u32::from(f64::from(single) < need);
+        let scale = f64::from(f32::from_bits((bits + 0xFFFF) & 0xFFFF_0000));
+        let zeros = min == 0.0 && max == 0.0;
+        *cell = (if zeros { epsilon(Dtype::Bf16) } else { scale }, 0);
+    }
 }
 
 /// `value.floor()` for a quotient of a group's extremes by its scale (within a few codes of the
@@ -390,14 +430,12 @@ pub fn quantize(plan: &Plan, values: &[f32], out: &mut Streams) {
     for row in values.chunks(columns) {
         let codes = &mut codes[..row.len()];
         ranges(row, group, &mut extremes);
-        grid.clear();
-        for (chunk, &range) in row.chunks(group).zip(&extremes) {
-            let (scale, zero) = scale_and_zero(plan, chunk, range);
+        row_grid(plan, row, group, &extremes, &mut grid);
+        for &(scale, zero) in &grid {
             encode_scale(plan.scale_dtype, scale, &mut out.scales);
             if asymmetric {
                 zeros.push(zero);
             }
-            grid.push((scale, zero));
         }
         encode_row(row, group, &grid, half, codes);
         pack_row(codes, bits, words, &mut out.codes);
@@ -555,13 +593,13 @@ pub fn error(plan: &Plan, values: &[f32], signal: f64) -> ErrorSums {
     let half = (1u32 << (bits(plan) - 1)) as f32;
     let codes = (-half, half - 1.0);
     let mut tally = Compared::new(plan.loaded());
-    let mut grid = Vec::with_capacity(columns.div_ceil(group));
+    let (mut grid, mut narrow) = (Vec::new(), Vec::new());
     let mut extremes = Vec::with_capacity(columns.div_ceil(group));
     for row in values.chunks(columns) {
         ranges(row, group, &mut extremes);
-        grid.clear();
-        grid.extend(row.chunks(group).zip(&extremes).map(|(chunk, &range)| {
-            let (scale, zero) = scale_and_zero(plan, chunk, range);
+        row_grid(plan, row, group, &extremes, &mut grid);
+        narrow.clear();
+        narrow.extend(grid.iter().map(|&(scale, zero)| {
             #[expect(
                 clippy::cast_possible_truncation,
                 reason = "scales are at most f32 here"
@@ -569,7 +607,7 @@ pub fn error(plan: &Plan, values: &[f32], signal: f64) -> ErrorSums {
             #[expect(clippy::cast_precision_loss, reason = "a code, within 2^7")]
             (scale as f32, zero as f32)
         }));
-        tally_row(row, group, &grid, codes, &mut tally);
+        tally_row(row, group, &narrow, codes, &mut tally);
     }
     tally.finish(signal)
 }
@@ -670,6 +708,24 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// The symmetric BF16 scales worked out for a row at once are `scale_and_zero`'s.
+        #[test]
+        fn symmetric_bf16_scales_are_scale_and_zeros(
+            extremes in proptest::collection::vec(
+                (proptest::prop_oneof![-1e3f32..=0.0, -1e-38f32..=0.0, proptest::strategy::Just(0.0f32)],
+                 proptest::prop_oneof![0.0f32..1e3, 0.0f32..1e-38, proptest::strategy::Just(0.0f32)]),
+                1..50,
+            ),
+            scheme in proptest::sample::select(vec![Scheme::W8A16, Scheme::W4A16]),
+        ) {
+            let plan = Plan::new(scheme, 128, [1, 128], Dtype::Bf16, 1.0);
+            let mut grid = vec![(0.0, 0); extremes.len()];
+            symmetric_bf16_scales(&extremes, f64::from(1u32 << (bits(&plan) - 1)), &mut grid);
+            for (&range, &cell) in extremes.iter().zip(&grid) {
+                proptest::prop_assert_eq!(cell, scale_and_zero(&plan, &[], range), "{:?}", range);
+            }
+        }
+
         /// Each group's range is its smallest and largest value, with 0.
         #[test]
         fn ranges_are_each_groups_extremes_with_zero(
