@@ -205,12 +205,31 @@ fn row_grid(
     grid: &mut Vec<(f64, i32)>,
 ) {
     grid.clear();
-    if plan.scheme != Scheme::W4A16Asym && plan.scale_dtype == Dtype::Bf16 {
-        grid.resize(extremes.len(), (0.0, 0));
-        symmetric_bf16_scales(extremes, f64::from(1u32 << (bits(plan) - 1)), grid);
-    } else {
-        for (chunk, &range) in row.chunks(group).zip(extremes) {
-            grid.push(scale_and_zero(plan, chunk, range));
+    let half = f64::from(1u32 << (bits(plan) - 1));
+    match (plan.scheme, plan.scale_dtype) {
+        (Scheme::W4A16Asym, Dtype::Bf16) => {
+            grid.resize(extremes.len(), (0.0, 0));
+            let mut settled = vec![false; extremes.len()];
+            asymmetric_bf16_scales(extremes, half, grid, &mut settled);
+            for (((cell, chunk), &range), settled) in grid
+                .iter_mut()
+                .zip(row.chunks(group))
+                .zip(extremes)
+                .zip(settled)
+            {
+                if !settled {
+                    *cell = scale_and_zero(plan, chunk, range);
+                }
+            }
+        }
+        (_, Dtype::Bf16) => {
+            grid.resize(extremes.len(), (0.0, 0));
+            symmetric_bf16_scales(extremes, half, grid);
+        }
+        _ => {
+            for (chunk, &range) in row.chunks(group).zip(extremes) {
+                grid.push(scale_and_zero(plan, chunk, range));
+            }
         }
     }
 }
@@ -232,6 +251,60 @@ fn symmetric_bf16_scales(extremes: &[(f32, f32)], half: f64, grid: &mut [(f64, i
         let scale = f64::from(f32::from_bits((bits + 0xFFFF) & 0xFFFF_0000));
         let zeros = min == 0.0 && max == 0.0;
         *cell = (if zeros { epsilon(Dtype::Bf16) } else { scale }, 0);
+    }
+}
+
+/// [`scale_and_zero`] of asymmetric groups whose scales are stored as BF16, from their
+/// `extremes`, into `grid`, for the groups that have a single candidate scale and zero point
+/// (half of them in a model's weights), which are then `settled`; the others are left for
+/// [`scale_and_zero`] to measure their candidates. In one loop over a row's groups, which
+/// vectorizes: the scales either side of `(max - min) / (2^b - 1)` from their bits, for
+/// quotients in BF16's normal range (the others are left too).
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+fn asymmetric_bf16_scales(
+    extremes: &[(f32, f32)],
+    half: f64,
+    grid: &mut [(f64, i32)],
+    settled: &mut [bool],
+) {
+    for ((cell, settled), &(min, max)) in grid.iter_mut().zip(settled.iter_mut()).zip(extremes) {
+        let (low, high) = (f64::from(min), f64::from(max));
+        let exact = (high - low) / (2.0 * half - 1.0);
+        #[expect(clippy::cast_possible_truncation, reason = "rounded up just after")]
+        let single = exact as f32;
+        let bits = single.to_bits() + u32::from(f64::from(single) < exact);
+        let up = f64::from(f32::from_bits((bits + 0xFFFF) & 0xFFFF_0000));
+        // To BF16's 8 significant bits, ties to even, from the `f64`'s high 32 bits alone, as
+        // `half::bf16::from_f64` (the writer's `stored`) rounds it: a value just above a tie by
+        // less than those bits hold rounds as the tie.
+        let high_word = exact.to_bits() >> 32;
+        let rounded_word = (high_word + 0xFFF + ((high_word >> 13) & 1)) & 0xFFFF_E000;
+        let nearest = f64::from_bits(rounded_word << 32);
+        // Zero points keeping `min` at or above the lowest code less half a step, and `max` at
+        // or below the highest plus half a step, as `scale_and_zero` finds them.
+        let zeros = |scale: f64| {
+            let lowest = (-(half + 0.5 + low / scale).floor()).max(-half);
+            let highest = (half - 0.5 - high / scale).floor().min(half - 1.0);
+            (lowest, (highest - lowest + 1.0).max(0.0))
+        };
+        let (nearest_lowest, nearest_count) = zeros(nearest);
+        let (up_lowest, up_count) = zeros(up);
+        let up_count = if up == nearest { 0.0 } else { up_count };
+        let normal = exact >= f64::from(f32::MIN_POSITIVE) && up.is_finite();
+        let zero_range = min == 0.0 && max == 0.0;
+        *settled = zero_range || (normal && nearest_count + up_count == 1.0);
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "a zero point, within the codes"
+        )]
+        let chosen = if nearest_count == 1.0 {
+            (nearest, nearest_lowest as i32)
+        } else {
+            (up, up_lowest as i32)
+        };
+        #[expect(clippy::cast_possible_truncation, reason = "2^(b-1), at most 128")]
+        let empty = (epsilon(Dtype::Bf16), -(half as i32));
+        *cell = if zero_range { empty } else { chosen };
     }
 }
 
@@ -723,6 +796,27 @@ mod tests {
             symmetric_bf16_scales(&extremes, f64::from(1u32 << (bits(&plan) - 1)), &mut grid);
             for (&range, &cell) in extremes.iter().zip(&grid) {
                 proptest::prop_assert_eq!(cell, scale_and_zero(&plan, &[], range), "{:?}", range);
+            }
+        }
+
+        /// The asymmetric BF16 scales a row's loop settles are `scale_and_zero`'s, and it
+        /// settles a group whenever it has a single candidate.
+        #[test]
+        fn asymmetric_bf16_scales_settled_are_scale_and_zeros(
+            extremes in proptest::collection::vec(
+                (proptest::prop_oneof![-1e3f32..=0.0, -1e-37f32..=0.0, proptest::strategy::Just(0.0f32)],
+                 proptest::prop_oneof![0.0f32..1e3, 0.0f32..1e-37, proptest::strategy::Just(0.0f32)]),
+                1..50,
+            ),
+        ) {
+            let plan = Plan::new(Scheme::W4A16Asym, 128, [1, 128], Dtype::Bf16, 1.0);
+            let mut grid = vec![(0.0, 0); extremes.len()];
+            let mut settled = vec![false; extremes.len()];
+            asymmetric_bf16_scales(&extremes, 8.0, &mut grid, &mut settled);
+            for ((&range, &cell), &settled) in extremes.iter().zip(&grid).zip(&settled) {
+                if settled {
+                    proptest::prop_assert_eq!(cell, scale_and_zero(&plan, &[], range), "{:?}", range);
+                }
             }
         }
 
