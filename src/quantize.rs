@@ -276,16 +276,7 @@ fn stored(dtype: Dtype, value: f64) -> f64 {
 /// smallest value `dtype` holds at or above `value`.
 fn stored_at_least(dtype: Dtype, value: f64) -> f64 {
     if dtype == Dtype::Bf16 && value > 0.0 {
-        // Once for every group of the grouped schemes: from the bits. The smallest `f32` at or
-        // above `value`, rounded up to BF16's 16 high bits (past the largest finite, infinity).
-        #[expect(clippy::cast_possible_truncation, reason = "rounded up just after")]
-        let single = value as f32;
-        let single = if f64::from(single) < value {
-            single.next_up()
-        } else {
-            single
-        };
-        return f64::from(f32::from_bits((single.to_bits() + 0xFFFF) & 0xFFFF_0000));
+        return bf16_at_least(value);
     }
     let scale = stored(dtype, value);
     if scale >= value || !scale.is_finite() {
@@ -293,6 +284,23 @@ fn stored_at_least(dtype: Dtype, value: f64) -> f64 {
     } else {
         next_stored_up(dtype, scale)
     }
+}
+
+/// The smallest BF16 value at or above `value` (positive), from the bits, as the grouped schemes
+/// need it once for every group: the smallest `f32` at or above `value`, rounded up to BF16's 16
+/// high bits (past the largest finite, infinity). Without a branch, so that the loops over a
+/// row's groups calling it stay straight.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn bf16_at_least(value: f64) -> f64 {
+    #[expect(clippy::cast_possible_truncation, reason = "rounded up just after")]
+    let single = value as f32;
+    // One `f32` step up where `single` rounded down (never from infinity, which is not below).
+    let bits = single.to_bits() + u32::from(f64::from(single) < value);
+    f64::from(f32::from_bits((bits + 0xFFFF) & 0xFFFF_0000))
 }
 
 /// The next value above `scale` (as stored in `dtype`) that `dtype` holds.

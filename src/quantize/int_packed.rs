@@ -19,7 +19,7 @@ use super::lanes::{
     measured_in_f32, round_even, scale_in_f32, wide_chunks,
 };
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
-use super::{encode_scale, stored_at_least};
+use super::{bf16_at_least, encode_scale, stored_at_least};
 use crate::format::Dtype;
 use multiversion::multiversion;
 use smallvec::SmallVec;
@@ -137,13 +137,9 @@ fn scale_and_zero(plan: &Plan, values: &[f32], (min, max): (f32, f32)) -> (f64, 
         if scale <= 0.0 {
             continue;
         }
-        // Zero points keeping `min` at or above the lowest code less half a step, and `max` at
-        // or below the highest plus half a step.
+        let (lowest, highest) = zero_points(half, (min, max), scale);
         #[expect(clippy::cast_possible_truncation, reason = "within the code range")]
-        let lowest = (-floor(half + 0.5 + min / scale)).max(-half) as i32;
-        #[expect(clippy::cast_possible_truncation, reason = "within the code range")]
-        let highest = floor(half - 0.5 - max / scale).min(half - 1.0) as i32;
-        candidates.extend((lowest..=highest).map(|zero| (scale, zero)));
+        candidates.extend((lowest as i32..=highest as i32).map(|zero| (scale, zero)));
     }
     // The one candidate there is most often (the nearest scale rounded down leaves none).
     if let [only] = candidates[..] {
@@ -244,11 +240,7 @@ fn symmetric_bf16_scales(extremes: &[(f32, f32)], half: f64, grid: &mut [(f64, i
     for (cell, &(min, max)) in grid.iter_mut().zip(extremes) {
         let (low, high) = (f64::from(min), f64::from(max));
         let need = larger(high / (half - 0.5), -low / (half + 0.5));
-        // The `f32` at or above the need, then the BF16 at or above that.
-        #[expect(clippy::cast_possible_truncation, reason = "rounded up just after")]
-        let single = need as f32;
-        let bits = single.to_bits() + u32::from(f64::from(single) < need);
-        let scale = f64::from(f32::from_bits((bits + 0xFFFF) & 0xFFFF_0000));
+        let scale = bf16_at_least(need);
         let zeros = min == 0.0 && max == 0.0;
         *cell = (if zeros { epsilon(Dtype::Bf16) } else { scale }, 0);
     }
@@ -271,25 +263,17 @@ fn asymmetric_bf16_scales(
     for ((cell, settled), &(min, max)) in grid.iter_mut().zip(settled.iter_mut()).zip(extremes) {
         let (low, high) = (f64::from(min), f64::from(max));
         let exact = (high - low) / (2.0 * half - 1.0);
-        #[expect(clippy::cast_possible_truncation, reason = "rounded up just after")]
-        let single = exact as f32;
-        let bits = single.to_bits() + u32::from(f64::from(single) < exact);
-        let up = f64::from(f32::from_bits((bits + 0xFFFF) & 0xFFFF_0000));
+        let up = bf16_at_least(exact);
         // To BF16's 8 significant bits, ties to even, from the `f64`'s high 32 bits alone, as
         // `half::bf16::from_f64` (the writer's `stored`) rounds it: a value just above a tie by
         // less than those bits hold rounds as the tie.
         let high_word = exact.to_bits() >> 32;
         let rounded_word = (high_word + 0xFFF + ((high_word >> 13) & 1)) & 0xFFFF_E000;
         let nearest = f64::from_bits(rounded_word << 32);
-        // Zero points keeping `min` at or above the lowest code less half a step, and `max` at
-        // or below the highest plus half a step, as `scale_and_zero` finds them.
-        let zeros = |scale: f64| {
-            let lowest = (-(half + 0.5 + low / scale).floor()).max(-half);
-            let highest = (half - 0.5 - high / scale).floor().min(half - 1.0);
-            (lowest, (highest - lowest + 1.0).max(0.0))
-        };
-        let (nearest_lowest, nearest_count) = zeros(nearest);
-        let (up_lowest, up_count) = zeros(up);
+        let (nearest_lowest, nearest_highest) = zero_points(half, (low, high), nearest);
+        let (up_lowest, up_highest) = zero_points(half, (low, high), up);
+        let nearest_count = (nearest_highest - nearest_lowest + 1.0).max(0.0);
+        let up_count = (up_highest - up_lowest + 1.0).max(0.0);
         let up_count = if up == nearest { 0.0 } else { up_count };
         let normal = exact >= f64::from(f32::MIN_POSITIVE) && up.is_finite();
         let zero_range = min == 0.0 && max == 0.0;
@@ -307,6 +291,20 @@ fn asymmetric_bf16_scales(
         let empty = (epsilon(Dtype::Bf16), -(half as i32));
         *cell = if zero_range { empty } else { chosen };
     }
+}
+
+/// The lowest and highest zero point (`2^(b-1)` being `half`) that keep a group's extremes
+/// `(min, max)` within half a step of the codes on a grid of step `scale`: `min` at or above the
+/// lowest code less half a step, `max` at or below the highest plus half a step.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
+)]
+#[inline(always)]
+fn zero_points(half: f64, (min, max): (f64, f64), scale: f64) -> (f64, f64) {
+    let lowest = (-floor(half + 0.5 + min / scale)).max(-half);
+    let highest = floor(half - 0.5 - max / scale).min(half - 1.0);
+    (lowest, highest)
 }
 
 /// `value.floor()` for a quotient of a group's extremes by its scale (within a few codes of the
