@@ -157,6 +157,67 @@ pub fn write_all_at(file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
     std::os::unix::fs::FileExt::write_all_at(file, bytes, offset)
 }
 
+/// Copies up to `len` bytes of `source` from `start` into `out` at `at` inside the kernel
+/// (`copy_file_range`), never through this process's memory: how many it copied, at least one
+/// where `len` is not zero. A source that ends first gives `UnexpectedEof`; a system or a pair of
+/// files that cannot copy this way gives `Unsupported`, for the caller to read and write itself.
+#[cfg(target_os = "linux")]
+#[expect(unsafe_code, reason = "a call into the C library")]
+pub fn copy_range_at(
+    source: &File,
+    start: u64,
+    out: &File,
+    at: u64,
+    len: usize,
+) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let (Ok(mut from), Ok(mut to)) = (i64::try_from(start), i64::try_from(at)) else {
+        return Err(io::ErrorKind::Unsupported.into());
+    };
+    loop {
+        // SAFETY: both descriptors are open for as long as the files are borrowed, and the call
+        // writes only the two offsets, which are ours.
+        let copied = unsafe {
+            libc::copy_file_range(
+                source.as_raw_fd(),
+                &raw mut from,
+                out.as_raw_fd(),
+                &raw mut to,
+                len,
+                0,
+            )
+        };
+        return match copied {
+            0 if len > 0 => Err(io::ErrorKind::UnexpectedEof.into()),
+            // Non-negative, so the conversion holds.
+            0.. => Ok(copied.unsigned_abs()),
+            _ => {
+                let error = io::Error::last_os_error();
+                match error.raw_os_error() {
+                    // A signal, not a cancellation (which `Interrupted` means to the callers).
+                    Some(libc::EINTR) => continue,
+                    // The ones the standard library's own copy falls back on.
+                    Some(
+                        libc::ENOSYS
+                        | libc::EXDEV
+                        | libc::EINVAL
+                        | libc::EPERM
+                        | libc::EOPNOTSUPP
+                        | libc::EBADF,
+                    ) => Err(io::ErrorKind::Unsupported.into()),
+                    _ => Err(error),
+                }
+            }
+        };
+    }
+}
+
+/// Copying inside the kernel is Linux's alone: elsewhere the caller reads and writes.
+#[cfg(not(target_os = "linux"))]
+pub fn copy_range_at(_: &File, _: u64, _: &File, _: u64, _: usize) -> io::Result<usize> {
+    Err(io::ErrorKind::Unsupported.into())
+}
+
 /// Writes all of `bytes` at `offset`.
 #[cfg(windows)]
 pub fn write_all_at(file: &File, mut bytes: &[u8], mut offset: u64) -> io::Result<()> {
