@@ -1215,7 +1215,9 @@ fn tensor_absmax(
 /// The largest magnitude of each of `tensors` (indices into the model's), `None` for one that
 /// holds NaN or Inf. Those of F32, BF16 or F16 are read in runs shared out among the threads
 /// across all the tensors at once: read tensor by tensor, a tensor of a few runs kept the threads
-/// waiting on one another, and the pass took a fifth of a quantization. An error names the file.
+/// waiting on one another, and the pass took a fifth of a quantization. Once a run of a tensor
+/// holds NaN or Inf, its runs not yet begun are not read (a model whose training diverged holds
+/// them everywhere). An error names the file.
 fn largest_magnitudes(
     model: &Model,
     files: &[File],
@@ -1238,8 +1240,13 @@ fn largest_magnitudes(
                 .map(|begin| (slot, bits, begin, run.min(end - begin))),
         );
     }
+    let non_finite: Vec<AtomicBool> = tensors.iter().map(|_| AtomicBool::new(false)).collect();
     let read = |&(slot, bits, begin, len): &(usize, Bits, u64, u64)| {
         let tensor = &model.tensors[tensors[slot]];
+        if non_finite[slot].load(Ordering::Relaxed) {
+            control.bytes_done.fetch_add(len, Ordering::Relaxed);
+            return Ok((slot, 0));
+        }
         let largest = (|| {
             control.check()?;
             let len = usize::try_from(len).map_err(io::Error::other)?;
@@ -1248,6 +1255,9 @@ fn largest_magnitudes(
             })
         })()
         .map_err(|e| Error::io(&model.shard_of(tensor).path, e))?;
+        if bits.magnitude(largest).is_none() {
+            non_finite[slot].store(true, Ordering::Relaxed);
+        }
         control.bytes_done.fetch_add(len, Ordering::Relaxed);
         Ok((slot, largest))
     };
@@ -2566,6 +2576,47 @@ mod tests {
         ];
         let found = largest_magnitudes(&model, &files, &picked, &control).unwrap();
         assert_eq!(found, [None, Some(8192.0), Some(0.0)]);
+    }
+
+    /// Once a run of a tensor holds NaN or Inf, the pass reads no more of it: a tensor whose
+    /// first run holds Inf and whose file ends before its last run is found non-finite, without
+    /// the error that reading that run gives (one thread, so that the runs go in order).
+    #[test]
+    fn largest_magnitudes_stop_reading_a_tensor_found_non_finite() {
+        use crate::demo::{Fill, SyntheticModel};
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("model.safetensors");
+        // 9 MiB of F32: three runs.
+        SyntheticModel::new(5)
+            .tensor(
+                "c.weight",
+                Dtype::F32,
+                &[2048, 1152],
+                Fill::Normal {
+                    mean: 0.0,
+                    std: 1.0,
+                },
+            )
+            .plant("c.weight", 0, f64::INFINITY)
+            .write(&source)
+            .unwrap();
+        let model = Model::open(&source).unwrap();
+        let files = vec![open_file(&source).unwrap()];
+        let (start, len) = model.file_range(&model.tensors[0]);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&source)
+            .unwrap()
+            .set_len(start + len - 4)
+            .unwrap();
+        let one_thread = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let control = Control::default();
+        let found = one_thread.install(|| largest_magnitudes(&model, &files, &[0], &control));
+        assert_eq!(found.unwrap(), [None]);
+        assert!(tensor_absmax(&model, &files, &model.tensors[0], false, &control).is_err());
     }
 
     /// Every scheme measures a weight scaled by a power of two far from 1 (its values near
