@@ -23,10 +23,12 @@ use crate::error::{Error, Result};
 use crate::format::writer::{FileLayout, Metadata, Name, Specs, write_atomically};
 use crate::format::{Dtype, Model, Shape, Tensor};
 use crate::text::escape;
+use fixedbitset::FixedBitSet;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What keeping a small member of `len` bytes costs in memory: its bytes, and its entry and
@@ -65,8 +67,8 @@ pub fn quantize(
 /// everything, and its place in the file depends on it. NVFP4 reads every weight first anyway,
 /// for the largest magnitude its global scale needs, and finds them then. The other schemes
 /// write a single file at once and watch for them as they go (see `Context::watch_non_finite`):
-/// only when one is seen is every weight read for NaN and Inf (as NVFP4 reads it), and the file
-/// written again. Where that could leave something written (a sharded output's first files, a
+/// only when one is seen is every weight read for NaN and Inf (as NVFP4 reads it) but those the
+/// stopped write had already made codes of, and the file written again. Where that could leave something written (a sharded output's first files, a
 /// folder made for the output), every weight is read first as for NVFP4.
 fn quantize_then(
     model: &Model,
@@ -94,20 +96,22 @@ fn quantize_then(
             })
             .sum()
     };
-    let first_read: u64 = model
-        .tensors
-        .iter()
-        .zip(&choices)
-        .filter(|(_, c)| **c == Choice::Quantize)
-        .map(|(t, _)| t.info.byte_len())
-        .sum();
+    let none_found_finite = FixedBitSet::new();
+    let first_read = unread_bytes(model, &choices, &none_found_finite);
     control.bytes_total.fetch_add(
         writing(&choices) + if read_first { first_read } else { 0 },
         Ordering::Relaxed,
     );
     let mut absmax = vec![0.0; model.tensors.len()];
     if read_first {
-        read_largest(model, &files, &mut choices, &mut absmax, options, control)?;
+        read_largest(
+            model,
+            &files,
+            (&mut choices, &none_found_finite),
+            &mut absmax,
+            options,
+            control,
+        )?;
     }
     super::ready_folder(&targets)?;
     let write = |choices: &[Choice], absmax: &[f64], watch_non_finite: bool| {
@@ -124,6 +128,7 @@ fn quantize_then(
             before_read_back,
             watch_non_finite,
             non_finite_seen: AtomicBool::new(false),
+            found_finite: Mutex::new(FixedBitSet::new()),
         };
         let written = super::write_outputs(
             model,
@@ -133,39 +138,67 @@ fn quantize_then(
             options,
             &context,
         );
-        (written, context.non_finite_seen.into_inner())
+        let found_finite = context
+            .found_finite
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (written, context.non_finite_seen.into_inner(), found_finite)
     };
     let written = match write(&choices, &absmax, !read_first) {
-        (Err(_), true) => {
-            // Every weight read, then the file written again in full: what is left to do from
-            // here.
+        (Err(_), true, found_finite) => {
+            // The weights not yet found finite read, then the file written again in full: what
+            // is left to do from here.
             control.bytes_total.store(
-                control.bytes_done.load(Ordering::Relaxed) + first_read,
+                control.bytes_done.load(Ordering::Relaxed)
+                    + unread_bytes(model, &choices, &found_finite),
                 Ordering::Relaxed,
             );
-            read_largest(model, &files, &mut choices, &mut absmax, options, control)?;
+            read_largest(
+                model,
+                &files,
+                (&mut choices, &found_finite),
+                &mut absmax,
+                options,
+                control,
+            )?;
             control
                 .bytes_total
                 .fetch_add(writing(&choices), Ordering::Relaxed);
             write(&choices, &absmax, false).0?
         }
-        (written, _) => written?,
+        (written, ..) => written?,
     };
     Ok(written.summary(model, targets, options, choices))
 }
 
-/// Reads every weight `choices` quantizes for its largest magnitude, into `absmax`; one holding
-/// NaN or Inf is kept as it is or stops everything, as `options` say.
+/// The bytes of the weights `choices` quantizes, but those `found_finite`: what
+/// [`read_largest`] reads.
+fn unread_bytes(model: &Model, choices: &[Choice], found_finite: &FixedBitSet) -> u64 {
+    model
+        .tensors
+        .iter()
+        .zip(choices)
+        .enumerate()
+        .filter(|&(index, (_, &choice))| {
+            choice == Choice::Quantize && !found_finite.contains(index)
+        })
+        .map(|(_, (tensor, _))| tensor.info.byte_len())
+        .sum()
+}
+
+/// Reads every weight `choices` quantizes, but those `found_finite` (whose largest magnitudes
+/// the schemes that watch for NaN and Inf do not use), for its largest magnitude, into `absmax`;
+/// one holding NaN or Inf is kept as it is or stops everything, as `options` say.
 fn read_largest(
     model: &Model,
     files: &[File],
-    choices: &mut [Choice],
+    (choices, found_finite): (&mut [Choice], &FixedBitSet),
     absmax: &mut [f64],
     options: &Options,
     control: &Control,
 ) -> Result<()> {
     let wanted: Vec<usize> = (0..model.tensors.len())
-        .filter(|&index| choices[index] == Choice::Quantize)
+        .filter(|&index| choices[index] == Choice::Quantize && !found_finite.contains(index))
         .collect();
     let largest = largest_magnitudes(model, files, &wanted, control)?;
     for (&index, largest) in wanted.iter().zip(largest) {
@@ -214,6 +247,8 @@ struct Context<'a> {
     /// `non_finite_seen`.
     watch_non_finite: bool,
     non_finite_seen: AtomicBool,
+    /// The weights whose codes were made while watching, none of whose values is NaN or Inf.
+    found_finite: Mutex<FixedBitSet>,
 }
 
 impl Context<'_> {
@@ -489,6 +524,14 @@ impl Context<'_> {
         }
         if makes_codes {
             keeping.measured.push((index, measured.finish()));
+            if self.watch_non_finite {
+                let mut found = self
+                    .found_finite
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                found.grow(index as usize + 1);
+                found.insert(index as usize);
+            }
         }
         Ok(())
     }
@@ -736,6 +779,66 @@ mod tests {
         (result, progress)
     }
 
+    /// The weights a stopped write found finite are not read again for NaN and Inf: one whose
+    /// file ends early is left unread, and those read are kept or not as their values say.
+    #[test]
+    fn weights_found_finite_are_not_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("model.safetensors");
+        let model = model_of(
+            &source,
+            &[
+                ("b.weight", 32, Fill::Values(vec![0.5, f64::NAN])),
+                ("c.weight", 16, Fill::Values(vec![0.25, -1.0])),
+                ("a.weight", 64, Fill::Values(vec![2.0, 3.0])),
+            ],
+        );
+        let files = vec![crate::paths::open_file(&source).unwrap()];
+        let by_name = |name: &str| model.tensors.iter().position(|t| t.name() == name).unwrap();
+        let [a, b, c] = ["a.weight", "b.weight", "c.weight"].map(by_name);
+        let last = (0..3).max_by_key(|&i| model.file_range(&model.tensors[i]).0);
+        assert_eq!(last, Some(c));
+        let (start, len) = model.file_range(&model.tensors[c]);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&source)
+            .unwrap()
+            .set_len(start + len / 2)
+            .unwrap();
+        let options = Options {
+            scheme: Scheme::W4A16,
+            non_finite: NonFinite::Skip,
+            ..Options::default()
+        };
+        let read = |found: &FixedBitSet| {
+            let mut choices = vec![Choice::Quantize; 3];
+            let mut absmax = vec![0.0; 3];
+            let control = Control::default();
+            read_largest(
+                &model,
+                &files,
+                (&mut choices, found),
+                &mut absmax,
+                &options,
+                &control,
+            )
+            .map(|()| (choices, absmax))
+        };
+        let mut found = FixedBitSet::with_capacity(3);
+        found.insert(c);
+        let (choices, absmax) = read(&found).unwrap();
+        assert_eq!(
+            [choices[a], choices[b], choices[c]],
+            [
+                Choice::Quantize,
+                Choice::Keep(Kept::NonFinite),
+                Choice::Quantize
+            ]
+        );
+        assert_eq!([absmax[a], absmax[c]], [3.0, 0.0]);
+        assert!(read(&FixedBitSet::new()).is_err());
+    }
+
     /// Without a first read of the weights, a single file's codes' pass watches for NaN and
     /// Inf: a clean model is written in one go; one holding them (or values whose squares pass
     /// `f32`'s range, which are finite) is read for them, then written again. Either way the
@@ -788,10 +891,10 @@ mod tests {
                 non_finite: NonFinite::Skip,
                 ..stop.clone()
             };
-            // Each model, the weights it keeps, and whether its weights are read for NaN and
-            // Inf once the write has begun: values near 1e20, whose squares `f32` does not
-            // hold, are not taken for them.
-            for (model, kept, read) in [(&clean, 0, 0), (&huge, 0, 0), (&poisoned, 2, 1)] {
+            // Each model, the weights it keeps, and the first weight read for NaN and Inf once
+            // the write has begun (it and those after it are): values near 1e20, whose squares
+            // `f32` does not hold, are not taken for them.
+            for (model, kept, read) in [(&clean, 0, 4), (&huge, 0, 4), (&poisoned, 2, 1)] {
                 let (written, [done, total]) = both_ways(model, out.path(), &skip);
                 let both = written.unwrap();
                 assert!(both.watched == both.read_first, "{scheme}");
@@ -805,7 +908,13 @@ mod tests {
                 assert_eq!(non_finite, kept, "{scheme}");
                 assert_eq!(done, total, "{scheme}: the progress ends full");
                 let bytes: u64 = model.tensors.iter().map(|t| t.info.byte_len()).sum();
-                assert!(total >= (2 + read) * bytes, "{scheme}");
+                let read: u64 = model
+                    .tensors
+                    .iter()
+                    .skip(read)
+                    .map(|t| t.info.byte_len())
+                    .sum();
+                assert!(total >= 2 * bytes + read, "{scheme}");
             }
             let stopped = tempfile::tempdir().unwrap();
             let (written, _) = both_ways(&poisoned, stopped.path(), &stop);
