@@ -159,8 +159,10 @@ pub fn write_all_at(file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
 
 /// Copies up to `len` bytes of `source` from `start` into `out` at `at` inside the kernel
 /// (`copy_file_range`), never through this process's memory: how many it copied, at least one
-/// where `len` is not zero. A source that ends first gives `UnexpectedEof`; a system or a pair of
-/// files that cannot copy this way gives `Unsupported`, for the caller to read and write itself.
+/// where `len` is not zero. A system or a pair of files that cannot copy this way gives
+/// `Unsupported`, for the caller to read and write itself; so does a copy of nothing, which is
+/// what a source that ends first gives, but also what some file systems answer for files they
+/// cannot copy (reading tells the two apart).
 #[cfg(target_os = "linux")]
 #[expect(unsafe_code, reason = "a call into the C library")]
 pub fn copy_range_at(
@@ -188,7 +190,7 @@ pub fn copy_range_at(
             )
         };
         return match copied {
-            0 if len > 0 => Err(io::ErrorKind::UnexpectedEof.into()),
+            0 if len > 0 => Err(io::ErrorKind::Unsupported.into()),
             // Non-negative, so the conversion holds.
             0.. => Ok(copied.unsigned_abs()),
             _ => {
