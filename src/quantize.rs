@@ -2265,6 +2265,16 @@ mod tests {
         file.write_all(&[!byte[0]]).unwrap();
     }
 
+    /// Cuts the file at `path` to its first `len` bytes.
+    pub(super) fn cut_file(path: &Path, len: u64) {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_len(len)
+            .unwrap();
+    }
+
     proptest::proptest! {
         #[test]
         fn a_bf16_scale_is_rounded_up_from_its_bits_as_from_storing_it(
@@ -2603,12 +2613,7 @@ mod tests {
         let model = Model::open(&source).unwrap();
         let files = vec![open_file(&source).unwrap()];
         let (start, len) = model.file_range(&model.tensors[0]);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&source)
-            .unwrap()
-            .set_len(start + len - 4)
-            .unwrap();
+        cut_file(&source, start + len - 4);
         let one_thread = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
             .build()
@@ -2740,12 +2745,7 @@ mod tests {
             .find(|t| t.name() == "z.norm.weight")
             .unwrap();
         let (start, len) = model.file_range(copied);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&source)
-            .unwrap()
-            .set_len(start + len / 2)
-            .unwrap();
+        cut_file(&source, start + len / 2);
         for scheme in [Scheme::W8A8, Scheme::W4A16] {
             let options = Options {
                 scheme,

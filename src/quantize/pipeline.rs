@@ -694,7 +694,7 @@ mod tests {
     use super::*;
     use crate::demo::{Fill, SyntheticModel};
     use crate::quantize::Scheme;
-    use crate::quantize::tests::flip_a_byte_of;
+    use crate::quantize::tests::{cut_file, flip_a_byte_of};
 
     #[test]
     fn a_file_altered_before_its_read_back_is_reported() {
@@ -799,12 +799,7 @@ mod tests {
         let last = (0..3).max_by_key(|&i| model.file_range(&model.tensors[i]).0);
         assert_eq!(last, Some(c));
         let (start, len) = model.file_range(&model.tensors[c]);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&source)
-            .unwrap()
-            .set_len(start + len / 2)
-            .unwrap();
+        cut_file(&source, start + len / 2);
         let options = Options {
             scheme: Scheme::W4A16,
             non_finite: NonFinite::Skip,
