@@ -157,8 +157,9 @@ fn copy_span(
 }
 
 /// Copies runs of bytes from file to file inside the kernel while the system allows it, and
-/// through a buffer of its own once it does not. (Inside the kernel, copying a model's embeddings
-/// took a sixth of the processor time that reading them into a buffer and writing it out did.)
+/// through a buffer of its own once it does not. (Copying 262 MB of a model's embeddings took
+/// 0.08 processor seconds inside the kernel, and from as much to seven times that through a
+/// buffer, as writing into the page cache ran.)
 struct Copier {
     in_kernel: bool,
     buffer: Vec<u8>,

@@ -68,8 +68,9 @@ pub fn quantize(
 /// for the largest magnitude its global scale needs, and finds them then. The other schemes
 /// write a single file at once and watch for them as they go (see `Context::watch_non_finite`):
 /// only when one is seen is every weight read for NaN and Inf (as NVFP4 reads it) but those the
-/// stopped write had already made codes of, and the file written again. Where that could leave something written (a sharded output's first files, a
-/// folder made for the output), every weight is read first as for NVFP4.
+/// stopped write had already made codes of, and the file written again. Where that could leave
+/// something written (a sharded output's first files, a folder made for the output), every
+/// weight is read first as for NVFP4.
 fn quantize_then(
     model: &Model,
     output: &Path,
@@ -96,8 +97,14 @@ fn quantize_then(
             })
             .sum()
     };
-    let none_found_finite = FixedBitSet::new();
-    let first_read = unread_bytes(model, &choices, &none_found_finite);
+    let bytes_of = |weights: &[usize]| -> u64 {
+        weights
+            .iter()
+            .map(|&index| model.tensors[index].info.byte_len())
+            .sum()
+    };
+    let quantized = unread(&choices, &FixedBitSet::new());
+    let first_read = bytes_of(&quantized);
     control.bytes_total.fetch_add(
         writing(&choices) + if read_first { first_read } else { 0 },
         Ordering::Relaxed,
@@ -107,7 +114,8 @@ fn quantize_then(
         read_largest(
             model,
             &files,
-            (&mut choices, &none_found_finite),
+            &quantized,
+            &mut choices,
             &mut absmax,
             options,
             control,
@@ -148,15 +156,16 @@ fn quantize_then(
         (Err(_), true, found_finite) => {
             // The weights not yet found finite read, then the file written again in full: what
             // is left to do from here.
+            let wanted = unread(&choices, &found_finite);
             control.bytes_total.store(
-                control.bytes_done.load(Ordering::Relaxed)
-                    + unread_bytes(model, &choices, &found_finite),
+                control.bytes_done.load(Ordering::Relaxed) + bytes_of(&wanted),
                 Ordering::Relaxed,
             );
             read_largest(
                 model,
                 &files,
-                (&mut choices, &found_finite),
+                &wanted,
+                &mut choices,
                 &mut absmax,
                 options,
                 control,
@@ -171,36 +180,26 @@ fn quantize_then(
     Ok(written.summary(model, targets, options, choices))
 }
 
-/// The bytes of the weights `choices` quantizes, but those `found_finite`: what
-/// [`read_largest`] reads.
-fn unread_bytes(model: &Model, choices: &[Choice], found_finite: &FixedBitSet) -> u64 {
-    model
-        .tensors
-        .iter()
-        .zip(choices)
-        .enumerate()
-        .filter(|&(index, (_, &choice))| {
-            choice == Choice::Quantize && !found_finite.contains(index)
-        })
-        .map(|(_, (tensor, _))| tensor.info.byte_len())
-        .sum()
+/// The weights `choices` quantizes but those `found_finite`: those to read for NaN and Inf
+/// (the schemes that watch for them use no largest magnitude of the others).
+fn unread(choices: &[Choice], found_finite: &FixedBitSet) -> Vec<usize> {
+    (0..choices.len())
+        .filter(|&index| choices[index] == Choice::Quantize && !found_finite.contains(index))
+        .collect()
 }
 
-/// Reads every weight `choices` quantizes, but those `found_finite` (whose largest magnitudes
-/// the schemes that watch for NaN and Inf do not use), for its largest magnitude, into `absmax`;
-/// one holding NaN or Inf is kept as it is or stops everything, as `options` say.
+/// Reads each of `wanted` (weights `choices` quantizes) for its largest magnitude, into
+/// `absmax`; one holding NaN or Inf is kept as it is or stops everything, as `options` say.
 fn read_largest(
     model: &Model,
     files: &[File],
-    (choices, found_finite): (&mut [Choice], &FixedBitSet),
+    wanted: &[usize],
+    choices: &mut [Choice],
     absmax: &mut [f64],
     options: &Options,
     control: &Control,
 ) -> Result<()> {
-    let wanted: Vec<usize> = (0..model.tensors.len())
-        .filter(|&index| choices[index] == Choice::Quantize && !found_finite.contains(index))
-        .collect();
-    let largest = largest_magnitudes(model, files, &wanted, control)?;
+    let largest = largest_magnitudes(model, files, wanted, control)?;
     for (&index, largest) in wanted.iter().zip(largest) {
         match largest {
             Some(largest) => absmax[index] = largest,
@@ -812,7 +811,8 @@ mod tests {
             read_largest(
                 &model,
                 &files,
-                (&mut choices, found),
+                &unread(&choices, found),
+                &mut choices,
                 &mut absmax,
                 &options,
                 &control,
