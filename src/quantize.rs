@@ -38,7 +38,7 @@ use crate::quant::Quantization;
 use crate::recycle::Recycled;
 use crate::source::{ProcessEnvironment, hf_cache};
 use crate::text::{escape, escape_path};
-use copying::write_copying_beside;
+use copying::{Placement, write_copying_beside};
 use digest::Digest;
 use lanes::Loaded;
 use magnitude::Bits;
@@ -1608,14 +1608,14 @@ impl Writer for ShardContext<'_> {
         let mut digests: Vec<(usize, u64)> = Vec::with_capacity(2 * weights);
         let mut all_within = true;
         write_atomically(target, |out| {
-            let copied = |spec| match specs.sources[spec] {
-                Source::Copy(index) => Some(index as usize),
-                Source::Scale(_) | Source::Weight(_) => None,
+            let placement = |spec| match specs.sources[spec] {
+                Source::Copy(index) => Placement::Copied(index as usize),
+                Source::Scale(_) | Source::Weight(_) => Placement::Streamed,
             };
-            write_copying_beside(
+            let (written, _) = write_copying_beside(
                 &layout,
                 out,
-                copied,
+                placement,
                 (model, files, control),
                 |spec, out| match specs.sources[spec] {
                     Source::Copy(_) => Ok(()),
@@ -1656,7 +1656,8 @@ impl Writer for ShardContext<'_> {
                         Ok(())
                     }
                 },
-            )
+            );
+            written
         })?;
         before_read_back(target);
         let differs = layout.differences(target)?.is_some();

@@ -17,7 +17,7 @@ use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
 use std::cmp::Ordering;
 use std::fmt;
 use std::io::{self, BufReader, BufWriter, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A tensor's name: a stem and a fixed suffix (`….weight` and `_scale`), so a name derived from
 /// another needs no string of its own.
@@ -214,6 +214,17 @@ impl<'a, S: Specs + ?Sized, M: Metadata<'a>> FileLayout<'a, S, M> {
         Ok(layout)
     }
 
+    /// Pads the header with spaces to `header_len` bytes (a multiple of 8), as a file written
+    /// before with a header that long was: false, and the layout left as it was, where the
+    /// header's JSON does not fit.
+    pub fn pad_header_to(&mut self, header_len: u64) -> bool {
+        let fits = self.json_len <= header_len && header_len.is_multiple_of(8);
+        if fits {
+            self.header_len = header_len;
+        }
+        fits
+    }
+
     pub fn specs(&self) -> &'a S {
         self.specs
     }
@@ -267,8 +278,13 @@ impl<'a, S: Specs + ?Sized, M: Metadata<'a>> FileLayout<'a, S, M> {
                 "the header came out a different length than planned",
             ));
         }
-        let padding = usize::try_from(self.header_len - self.json_len).unwrap_or(0);
-        out.write_all(&b"        "[..padding])?;
+        let mut padding = self.header_len - self.json_len;
+        while padding > 0 {
+            let spaces = [b' '; 64];
+            let run = usize::try_from(padding).map_or(spaces.len(), |p| p.min(spaces.len()));
+            out.write_all(&spaces[..run])?;
+            padding -= run as u64;
+        }
         for &index in &self.order {
             write_tensor(index as usize, out)?;
         }
@@ -342,29 +358,77 @@ pub fn write_atomically(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<WriteBehind<'_>>) -> io::Result<()>,
 ) -> Result<()> {
-    let folder = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(".stui-tmp-").suffix(".partial");
-    #[cfg(unix)]
-    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
-    let temp = builder
-        .tempfile_in(folder)
-        .map_err(|e| Error::io(folder, without_temporary_name(e)))?;
-    // Held while the file is written, so that another save into the same folder, which clears
-    // the temporaries an interrupted save left there, leaves this one alone. Where the file
-    // system has no locks the write goes on unguarded.
-    let _ = temp.as_file().try_lock();
-    {
-        let mut out = BufWriter::with_capacity(1 << 20, WriteBehind::new(temp.as_file()));
-        write(&mut out).map_err(|e| Error::io(path, e))?;
-        out.flush().map_err(|e| Error::io(path, e))?;
+    let file = AtomicFile::create(path)?;
+    file.write(write).map_err(|e| Error::io(path, e))?;
+    file.persist()
+}
+
+/// A file written through a temporary file in the same folder (see [`write_atomically`]), which
+/// can be written more than once before it is put in place: a write that stopped part of the way
+/// leaves what it wrote for the next to go on from. Dropped without [`AtomicFile::persist`], the
+/// temporary file is removed and `path` left as it was.
+#[derive(Debug)]
+pub struct AtomicFile {
+    path: PathBuf,
+    temp: tempfile::NamedTempFile,
+}
+
+impl AtomicFile {
+    pub fn create(path: &Path) -> Result<Self> {
+        let folder = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(".stui-tmp-").suffix(".partial");
+        #[cfg(unix)]
+        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
+        let temp = builder
+            .tempfile_in(folder)
+            .map_err(|e| Error::io(folder, without_temporary_name(e)))?;
+        // Held while the file is written, so that another save into the same folder, which
+        // clears the temporaries an interrupted save left there, leaves this one alone. Where
+        // the file system has no locks the write goes on unguarded.
+        let _ = temp.as_file().try_lock();
+        Ok(AtomicFile {
+            path: path.to_owned(),
+            temp,
+        })
     }
-    temp.as_file().sync_all().map_err(|e| Error::io(path, e))?;
-    temp.persist(path).map_err(|e| Error::io(path, e.error))?;
-    Ok(())
+
+    /// Writes from the file's start through `write`, which may pass over parts written before.
+    /// What `write` wrote reaches the file even when it fails, unless that fails too.
+    pub fn write(
+        &self,
+        write: impl FnOnce(&mut BufWriter<WriteBehind<'_>>) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let mut out = BufWriter::with_capacity(1 << 20, WriteBehind::new(self.temp.as_file()));
+        let written = write(&mut out);
+        let flushed = out.flush();
+        written.and(flushed)
+    }
+
+    /// Cuts the file to `len` bytes: a write that went on from an earlier one can leave bytes of
+    /// it past its own end.
+    pub fn set_len(&self, len: u64) -> Result<()> {
+        self.temp
+            .as_file()
+            .set_len(len)
+            .map_err(|e| Error::io(&self.path, e))
+    }
+
+    /// Syncs the file and renames it into place.
+    pub fn persist(self) -> Result<()> {
+        let path = self.path;
+        self.temp
+            .as_file()
+            .sync_all()
+            .map_err(|e| Error::io(&path, e))?;
+        self.temp
+            .persist(&path)
+            .map_err(|e| Error::io(&path, e.error))?;
+        Ok(())
+    }
 }
 
 /// A file written from its start, whose every written part is sent on to the disk at once

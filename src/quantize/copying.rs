@@ -9,57 +9,75 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Writes `layout` into `out`, each tensor by `write_tensor` but those that `copied` gives a
-/// source tensor for: a thread of their own copies these into their places meanwhile, and the
-/// stream moves on past them. Written in the file's order, the copies (most often at its end)
-/// kept one thread busy while the others had nothing left to do.
+/// Where the bytes of a tensor of a file being written come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Placement {
+    /// Made by the stream that writes the file in order.
+    Streamed,
+    /// Copied whole from the model's tensor of this index, beside the stream.
+    Copied(usize),
+    /// In the file already, where an earlier write that stopped part of the way left it.
+    InPlace,
+}
+
+/// Writes `layout` into `out`, each tensor as `placement` says: those streamed by
+/// `write_tensor`, those copied by a thread of their own meanwhile while the stream moves on past
+/// them, those in place not at all. Written in the file's order, the copies (most often at its
+/// end) kept one thread busy while the others had nothing left to do. Comes back with how many
+/// of the copies, in the file's order, were made: all of them unless the write failed.
 pub(super) fn write_copying_beside<'a, S: Specs + ?Sized, M: Metadata<'a>>(
     layout: &FileLayout<'a, S, M>,
     out: &mut BufWriter<WriteBehind<'_>>,
-    copied: impl Fn(usize) -> Option<usize>,
+    placement: impl Fn(usize) -> Placement,
     (model, files, control): (&Model, &[File], &Control),
     mut write_tensor: impl FnMut(usize, &mut BufWriter<WriteBehind<'_>>) -> io::Result<()>,
-) -> io::Result<()> {
+) -> (io::Result<()>, usize) {
     let data_start = crate::format::LENGTH_PREFIX + layout.header_len();
     let places: Vec<(usize, u64)> = layout
         .placed()
-        .filter_map(|(spec, [begin, _])| Some((copied(spec)?, data_start + begin)))
+        .filter_map(|(spec, [begin, _])| match placement(spec) {
+            Placement::Copied(index) => Some((index, data_start + begin)),
+            Placement::Streamed | Placement::InPlace => None,
+        })
         .collect();
-    if places.is_empty() {
-        return layout.write(out, write_tensor);
-    }
-    let file = out.get_ref().file();
+    let specs = layout.specs();
     let stop = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        let copying = scope.spawn(|| copy_into_places(model, files, &places, file, control, &stop));
-        let streamed = layout.write(out, |spec, out| {
+    let mut stream = |out: &mut BufWriter<WriteBehind<'_>>| {
+        layout.write(out, |spec, out| {
             if stop.load(Ordering::Relaxed) {
                 return Err(io::Error::new(io::ErrorKind::Interrupted, "stopped"));
             }
-            match copied(spec) {
-                Some(index) => {
-                    out.flush()?;
-                    out.get_mut().skip(model.tensors[index].info.byte_len());
-                    Ok(())
-                }
-                None => write_tensor(spec, out),
+            if placement(spec) == Placement::Streamed {
+                return write_tensor(spec, out);
             }
-        });
+            out.flush()?;
+            out.get_mut().skip(specs.byte_len(spec).unwrap_or(0));
+            Ok(())
+        })
+    };
+    if places.is_empty() {
+        return (stream(out), 0);
+    }
+    let file = out.get_ref().file();
+    std::thread::scope(|scope| {
+        let copying = scope.spawn(|| copy_into_places(model, files, &places, file, control, &stop));
+        let streamed = stream(out);
         if streamed.is_err() {
             stop.store(true, Ordering::Relaxed);
         }
-        let copied_all = copying
+        let (copied_all, copies_made) = copying
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         // Whichever side failed first stopped the other, which then has no error of its own.
-        copied_all.and(streamed)
+        (copied_all.and(streamed), copies_made)
     })
 }
 
 /// Copies each `(tensor, offset)` of `places` (in the file's order) into `out` at its offset,
 /// tensors whose bytes lie back to back in their source, as their places do, in one run (a model
 /// of half a million tiny tensors made as many reads and writes otherwise). Stops early, with no
-/// error, once `stop` is set; sets it when it fails.
+/// error, once `stop` is set; sets it when it fails. Comes back with how many of `places` it
+/// copied.
 fn copy_into_places(
     model: &Model,
     files: &[File],
@@ -67,7 +85,7 @@ fn copy_into_places(
     out: &File,
     control: &Control,
     stop: &AtomicBool,
-) -> io::Result<()> {
+) -> (io::Result<()>, usize) {
     let mut through = Copier::new();
     let mut first = 0;
     let copied = loop {
@@ -112,14 +130,15 @@ fn copy_into_places(
         }
         first = end;
     };
-    match copied {
+    let result = match copied {
         Err(_) if stop.load(Ordering::Relaxed) => Ok(()),
         Err(error) => {
             stop.store(true, Ordering::Relaxed);
             Err(error)
         }
         Ok(()) => Ok(()),
-    }
+    };
+    (result, first)
 }
 
 /// Copies `len` bytes of `source` from `start` into `out` at `at`, a run at a time; an error

@@ -12,7 +12,7 @@
 //! streaming a weight's codes are kept for later when they fit in [`KEPT_BYTES`], and worked out
 //! again otherwise, so that memory does not grow with the model.
 
-use super::copying::write_copying_beside;
+use super::copying::{Placement, write_copying_beside};
 use super::digest::Digest;
 use super::scheme::{ErrorSums, Member, Plan, Role, Scheme, Streams};
 use super::{
@@ -20,7 +20,7 @@ use super::{
     largest_magnitudes, map_rows_aligned, output_metadata, prepare,
 };
 use crate::error::{Error, Result};
-use crate::format::writer::{FileLayout, Metadata, Name, Specs, write_atomically};
+use crate::format::writer::{AtomicFile, FileLayout, Metadata, Name, Specs};
 use crate::format::{Dtype, Model, Shape, Tensor};
 use crate::text::escape;
 use fixedbitset::FixedBitSet;
@@ -28,8 +28,8 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, OnceLock};
 
 /// What keeping a small member of `len` bytes costs in memory: its bytes, and its entry and
 /// allocation (the scales of a tiny weight are a few bytes, and half a million of them were
@@ -66,11 +66,14 @@ pub fn quantize(
 /// A tensor holding NaN or Inf must be known before a file is written: it is kept or stops
 /// everything, and its place in the file depends on it. NVFP4 reads every weight first anyway,
 /// for the largest magnitude its global scale needs, and finds them then. The other schemes
-/// write a single file at once and watch for them as they go (see `Context::watch_non_finite`):
-/// only when one is seen is every weight read for NaN and Inf (as NVFP4 reads it) but those the
-/// stopped write had already made codes of, and the file written again. Where that could leave
-/// something written (a sharded output's first files, a folder made for the output), every
-/// weight is read first as for NVFP4.
+/// write a single file at once and watch for them as they go (see `Context::watch_non_finite`).
+/// A write that meets one stops; the weight is read to tell NaN or Inf from values whose squares
+/// only pass the measure's range, kept as it is (or everything stops), and the write goes on
+/// over what it had written, passing over what stays in place (see [`Partial`]). After
+/// [`WATCHED_STOPS`] stops, or at finite values, every weight not yet found finite is read for
+/// NaN and Inf (as NVFP4 reads it) and the write goes on without watching. Where a stopped
+/// write could leave something written (a sharded output's first files, a folder made for the
+/// output), every weight is read first as for NVFP4.
 fn quantize_then(
     model: &Model,
     output: &Path,
@@ -84,37 +87,15 @@ fn quantize_then(
         .parent()
         .is_none_or(|folder| folder.as_os_str().is_empty() || folder.is_dir());
     let read_first = options.scheme == Scheme::Nvfp4A16 || targets.len() > 1 || !folder_made;
-    // Each weight is read for its codes, and read back (counted as the source's read it
-    // replaces); a pass for scales written before their codes is counted when it runs.
-    let writing = |choices: &[Choice]| -> u64 {
-        model
-            .tensors
-            .iter()
-            .zip(choices)
-            .map(|(t, c)| match c {
-                Choice::Quantize => 2 * t.info.byte_len(),
-                Choice::Keep(_) => t.info.byte_len(),
-            })
-            .sum()
-    };
-    let bytes_of = |weights: &[usize]| -> u64 {
-        weights
-            .iter()
-            .map(|&index| model.tensors[index].info.byte_len())
-            .sum()
-    };
-    let quantized = unread(&choices, &FixedBitSet::new());
-    let first_read = bytes_of(&quantized);
-    control.bytes_total.fetch_add(
-        writing(&choices) + if read_first { first_read } else { 0 },
-        Ordering::Relaxed,
-    );
+    control
+        .bytes_total
+        .fetch_add(writing(model, &choices), Ordering::Relaxed);
     let mut absmax = vec![0.0; model.tensors.len()];
     if read_first {
         read_largest(
             model,
             &files,
-            &quantized,
+            &unread(&choices, &FixedBitSet::new()),
             &mut choices,
             &mut absmax,
             options,
@@ -122,7 +103,7 @@ fn quantize_then(
         )?;
     }
     super::ready_folder(&targets)?;
-    let write = |choices: &[Choice], absmax: &[f64], watch_non_finite: bool| {
+    let write = |choices: &[Choice], absmax: &[f64], watch_non_finite, resume| {
         let ignore = super::ignored_modules(model, choices);
         let config = super::quantization_config(options, &ignore).to_string();
         let context = Context {
@@ -135,8 +116,9 @@ fn quantize_then(
             control,
             before_read_back,
             watch_non_finite,
-            non_finite_seen: AtomicBool::new(false),
+            non_finite_in: OnceLock::new(),
             found_finite: Mutex::new(FixedBitSet::new()),
+            partial: Mutex::new(resume),
         };
         let written = super::write_outputs(
             model,
@@ -146,39 +128,74 @@ fn quantize_then(
             options,
             &context,
         );
-        let found_finite = context
-            .found_finite
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        (written, context.non_finite_seen.into_inner(), found_finite)
+        let stopped = unpoisoned(context.partial);
+        (written, stopped, unpoisoned(context.found_finite))
     };
-    let written = match write(&choices, &absmax, !read_first) {
-        (Err(_), true, found_finite) => {
-            // The weights not yet found finite read, then the file written again in full: what
-            // is left to do from here.
-            let wanted = unread(&choices, &found_finite);
-            control.bytes_total.store(
-                control.bytes_done.load(Ordering::Relaxed) + bytes_of(&wanted),
-                Ordering::Relaxed,
-            );
+    let mut watch = !read_first;
+    let mut found_finite = FixedBitSet::new();
+    let mut resume = None;
+    let mut stops = 0;
+    let written = loop {
+        let (written, stopped, found) = write(&choices, &absmax, watch, resume.take());
+        let Some(partial) = stopped else {
+            break written?;
+        };
+        found_finite.union_with(&found);
+        let weight = partial.stopped_at;
+        resume = Some(partial);
+        stops += 1;
+        read_largest(
+            model,
+            &files,
+            &[weight],
+            &mut choices,
+            &mut absmax,
+            options,
+            control,
+        )?;
+        if stops >= WATCHED_STOPS || choices[weight] == Choice::Quantize {
+            found_finite.grow(weight + 1);
+            found_finite.insert(weight);
             read_largest(
                 model,
                 &files,
-                &wanted,
+                &unread(&choices, &found_finite),
                 &mut choices,
                 &mut absmax,
                 options,
                 control,
             )?;
-            control
-                .bytes_total
-                .fetch_add(writing(&choices), Ordering::Relaxed);
-            write(&choices, &absmax, false).0?
+            watch = false;
         }
-        (written, ..) => written?,
     };
     Ok(written.summary(model, targets, options, choices))
 }
+
+/// The bytes a write of `model` as `choices` say reads: each weight quantized read for its codes
+/// and read back (counted as the source's read it replaces), each tensor kept copied. A pass for
+/// scales written before their codes is counted when it runs.
+fn writing(model: &Model, choices: &[Choice]) -> u64 {
+    model
+        .tensors
+        .iter()
+        .zip(choices)
+        .map(|(t, c)| match c {
+            Choice::Quantize => 2 * t.info.byte_len(),
+            Choice::Keep(_) => t.info.byte_len(),
+        })
+        .sum()
+}
+
+fn unpoisoned<T>(mutex: Mutex<T>) -> T {
+    mutex
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Stops of a watched write (each at a weight holding NaN or Inf) after which every weight not
+/// yet found finite is read for them: a diverged model, NaN in every weight, would otherwise
+/// stop at each, and each stop copies the tensors kept whole again.
+const WATCHED_STOPS: usize = 4;
 
 /// The weights `choices` quantizes but those `found_finite`: those to read for NaN and Inf
 /// (the schemes that watch for them use no largest magnitude of the others).
@@ -189,7 +206,8 @@ fn unread(choices: &[Choice], found_finite: &FixedBitSet) -> Vec<usize> {
 }
 
 /// Reads each of `wanted` (weights `choices` quantizes) for its largest magnitude, into
-/// `absmax`; one holding NaN or Inf is kept as it is or stops everything, as `options` say.
+/// `absmax`; one holding NaN or Inf is kept as it is or stops everything, as `options` say. The
+/// bytes read are added to the progress's total.
 fn read_largest(
     model: &Model,
     files: &[File],
@@ -199,6 +217,11 @@ fn read_largest(
     options: &Options,
     control: &Control,
 ) -> Result<()> {
+    let bytes: u64 = wanted
+        .iter()
+        .map(|&index| model.tensors[index].info.byte_len())
+        .sum();
+    control.bytes_total.fetch_add(bytes, Ordering::Relaxed);
     let largest = largest_magnitudes(model, files, wanted, control)?;
     for (&index, largest) in wanted.iter().zip(largest) {
         match largest {
@@ -243,11 +266,39 @@ struct Context<'a> {
     before_read_back: &'a (dyn Fn(&Path) + Sync),
     /// Whether writing stops at a weight holding NaN or Inf (in the codes' pass, a sum of squares
     /// that is not finite, which values beyond `f32`'s squares also give), setting
-    /// `non_finite_seen`.
+    /// `non_finite_in` to it.
     watch_non_finite: bool,
-    non_finite_seen: AtomicBool,
+    non_finite_in: OnceLock<u32>,
     /// The weights whose codes were made while watching, none of whose values is NaN or Inf.
     found_finite: Mutex<FixedBitSet>,
+    /// The file a write that stopped left to go on from: given to the write, and left by it.
+    partial: Mutex<Option<Partial>>,
+}
+
+/// What a watched write that stopped at a weight holding NaN or Inf leaves for the next one to go
+/// on from. The next write plans its file with the weight kept, pads its header to the stopped
+/// one's length (it comes out shorter, the weight's members taking more room in it than the
+/// weight), and passes over the tensors both files place alike from the start that are made.
+/// Those after the first that moves are written again: those of the weights after the one that
+/// stopped, not yet made, and the tensors kept whole, copied again. (Writing the whole file
+/// again, after reading every other weight for NaN and Inf, had cost a model with two such
+/// weights a quarter of the save's time.)
+struct Partial {
+    writing: Writing,
+    /// The weight the write stopped at.
+    stopped_at: usize,
+    header_len: u64,
+    /// The file's entries before the one it stopped in, in its order: each with its offset in
+    /// the data and whether it is made (a copy made beside the stream may not be yet).
+    before_stop: Vec<(Entry, u64, bool)>,
+}
+
+/// A file being written: the temporary file, the small members made ahead and kept for their
+/// place, and each weight's measure, by weight.
+struct Writing {
+    file: AtomicFile,
+    kept: HashMap<(u32, u8), Vec<u8>>,
+    measured: Vec<(u32, Measured)>,
 }
 
 impl Context<'_> {
@@ -312,26 +363,38 @@ impl Writer for Context<'_> {
             entries: self.entries(first, end),
         };
         let metadata = output_metadata(model.shards[shard].metadata.as_deref(), self.config);
-        let layout = FileLayout::plan(&specs, Some(metadata))?;
-        let mut kept: HashMap<(u32, u8), Vec<u8>> = HashMap::new();
-        let mut kept_bytes = 0u64;
-        let weights = self.choices[first..end]
-            .iter()
-            .filter(|&&choice| choice == Choice::Quantize)
-            .count();
-        // By weight, sized exactly, and sorted once written: a table of half a million weights
-        // took twice the room.
-        let mut measured: Vec<(u32, Measured)> = Vec::with_capacity(weights);
-        write_atomically(target, |out| {
-            write_copying_beside(
+        let mut layout = FileLayout::plan(&specs, Some(metadata))?;
+        let (
+            Writing {
+                file,
+                mut kept,
+                mut measured,
+            },
+            in_place,
+            resumed,
+        ) = self.start_or_go_on(target, &mut layout, first..end)?;
+        let mut kept_bytes: u64 = kept
+            .values()
+            .map(|bytes| kept_cost(bytes.len() as u64))
+            .sum();
+        let placement = |spec: usize| {
+            if in_place.contains(spec) {
+                return Placement::InPlace;
+            }
+            match specs.entries[spec] {
+                Entry::Copy(index) => Placement::Copied(index as usize),
+                Entry::Member(..) => Placement::Streamed,
+            }
+        };
+        let (mut streaming, mut copies_made) = (None, 0);
+        let streamed = file.write(|out| {
+            let (streamed, copies) = write_copying_beside(
                 &layout,
                 out,
-                |spec| match specs.entries[spec] {
-                    Entry::Copy(index) => Some(index as usize),
-                    Entry::Member(..) => None,
-                },
+                placement,
                 (model, self.files, self.control),
                 |spec, out| {
+                    streaming = Some(spec);
                     let Entry::Member(index, member) = specs.entries[spec] else {
                         return Ok(());
                     };
@@ -346,8 +409,32 @@ impl Writer for Context<'_> {
                     };
                     self.write_member(index, member, out, &mut keeping)
                 },
-            )
-        })?;
+            );
+            copies_made = copies;
+            streamed
+        });
+        if let Err(error) = streamed {
+            if let (Some(&weight), Some(stopped_in), io::ErrorKind::Interrupted) =
+                (self.non_finite_in.get(), streaming, error.kind())
+            {
+                let writing = Writing {
+                    file,
+                    kept,
+                    measured,
+                };
+                self.leave(Partial {
+                    writing,
+                    stopped_at: weight as usize,
+                    header_len: layout.header_len(),
+                    before_stop: before_stop(&layout, stopped_in, placement, copies_made),
+                });
+            }
+            return Err(Error::io(target, error));
+        }
+        if resumed {
+            file.set_len(layout.file_len())?;
+        }
+        file.persist()?;
         let mut quantized = Vec::new();
         (self.before_read_back)(target);
         let differs = layout.differences(target)?.is_some();
@@ -358,6 +445,173 @@ impl Writer for Context<'_> {
             bytes: layout.file_len(),
             verified: !differs && read_back,
         })
+    }
+}
+
+/// The entries of `layout` before `stopped_in`, with their offsets and whether each is made: all
+/// but the copies past the first `copies_made`.
+fn before_stop<'a>(
+    layout: &FileLayout<'a, ShardSpecs<'a>, impl Metadata<'a>>,
+    stopped_in: usize,
+    placement: impl Fn(usize) -> Placement,
+    copies_made: usize,
+) -> Vec<(Entry, u64, bool)> {
+    let mut copies = 0;
+    layout
+        .placed()
+        .take_while(|&(spec, _)| spec != stopped_in)
+        .map(|(spec, [begin, _])| {
+            let made = match placement(spec) {
+                Placement::Streamed | Placement::InPlace => true,
+                Placement::Copied(_) => {
+                    copies += 1;
+                    copies <= copies_made
+                }
+            };
+            (layout.specs().entries[spec], begin, made)
+        })
+        .collect()
+}
+
+/// The specs of `layout`, a stopped write's file planned again with the weight it stopped at
+/// kept, that `partial` left in place: the tensors made that both files place at the same
+/// offset in the file. The weight's members taken out move those after them: the header is
+/// padded to the length that keeps the most bytes in place (a weight's small members come
+/// first in the file, by dtype, and a header 16 bytes longer leaves all the codes made after
+/// them where they are), a multiple of 8 so that every tensor stays aligned as the reference
+/// writer aligns it.
+fn in_place<'a>(
+    layout: &mut FileLayout<'a, ShardSpecs<'a>, impl Metadata<'a>>,
+    partial: &Partial,
+) -> FixedBitSet {
+    let mut bytes_by_shift: HashMap<i128, u64> = HashMap::new();
+    for (spec, shift) in made_and_moved(layout, partial) {
+        *bytes_by_shift.entry(shift).or_default() += layout.specs().byte_len(spec).unwrap_or(0);
+    }
+    let mut shifts: Vec<(i128, u64)> = bytes_by_shift.into_iter().collect();
+    shifts.sort_unstable_by_key(|&(shift, bytes)| (std::cmp::Reverse(bytes), shift));
+    let chosen = shifts.into_iter().map(|(shift, _)| shift).find(|&shift| {
+        let header_len = i128::from(partial.header_len) + shift;
+        u64::try_from(header_len).is_ok_and(|len| layout.pad_header_to(len))
+    });
+    let mut in_place = FixedBitSet::with_capacity(layout.specs().entries.len());
+    for (spec, shift) in made_and_moved(layout, partial) {
+        in_place.set(spec, Some(shift) == chosen);
+    }
+    in_place
+}
+
+/// Each spec of `layout` that `partial` made, with how far its offset in the data moved back
+/// from where `partial` has it: both files hold the same entries in the same order from the
+/// start but for those of the weight kept, as far as the stopped write went.
+fn made_and_moved<'l, 'a>(
+    layout: &'l FileLayout<'a, ShardSpecs<'a>, impl Metadata<'a>>,
+    partial: &'l Partial,
+) -> impl Iterator<Item = (usize, i128)> + 'l {
+    let entries = &layout.specs().entries;
+    let weight = partial.stopped_at;
+    let mut before = partial
+        .before_stop
+        .iter()
+        .filter(move |(entry, ..)| entry.tensor() != weight);
+    layout
+        .placed()
+        .filter(move |&(spec, _)| entries[spec].tensor() != weight)
+        .map_while(move |(spec, [begin, _])| {
+            let &(entry, was_at, made) = before.next()?;
+            let shift = i128::from(was_at) - i128::from(begin);
+            (entry == entries[spec]).then_some((spec, made, shift))
+        })
+        .filter_map(|(spec, made, shift)| made.then_some((spec, shift)))
+}
+
+impl Context<'_> {
+    /// Leaves what a stopped write made for the next to go on from.
+    fn leave(&self, partial: Partial) {
+        *self
+            .partial
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(partial);
+    }
+
+    /// The file of the model's tensors `tensors` to write into `target` as `layout` plans it:
+    /// a new one, or the one a stopped write left (see [`Partial`]), `layout`'s header then padded
+    /// to leave the most of it in place. With the specs in place, and whether it went on.
+    fn start_or_go_on<'a>(
+        &self,
+        target: &Path,
+        layout: &mut FileLayout<'a, ShardSpecs<'a>, impl Metadata<'a>>,
+        tensors: std::ops::Range<usize>,
+    ) -> Result<(Writing, FixedBitSet, bool)> {
+        let stopped = self
+            .partial
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let Some(partial) = stopped else {
+            let weights = self.choices[tensors]
+                .iter()
+                .filter(|&&choice| choice == Choice::Quantize)
+                .count();
+            let writing = Writing {
+                file: AtomicFile::create(target)?,
+                kept: HashMap::new(),
+                // By weight, sized exactly, and sorted once written: a table of half a million
+                // weights took twice the room.
+                measured: Vec::with_capacity(weights),
+            };
+            return Ok((writing, FixedBitSet::new(), false));
+        };
+        let in_place = in_place(layout, &partial);
+        let mut writing = partial.writing;
+        let entries = &layout.specs().entries;
+        // A weight whose codes are neither in place nor kept for later makes them again, and is
+        // measured again.
+        let made = self.codes_made(entries, &in_place, &writing.kept);
+        writing
+            .measured
+            .retain(|&(index, _)| made.contains(index as usize));
+        self.control.bytes_total.store(
+            self.control.bytes_done.load(Ordering::Relaxed)
+                + self.work_left(entries, &in_place, &made),
+            Ordering::Relaxed,
+        );
+        Ok((writing, in_place, true))
+    }
+
+    /// The weights among `entries` whose codes are `in_place` or `kept` for later.
+    fn codes_made(
+        &self,
+        entries: &[Entry],
+        in_place: &FixedBitSet,
+        kept: &HashMap<(u32, u8), Vec<u8>>,
+    ) -> FixedBitSet {
+        let mut made = FixedBitSet::with_capacity(self.model.tensors.len());
+        for (spec, &entry) in entries.iter().enumerate() {
+            if let Entry::Member(index, member) = entry
+                && self.member(index as usize, member).role == Role::Codes
+                && (in_place.contains(spec) || kept.contains_key(&(index, member)))
+            {
+                made.insert(index as usize);
+            }
+        }
+        made
+    }
+
+    /// The bytes the write of a file of `entries` reads but for those `in_place`: each tensor
+    /// copied, each weight whose codes are not `made`, and every weight's read back.
+    fn work_left(&self, entries: &[Entry], in_place: &FixedBitSet, made: &FixedBitSet) -> u64 {
+        let len = |index: u32| self.model.tensors[index as usize].info.byte_len();
+        entries
+            .iter()
+            .enumerate()
+            .map(|(spec, &entry)| match entry {
+                Entry::Copy(index) if !in_place.contains(spec) => len(index),
+                Entry::Member(index, 0) if made.contains(index as usize) => len(index),
+                Entry::Member(index, 0) => 2 * len(index),
+                Entry::Copy(_) | Entry::Member(..) => 0,
+            })
+            .sum()
     }
 }
 
@@ -501,7 +755,7 @@ impl Context<'_> {
             },
             |(streams, checked, non_finite)| {
                 if non_finite {
-                    self.non_finite_seen.store(true, Ordering::Relaxed);
+                    let _ = self.non_finite_in.set(index);
                     return Err(io::Error::new(
                         io::ErrorKind::Interrupted,
                         "a weight holds NaN or Inf",
@@ -834,41 +1088,86 @@ mod tests {
         assert!(read(&FixedBitSet::new()).is_err());
     }
 
-    /// Without a first read of the weights, a single file's codes' pass watches for NaN and
-    /// Inf: a clean model is written in one go; one holding them (or values whose squares pass
-    /// `f32`'s range, which are finite) is read for them, then written again. Either way the
-    /// file is the one written when every weight is read first, nothing is written when such a
-    /// weight stops everything, and the progress ends full.
-    #[test]
-    fn non_finite_weights_found_while_writing() {
-        let dir = tempfile::tempdir().unwrap();
+    /// The weights of a model all holding NaN, more than a watched write stops at.
+    const DIVERGED: [&str; 6] = [
+        "b.weight", "c.weight", "d.weight", "e.weight", "f.weight", "g.weight",
+    ];
+
+    /// The header's JSON and the data of a file's bytes.
+    fn header_and_data(bytes: &[u8]) -> (serde_json::Value, &[u8]) {
+        let (prefix, rest) = bytes.split_at(8);
+        let header_len = usize::try_from(u64::from_le_bytes(prefix.try_into().unwrap())).unwrap();
+        let (header, data) = rest.split_at(header_len);
+        (serde_json::from_slice(header).unwrap(), data)
+    }
+
+    /// Models a watched write meets, each with the weights it keeps, the weights read for NaN
+    /// and Inf once the write has begun, and whether its save can be verified: values near 1e20,
+    /// whose squares `f32` does not hold, are not taken for NaN or Inf; values near 1e200 are,
+    /// and are then read and found finite (no scale holds them).
+    fn models_to_watch(dir: &Path) -> [(Model, usize, &'static [&'static str], bool); 5] {
         let normal = Fill::Normal {
             mean: 0.0,
             std: 0.02,
         };
         let clean = model_of(
-            &dir.path().join("clean.safetensors"),
+            &dir.join("clean.safetensors"),
             &[
                 ("a.weight", 64, normal.clone()),
                 ("b.weight", 32, normal.clone()),
             ],
         );
         let huge = model_of(
-            &dir.path().join("huge.safetensors"),
+            &dir.join("huge.safetensors"),
             &[
                 ("a.weight", 64, normal.clone()),
                 ("h.weight", 16, Fill::Values(vec![1e20, -3e19, 0.5, 2.0])),
             ],
         );
+        let beyond_f64 = dir.join("beyond-f64.safetensors");
+        SyntheticModel::new(11)
+            .tensor("a.weight", Dtype::F32, &[64, 128], normal.clone())
+            .tensor(
+                "h.weight",
+                Dtype::F64,
+                &[16, 128],
+                Fill::Values(vec![1e200, -3e199, 0.5, 2.0]),
+            )
+            .write(&beyond_f64)
+            .unwrap();
+        let beyond_f64 = Model::open(&beyond_f64).unwrap();
         let poisoned = model_of(
-            &dir.path().join("poisoned.safetensors"),
+            &dir.join("poisoned.safetensors"),
             &[
                 ("a.weight", 64, normal.clone()),
                 ("b.weight", 32, Fill::Values(vec![0.5, f64::NAN, -1.0])),
                 ("c.weight", 16, Fill::Values(vec![f64::INFINITY, 0.25])),
-                ("d.weight", 16, normal),
+                ("d.weight", 16, normal.clone()),
             ],
         );
+        // More weights holding NaN than the write stops at: the last stop reads the others.
+        let mut weights = vec![("a.weight", 16, normal)];
+        weights.extend(DIVERGED.map(|name| (name, 8, Fill::Values(vec![f64::NAN, 1.0]))));
+        let diverged = model_of(&dir.join("diverged.safetensors"), &weights);
+        [
+            (clean, 0, &[], true),
+            (huge, 0, &[], true),
+            (beyond_f64, 0, &["h.weight"], false),
+            (poisoned, 2, &["b.weight", "c.weight"], true),
+            (diverged, 6, &DIVERGED, true),
+        ]
+    }
+
+    /// Without a first read of the weights, a single file's codes' pass watches for NaN and
+    /// Inf: a clean model is written in one go; one holding them (or values whose squares pass
+    /// `f32`'s range, which are finite) stops at each, which is read for them, and the write goes
+    /// on from there. Either way the file holds the tensors of the one written when every weight
+    /// is read first, byte for byte (its header padded longer when the write went on), nothing is
+    /// written when such a weight stops everything, and the progress ends full.
+    #[test]
+    fn non_finite_weights_found_while_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let models = models_to_watch(dir.path());
         let schemes = [
             Scheme::W8A16,
             Scheme::W4A16,
@@ -886,14 +1185,20 @@ mod tests {
                 non_finite: NonFinite::Skip,
                 ..stop.clone()
             };
-            // Each model, the weights it keeps, and the first weight read for NaN and Inf once
-            // the write has begun (it and those after it are): values near 1e20, whose squares
-            // `f32` does not hold, are not taken for them.
-            for (model, kept, read) in [(&clean, 0, 4), (&huge, 0, 4), (&poisoned, 2, 1)] {
+            for (model, kept, read, verified) in &models {
+                let (kept, verified) = (*kept, *verified);
                 let (written, [done, total]) = both_ways(model, out.path(), &skip);
                 let both = written.unwrap();
-                assert!(both.watched == both.read_first, "{scheme}");
-                assert!(both.summary.verified, "{scheme}");
+                let (watched, read_first) = (
+                    header_and_data(&both.watched),
+                    header_and_data(&both.read_first),
+                );
+                assert_eq!(watched.0, read_first.0, "{scheme}");
+                assert!(watched.1 == read_first.1, "{scheme}");
+                if read.is_empty() {
+                    assert!(both.watched == both.read_first, "{scheme}");
+                }
+                assert_eq!(both.summary.verified, verified, "{scheme}");
                 let non_finite = both
                     .summary
                     .choices
@@ -902,17 +1207,26 @@ mod tests {
                     .count();
                 assert_eq!(non_finite, kept, "{scheme}");
                 assert_eq!(done, total, "{scheme}: the progress ends full");
-                let bytes: u64 = model.tensors.iter().map(|t| t.info.byte_len()).sum();
+                // Each weight quantized read for its codes and read back, each kept copied.
+                let writing: u64 = model
+                    .tensors
+                    .iter()
+                    .zip(&both.summary.choices)
+                    .map(|(t, &choice)| match choice {
+                        Choice::Quantize => 2 * t.info.byte_len(),
+                        Choice::Keep(_) => t.info.byte_len(),
+                    })
+                    .sum();
                 let read: u64 = model
                     .tensors
                     .iter()
-                    .skip(read)
+                    .filter(|t| read.contains(&t.name()))
                     .map(|t| t.info.byte_len())
                     .sum();
-                assert!(total >= 2 * bytes + read, "{scheme}");
+                assert!(total >= writing + read, "{scheme}");
             }
             let stopped = tempfile::tempdir().unwrap();
-            let (written, _) = both_ways(&poisoned, stopped.path(), &stop);
+            let (written, _) = both_ways(&models[3].0, stopped.path(), &stop);
             let error = written.unwrap_err().to_string();
             assert!(
                 error.contains("`b.weight` holds NaN or Inf"),
