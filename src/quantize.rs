@@ -1934,30 +1934,31 @@ fn quantize_narrow_lanes<const ROUNDING: lanes::Rounding>(
     tally.add::<ROUNDING>(xs, &backs, &[1.0 / scale; lanes::WIDE]);
 }
 
-/// What quantizing one tensor would cost, computed without writing anything: `None` when it
-/// holds NaN or Inf.
+/// What quantizing one tensor to W8A8 would cost, the error its writer would measure, worked out
+/// without codes as a comparison does: `None` when it holds NaN or Inf.
 pub fn preview(model: &Model, tensor: usize, granularity: Granularity) -> Result<Option<Error8>> {
-    let entry = &model.tensors[tensor];
-    let path = &model.shard_of(entry).path;
     let files: Vec<File> = model
         .shards
         .iter()
         .map(|s| open_file(&s.path).map_err(|e| Error::io(&s.path, e)))
         .collect::<Result<_>>()?;
-    let control = Control::default();
-    let Some((absmax, _)) =
-        tensor_absmax(model, &files, entry, false, &control).map_err(|e| Error::io(path, e))?
-    else {
-        return Ok(None);
+    let options = Options {
+        scheme: Scheme::W8A8,
+        granularity,
+        ..Options::default()
     };
-    let dtype = scales_dtype_of(entry);
-    let scales = match granularity {
-        Granularity::PerChannel => RowScales::Own(dtype),
-        Granularity::PerTensor => RowScales::Shared(scale_for(dtype, absmax)),
-    };
-    let made = write_weight(model, &files, entry, scales, &mut io::sink(), &control)
-        .map_err(|e| Error::io(path, e))?;
-    Ok(Some(made.error))
+    let (errors, _) = compare::evaluate(
+        model,
+        &files,
+        &[tensor],
+        &[Scheme::W8A8],
+        &options,
+        &Control::default(),
+    )?;
+    Ok(errors
+        .first()
+        .and_then(|schemes| schemes.first().copied().flatten())
+        .map(|sums| finish(&sums)))
 }
 
 /// The default output next to the source, named after the scheme: `<stem>.int8.safetensors`
