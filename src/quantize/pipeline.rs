@@ -276,13 +276,12 @@ struct Context<'a> {
 }
 
 /// What a watched write that stopped at a weight holding NaN or Inf leaves for the next one to go
-/// on from. The next write plans its file with the weight kept, pads its header to the stopped
-/// one's length (it comes out shorter, the weight's members taking more room in it than the
-/// weight), and passes over the tensors both files place alike from the start that are made.
-/// Those after the first that moves are written again: those of the weights after the one that
-/// stopped, not yet made, and the tensors kept whole, copied again. (Writing the whole file
-/// again, after reading every other weight for NaN and Inf, had cost a model with two such
-/// weights a quarter of the save's time.)
+/// on from. The next write plans its file with the weight kept, pads its header so that the most
+/// bytes made stay where they are (see [`in_place`]), and passes over them; it writes the rest:
+/// the weights not yet made, those whose bytes moved (most often only the small members before
+/// the codes), and the tensors kept whole, copied again. (Writing the whole file again, after
+/// reading every other weight for NaN and Inf, had cost a model with two such weights a quarter
+/// of the save's time.)
 struct Partial {
     writing: Writing,
     /// The weight the write stopped at.
@@ -476,19 +475,23 @@ fn before_stop<'a>(
 /// The specs of `layout`, a stopped write's file planned again with the weight it stopped at
 /// kept, that `partial` left in place: the tensors made that both files place at the same
 /// offset in the file. The weight's members taken out move those after them: the header is
-/// padded to the length that keeps the most bytes in place (a weight's small members come
-/// first in the file, by dtype, and a header 16 bytes longer leaves all the codes made after
-/// them where they are), a multiple of 8 so that every tensor stays aligned as the reference
-/// writer aligns it.
+/// padded to the length that keeps the most bytes of members in place, which cost a read and
+/// their codes to make again (a weight's small members come first in the file, by dtype, and a
+/// header 16 bytes longer leaves all the codes made after them where they are), then the most
+/// bytes of tensors copied whole, which the kernel copies again at little cost. The length stays
+/// a multiple of 8, so that every tensor stays aligned as the reference writer aligns it.
 fn in_place<'a>(
     layout: &mut FileLayout<'a, ShardSpecs<'a>, impl Metadata<'a>>,
     partial: &Partial,
 ) -> FixedBitSet {
-    let mut bytes_by_shift: HashMap<i128, u64> = HashMap::new();
+    // Bytes made by the stream, then bytes copied, by shift.
+    let mut bytes_by_shift: HashMap<i128, [u64; 2]> = HashMap::new();
     for (spec, shift) in made_and_moved(layout, partial) {
-        *bytes_by_shift.entry(shift).or_default() += layout.specs().byte_len(spec).unwrap_or(0);
+        let copied = usize::from(matches!(layout.specs().entries[spec], Entry::Copy(_)));
+        bytes_by_shift.entry(shift).or_default()[copied] +=
+            layout.specs().byte_len(spec).unwrap_or(0);
     }
-    let mut shifts: Vec<(i128, u64)> = bytes_by_shift.into_iter().collect();
+    let mut shifts: Vec<(i128, [u64; 2])> = bytes_by_shift.into_iter().collect();
     shifts.sort_unstable_by_key(|&(shift, bytes)| (std::cmp::Reverse(bytes), shift));
     let chosen = shifts.into_iter().map(|(shift, _)| shift).find(|&shift| {
         let header_len = i128::from(partial.header_len) + shift;
