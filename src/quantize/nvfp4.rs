@@ -124,29 +124,28 @@ fn columns(plan: &Plan) -> usize {
     usize::try_from(plan.columns).unwrap_or(usize::MAX).max(1)
 }
 
-/// The squared error each of up to [`WIDE`] groups (`groups[lane]`, zeros past the last) is
-/// left with under `scales[lane]`, in `f32` throughout so that each step vectorizes across the
-/// lanes whole (a mix of `f32` and `f64` halves the lanes): a sum of 16 squares, close to the
-/// exact one to `2^-19` of itself, which only a near tie between the two scales tried could
-/// feel, and either scale then serves as well.
+/// The squared error each of up to [`WIDE`] groups is left with under `scales[lane]`, from the
+/// magnitudes of its values (`magnitudes[row][lane]`, zeros past the last group), in `f32`
+/// throughout so that each step vectorizes across the lanes whole (a mix of `f32` and `f64`
+/// halves the lanes): a sum of 16 squares, close to the exact one to `2^-19` of itself, which
+/// only a near tie between the two scales tried could feel, and either scale then serves as
+/// well. A value's error is its magnitude's, but for the sign, to the last bit (a quotient and
+/// a difference round alike either side of 0): magnitudes taken once for both scales spare
+/// each value the clearing of its quotient's sign and the copying back of its own.
 #[expect(
     clippy::inline_always,
     reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
 )]
 #[inline(always)]
-fn group_errors(groups: &[[f32; WIDE]; GROUP], scales: &[f32; WIDE]) -> [f32; WIDE] {
+fn group_errors(magnitudes: &[[f32; WIDE]; GROUP], scales: &[f32; WIDE]) -> [f32; WIDE] {
     let mut sums = [0f32; WIDE];
-    for xs in groups {
+    for xs in magnitudes {
         let mut backs = [0f32; WIDE];
         for lane in 0..WIDE {
-            backs[lane] = (xs[lane] / scales[lane]).abs();
-        }
-        for back in &mut backs {
-            *back = rounded_magnitude(*back);
+            backs[lane] = rounded_magnitude(xs[lane] / scales[lane]);
         }
         for lane in 0..WIDE {
-            // The quotient's sign is the value's: the scales are positive.
-            let error = xs[lane] - (backs[lane] * scales[lane]).copysign(xs[lane]);
+            let error = xs[lane] - backs[lane] * scales[lane];
             sums[lane] += error * error;
         }
     }
@@ -180,11 +179,12 @@ fn group_scales(groups: &[[f32; GROUP]], tensor_global: f32) -> [(u8, f32); WIDE
         }
         global /= unit;
     }
+    // From here on, the values' magnitudes.
     let mut absmax = [0f32; WIDE];
-    for row in &transposed {
+    for row in &mut transposed {
         for lane in 0..WIDE {
-            let x = row[lane].abs();
-            absmax[lane] = larger(x, absmax[lane]);
+            row[lane] = row[lane].abs();
+            absmax[lane] = larger(row[lane], absmax[lane]);
         }
     }
     let (mut nearest, mut other) = ([0u32; WIDE], [0u32; WIDE]);
@@ -246,8 +246,7 @@ fn group_scales(groups: &[[f32; GROUP]], tensor_global: f32) -> [(u8, f32); WIDE
 /// `transposed[row][lane] = groups[lane][row]`, zeros past the last group. In two passes of
 /// [`interleave_quads`], each a few whole-row shuffles per row under AVX-512 (and AVX2), where
 /// a copy value by value was compiled into gathers, and rows stored in halves that the loads of
-/// whole rows after them had to wait for: a fifth of the writer's kernel, a tenth less with
-/// this.
+/// whole rows after them had to wait for (the writer's kernel took a tenth more time).
 #[expect(
     clippy::inline_always,
     reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
