@@ -161,7 +161,7 @@ fn group_errors(magnitudes: &[[f32; WIDE]; GROUP], scales: &[f32; WIDE]) -> [f32
     reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
 )]
 #[inline(always)]
-fn group_scales(groups: &[[f32; GROUP]], tensor_global: f32) -> [(u8, f32); WIDE] {
+fn group_scales(groups: &[[f32; GROUP]], tensor_global: f32) -> ([u8; WIDE], [f32; WIDE]) {
     let mut transposed = [[0f32; WIDE]; GROUP];
     transpose(groups, &mut transposed);
     // Far from 1, the squared errors of the scales tried would overflow `f32` or vanish in it:
@@ -205,22 +205,26 @@ fn group_scales(groups: &[[f32; GROUP]], tensor_global: f32) -> [(u8, f32); WIDE
         nearest_scales[lane] = fp8_value(nearest[lane]) / global;
         other_scales[lane] = fp8_value(other[lane]) / global;
     }
-    let mut nearest_errors = group_errors(&transposed, &nearest_scales);
-    let mut other_errors = group_errors(&transposed, &other_scales);
-    for lane in 0..WIDE {
-        if nearest_scales[lane] == 0.0 {
-            nearest_errors[lane] = f32::INFINITY;
-        }
-        if other_scales[lane] == 0.0 {
-            other_errors[lane] = f32::INFINITY;
-        }
-    }
+    let nearest_errors = group_errors(&transposed, &nearest_scales);
+    let other_errors = group_errors(&transposed, &other_scales);
     let (mut bytes, mut scales) = (nearest, nearest_scales);
     let mut neither_within = false;
     for lane in 0..WIDE {
         let nearest_within = within(absmax[lane], nearest_scales[lane]);
         let other_within = within(absmax[lane], other_scales[lane]);
-        if other_within && (!nearest_within || other_errors[lane] < nearest_errors[lane]) {
+        // A scale of 0 leaves an error beyond any other, chosen here rather than in a loop of
+        // its own, which was compiled into a branch per lane and scale.
+        let nearest_error = if nearest_scales[lane] == 0.0 {
+            f32::INFINITY
+        } else {
+            nearest_errors[lane]
+        };
+        let other_error = if other_scales[lane] == 0.0 {
+            f32::INFINITY
+        } else {
+            other_errors[lane]
+        };
+        if other_within && (!nearest_within || other_error < nearest_error) {
             (bytes[lane], scales[lane]) = (other[lane], other_scales[lane]);
         }
         neither_within |= !nearest_within && !other_within;
@@ -239,7 +243,12 @@ fn group_scales(groups: &[[f32; GROUP]], tensor_global: f32) -> [(u8, f32); WIDE
             scales[lane] = fp8_value(bytes[lane]) / tensor_global;
         }
     }
-    std::array::from_fn(|lane| (bytes[lane].to_le_bytes()[0], scales[lane]))
+    // Two arrays, not one of pairs, whose building was compiled into a store per byte and scale.
+    let mut stored = [0u8; WIDE];
+    for lane in 0..WIDE {
+        stored[lane] = bytes[lane].to_le_bytes()[0];
+    }
+    (stored, scales)
 }
 
 /// Up to [`WIDE`] groups turned so that each row holds one value of every group:
@@ -320,12 +329,12 @@ fn quantize_batch(
     codes: &mut Vec<u8>,
     scale_bytes: &mut Vec<u8>,
 ) {
-    let scales = group_scales(groups, global);
+    let (stored, scales) = group_scales(groups, global);
+    scale_bytes.extend_from_slice(&stored[..groups.len()]);
     let start = codes.len();
     codes.resize(start + groups.len() * GROUP / 2, 0);
     let (out, _) = codes[start..].as_chunks_mut::<{ GROUP / 2 }>();
-    for ((group, &(byte, scale)), bytes) in groups.iter().zip(&scales).zip(out) {
-        scale_bytes.push(byte);
+    for ((group, &scale), bytes) in groups.iter().zip(&scales).zip(out) {
         // A scale of 0 or beyond `f32` codes every value as 0.
         let usable = scale != 0.0 && scale.is_finite();
         let mut group_codes = [0u32; GROUP];
@@ -465,9 +474,9 @@ pub fn error(plan: &Plan, values: &[f32], signal: f64) -> ErrorSums {
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn tally_batch(groups: &[[f32; GROUP]], global: f32, tally: &mut Compared) {
     const { assert!(GROUP == WIDE) };
-    let scales = group_scales(groups, global);
+    let (_, scales) = group_scales(groups, global);
     let mut local = *tally;
-    for (xs, &(_, scale)) in groups.iter().zip(&scales) {
+    for (xs, &scale) in groups.iter().zip(&scales) {
         let by = divisor(scale);
         let mut backs = [0f32; WIDE];
         for lane in 0..WIDE {
