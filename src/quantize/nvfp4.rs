@@ -552,6 +552,23 @@ mod tests {
     }
 
     #[test]
+    fn transposing_turns_groups_into_rows_of_one_value_each() {
+        for count in [16, 5, 1] {
+            let groups: Vec<[f32; GROUP]> = (0..count)
+                .map(|g| std::array::from_fn(|v| (g * 100 + v) as f32))
+                .collect();
+            let mut transposed = [[f32::NAN; WIDE]; GROUP];
+            transpose(&groups, &mut transposed);
+            for (row, values) in transposed.iter().enumerate() {
+                for (lane, &x) in values.iter().enumerate() {
+                    let expected = groups.get(lane).map_or(0.0, |group| group[row]);
+                    assert_eq!(x.to_bits(), expected.to_bits(), "{count}: [{row}][{lane}]");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn codes_round_to_nearest() {
         for code in 0..16u8 {
             if code == 8 {
