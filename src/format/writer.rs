@@ -397,15 +397,19 @@ impl AtomicFile {
     }
 
     /// Writes from the file's start through `write`, which may pass over parts written before.
-    /// What `write` wrote reaches the file even when it fails, unless that fails too.
+    /// What `write` wrote reaches the file even when it fails; where that fails too, its error
+    /// is the one given, so that an error of `write`'s own says all it wrote is in the file.
     pub fn write(
         &self,
         write: impl FnOnce(&mut BufWriter<WriteBehind<'_>>) -> io::Result<()>,
     ) -> io::Result<()> {
         let mut out = BufWriter::with_capacity(1 << 20, WriteBehind::new(self.temp.as_file()));
         let written = write(&mut out);
-        let flushed = out.flush();
-        written.and(flushed)
+        match (written, out.flush()) {
+            (Ok(()), flushed) => flushed,
+            (Err(error), Ok(())) => Err(error),
+            (Err(_), Err(unflushed)) => Err(unflushed),
+        }
     }
 
     /// Cuts the file to `len` bytes: a write that went on from an earlier one can leave bytes of
