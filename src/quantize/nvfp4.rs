@@ -163,7 +163,11 @@ fn group_errors(magnitudes: &[[f32; WIDE]; GROUP], scales: &[f32; WIDE]) -> [f32
 #[inline(always)]
 fn group_scales(groups: &[[f32; GROUP]], tensor_global: f32) -> ([u8; WIDE], [f32; WIDE]) {
     let mut transposed = [[0f32; WIDE]; GROUP];
-    transpose(groups, &mut transposed);
+    for (lane, group) in groups.iter().enumerate().take(WIDE) {
+        for (row, &x) in transposed.iter_mut().zip(group) {
+            row[lane] = x;
+        }
+    }
     // Far from 1, the squared errors of the scales tried would overflow `f32` or vanish in it:
     // the values and the scales are then taken times a power of two near the global scale,
     // which changes no quotient, no choice and no comparison of errors (the scales chosen are
@@ -249,50 +253,6 @@ fn group_scales(groups: &[[f32; GROUP]], tensor_global: f32) -> ([u8; WIDE], [f3
         stored[lane] = bytes[lane].to_le_bytes()[0];
     }
     (stored, scales)
-}
-
-/// Up to [`WIDE`] groups turned so that each row holds one value of every group:
-/// `transposed[row][lane] = groups[lane][row]`, zeros past the last group. In two passes of
-/// [`interleave_quads`], each a few whole-row shuffles per row under AVX-512 (and AVX2), where
-/// a copy value by value was compiled into gathers, and rows stored in halves that the loads of
-/// whole rows after them had to wait for (the writer's kernel took a tenth more time).
-#[expect(
-    clippy::inline_always,
-    reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
-)]
-#[inline(always)]
-fn transpose(groups: &[[f32; GROUP]], transposed: &mut [[f32; WIDE]; GROUP]) {
-    const { assert!(GROUP == 16 && WIDE == 16) };
-    let mut half_way = [[0f32; WIDE]; GROUP];
-    if let Ok(whole) = groups.try_into() {
-        interleave_quads(whole, &mut half_way);
-    } else {
-        let mut padded = [[0f32; GROUP]; WIDE];
-        padded[..groups.len()].copy_from_slice(groups);
-        interleave_quads(&padded, &mut half_way);
-    }
-    interleave_quads(&half_way, transposed);
-}
-
-/// Half of [`transpose`]: row `4i + a` of `next` is values `4a` to `4a + 3` of rows `i`,
-/// `i + 4`, `i + 8` and `i + 12` of `m`, interleaved (`next[4i + a][4k + b] = m[i + 4b][4a +
-/// k]`). A value's index, 8 bits (its row's, then its column's), turns two bits to the left:
-/// twice over, the row's bits and the column's swap.
-#[expect(
-    clippy::inline_always,
-    reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
-)]
-#[inline(always)]
-fn interleave_quads(m: &[[f32; 16]; 16], next: &mut [[f32; 16]; 16]) {
-    for i in 0..4 {
-        for a in 0..4 {
-            for k in 0..4 {
-                for b in 0..4 {
-                    next[4 * i + a][4 * k + b] = m[i + 4 * b][4 * a + k];
-                }
-            }
-        }
-    }
 }
 
 /// The global scales whose groups [`group_scales`] measures as they are: their scales are
@@ -547,23 +507,6 @@ mod tests {
                 assert_eq!(encode(value), code, "{value:e}");
                 let code = u8::try_from(code).unwrap_or(u8::MAX);
                 assert_eq!(rounded_magnitude(a), decode(code).abs(), "{a:e}");
-            }
-        }
-    }
-
-    #[test]
-    fn transposing_turns_groups_into_rows_of_one_value_each() {
-        for count in [16, 5, 1] {
-            let groups: Vec<[f32; GROUP]> = (0..count)
-                .map(|g| std::array::from_fn(|v| (g * 100 + v) as f32))
-                .collect();
-            let mut transposed = [[f32::NAN; WIDE]; GROUP];
-            transpose(&groups, &mut transposed);
-            for (row, values) in transposed.iter().enumerate() {
-                for (lane, &x) in values.iter().enumerate() {
-                    let expected = groups.get(lane).map_or(0.0, |group| group[row]);
-                    assert_eq!(x.to_bits(), expected.to_bits(), "{count}: [{row}][{lane}]");
-                }
             }
         }
     }
