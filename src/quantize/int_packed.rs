@@ -132,14 +132,16 @@ fn scale_and_zero(plan: &Plan, values: &[f32], (min, max): (f32, f32)) -> (f64, 
             scales.push(f16_scale_within(min, max, up));
         }
     }
-    let mut candidates: SmallVec<[(f64, i32); 2 * CANDIDATES]> = SmallVec::new();
+    let mut candidates: SmallVec<[(f64, i32); CANDIDATES]> = SmallVec::new();
     for &scale in &scales {
         if scale <= 0.0 {
             continue;
         }
         let (lowest, highest) = zero_points(half, (min, max), scale);
-        #[expect(clippy::cast_possible_truncation, reason = "within the code range")]
-        candidates.extend((lowest as i32..=highest as i32).map(|zero| (scale, zero)));
+        if lowest <= highest {
+            #[expect(clippy::cast_possible_truncation, reason = "within the code range")]
+            candidates.push((scale, lowest as i32));
+        }
     }
     // The one candidate there is most often (the nearest scale rounded down leaves none).
     if let [only] = candidates[..] {
@@ -164,7 +166,7 @@ fn scale_and_zero(plan: &Plan, values: &[f32], (min, max): (f32, f32)) -> (f64, 
         clippy::cast_possible_truncation,
         reason = "f32 values times a power of two"
     )]
-    let in_units: SmallVec<[f32; 256]> = if unit == 1.0 {
+    let in_units_values: SmallVec<[f32; 256]> = if unit == 1.0 {
         SmallVec::new()
     } else {
         values
@@ -172,17 +174,14 @@ fn scale_and_zero(plan: &Plan, values: &[f32], (min, max): (f32, f32)) -> (f64, 
             .map(|&x| (f64::from(x) * unit) as f32)
             .collect()
     };
-    for tried in candidates.chunks(CANDIDATES) {
+    if let [nearest, up] = candidates[..] {
         let errors = if unit == 1.0 {
-            group_errors(values, tried, half)
+            group_errors(values, [nearest, up], half)
         } else {
-            let tried_in_units: SmallVec<[(f64, i32); CANDIDATES]> = tried
-                .iter()
-                .map(|&(scale, zero)| (scale * unit, zero))
-                .collect();
-            group_errors(&in_units, &tried_in_units, half)
+            let in_units = |(scale, zero): (f64, i32)| (scale * unit, zero);
+            group_errors(&in_units_values, [in_units(nearest), in_units(up)], half)
         };
-        for (&(scale, zero), &error) in tried.iter().zip(&errors) {
+        for (&(scale, zero), &error) in [nearest, up].iter().zip(&errors) {
             if error < best.0 {
                 best = (error, scale, zero);
             }
@@ -205,16 +204,31 @@ fn row_grid(
     match (plan.scheme, plan.scale_dtype) {
         (Scheme::W4A16Asym, Dtype::Bf16) => {
             grid.resize(extremes.len(), (0.0, 0));
-            let mut settled = vec![false; extremes.len()];
-            asymmetric_bf16_scales(extremes, half, grid, &mut settled);
-            for (((cell, chunk), &range), settled) in grid
+            let mut choices = vec![ScaleChoice::Settled; extremes.len()];
+            let mut up = vec![(0.0, 0); extremes.len()];
+            asymmetric_bf16_scales(extremes, half, grid, &mut up, &mut choices);
+            #[expect(clippy::cast_possible_truncation, reason = "2^(b-1), at most 128")]
+            let half32 = half as f32;
+            for ((((cell, &up), chunk), &range), choice) in grid
                 .iter_mut()
+                .zip(&up)
                 .zip(row.chunks(group))
                 .zip(extremes)
-                .zip(settled)
+                .zip(choices)
             {
-                if !settled {
-                    *cell = scale_and_zero(plan, chunk, range);
+                match choice {
+                    ScaleChoice::Settled => {}
+                    // As `scale_and_zero` measures them: its units are 1 for such scales.
+                    #[expect(clippy::cast_possible_truncation, reason = "a BF16 scale")]
+                    ScaleChoice::NearestOrUp if measured_in_f32(up.0 as f32) => {
+                        let errors = group_errors(chunk, [*cell, up], half32);
+                        if errors[1] < errors[0] {
+                            *cell = up;
+                        }
+                    }
+                    ScaleChoice::NearestOrUp | ScaleChoice::Unsure => {
+                        *cell = scale_and_zero(plan, chunk, range);
+                    }
                 }
             }
         }
@@ -246,21 +260,39 @@ fn symmetric_bf16_scales(extremes: &[(f32, f32)], half: f64, grid: &mut [(f64, i
     }
 }
 
+/// What [`asymmetric_bf16_scales`] leaves of a group's choice of a scale.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum ScaleChoice {
+    /// A single candidate: the one given.
+    Settled,
+    /// The nearest scale, given, or the one above, given beside it, whichever leaves the least
+    /// error.
+    NearestOrUp,
+    /// Left to [`scale_and_zero`].
+    Unsure,
+}
+
 /// [`scale_and_zero`] of asymmetric groups whose scales are stored as BF16, from their
 /// `extremes`, into `grid`, for the groups that have a single candidate scale and zero point
-/// (about half of the benchmark corpus's), which are then `settled`; the others are left for
-/// [`scale_and_zero`] to measure their candidates. In one loop over a row's groups, with the
-/// scales either side of `(max - min) / (2^b - 1)` from their bits, for quotients in BF16's
-/// normal range (the others are left too): a call for each group of 128, with its choices, cost
-/// as much as the scales.
+/// (most of the benchmark corpus's), which are then settled; for those with two, the nearest
+/// scale's candidate into `grid` and the one above's into `up`, for the caller to measure. In
+/// one loop over a row's groups, with the scales either side of `(max - min) / (2^b - 1)` from
+/// their bits, for quotients in BF16's normal range (the others are left to [`scale_and_zero`]):
+/// a call for each group of 128, with its choices, cost as much as the scales.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn asymmetric_bf16_scales(
     extremes: &[(f32, f32)],
     half: f64,
     grid: &mut [(f64, i32)],
-    settled: &mut [bool],
+    ups: &mut [(f64, i32)],
+    choices: &mut [ScaleChoice],
 ) {
-    for ((cell, settled), &(min, max)) in grid.iter_mut().zip(settled.iter_mut()).zip(extremes) {
+    for (((cell, up_cell), choice), &(min, max)) in grid
+        .iter_mut()
+        .zip(ups.iter_mut())
+        .zip(choices.iter_mut())
+        .zip(extremes)
+    {
         let (low, high) = (f64::from(min), f64::from(max));
         let exact = (high - low) / (2.0 * half - 1.0);
         let up = bf16_at_least(exact);
@@ -272,24 +304,39 @@ fn asymmetric_bf16_scales(
         let nearest = f64::from_bits(rounded_word << 32);
         let (nearest_lowest, nearest_highest) = zero_points(half, (low, high), nearest);
         let (up_lowest, up_highest) = zero_points(half, (low, high), up);
-        let nearest_count = (nearest_highest - nearest_lowest + 1.0).max(0.0);
-        let up_count = (up_highest - up_lowest + 1.0).max(0.0);
-        let up_count = if up == nearest { 0.0 } else { up_count };
+        // Values selected one by one, not as pairs, which were chosen by branches: whether the
+        // nearest scale fits is a toss of a coin from group to group, and the branches were
+        // mispredicted half of the time.
+        let nearest_fits = nearest_lowest <= nearest_highest;
+        let up_fits = up_lowest <= up_highest && up != nearest;
         let normal = exact >= f64::from(f32::MIN_POSITIVE) && up.is_finite();
         let zero_range = min == 0.0 && max == 0.0;
-        *settled = zero_range || (normal && nearest_count + up_count == 1.0);
+        let settled = zero_range || (normal && nearest_fits != up_fits);
+        let measured = !settled && normal && nearest_fits && up_fits;
+        *choice = [
+            ScaleChoice::Unsure,
+            ScaleChoice::NearestOrUp,
+            ScaleChoice::Settled,
+        ][usize::from(settled) * 2 + usize::from(measured)];
+        let scale = if nearest_fits { nearest } else { up };
+        let zero = if nearest_fits {
+            nearest_lowest
+        } else {
+            up_lowest
+        };
+        let scale = if zero_range {
+            epsilon(Dtype::Bf16)
+        } else {
+            scale
+        };
+        let zero = if zero_range { -half } else { zero };
         #[expect(
             clippy::cast_possible_truncation,
             reason = "a zero point, within the codes"
         )]
-        let chosen = if nearest_count == 1.0 {
-            (nearest, nearest_lowest as i32)
-        } else {
-            (up, up_lowest as i32)
-        };
-        #[expect(clippy::cast_possible_truncation, reason = "2^(b-1), at most 128")]
-        let empty = (epsilon(Dtype::Bf16), -(half as i32));
-        *cell = if zero_range { empty } else { chosen };
+        let (zero, up_zero) = (zero as i32, up_lowest as i32);
+        *cell = (scale, zero);
+        *up_cell = (up, up_zero);
     }
 }
 
@@ -363,18 +410,24 @@ fn f16_scale_within(min: f64, max: f64, up: f64) -> f64 {
     up
 }
 
-/// Scale and zero point pairs tried at once for an asymmetric group: two scales with at most
-/// two zero points each, as a range holding 0 gives.
-const CANDIDATES: usize = 4;
+/// The candidates for an asymmetric group's scale and zero point: the stored scales either side
+/// of the exact one, each with the lowest zero point that keeps both ends within half a step.
+/// Every zero point that does leaves the same error, since no value's code then reaches the
+/// clamp but at a tie, whose error is half a step either way.
+const CANDIDATES: usize = 2;
 
-/// The squared error a group is left with under each `(scale, zero)` of `candidates` (at most
-/// [`CANDIDATES`]), in `f32` throughout, [`WIDE`] values side by side: close to the exact sums
-/// to `2^-16` of themselves for groups of up to 128, which only a near tie between two
-/// candidates could feel, and either then serves as well.
+/// The squared error a group is left with under each `(scale, zero)` of `candidates`, in `f32`
+/// throughout, [`WIDE`] values side by side: close to the exact sums to `2^-16` of themselves
+/// for groups of up to 128, which only a near tie between the two could feel, and either then
+/// serves as well. (Both candidates in one pass over the values took half as long again.)
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-fn group_errors(values: &[f32], candidates: &[(f64, i32)], half: f32) -> [f32; CANDIDATES] {
+fn group_errors(
+    values: &[f32],
+    candidates: [(f64, i32); CANDIDATES],
+    half: f32,
+) -> [f32; CANDIDATES] {
     let mut sums = [0f32; CANDIDATES];
-    for (sum, &(scale, zero)) in sums.iter_mut().zip(candidates) {
+    for (sum, (scale, zero)) in sums.iter_mut().zip(candidates) {
         #[expect(
             clippy::cast_possible_truncation,
             reason = "scales are at most f32 here"
@@ -800,15 +853,18 @@ mod tests {
             })
             .collect();
         let mut grid = vec![(0.0, 0); extremes.len()];
-        let mut settled = vec![false; extremes.len()];
-        asymmetric_bf16_scales(&extremes, 8.0, &mut grid, &mut settled);
-        let count = settled.iter().filter(|&&s| s).count();
-        assert!((200..=800).contains(&count), "{count} settled");
+        let mut ups = grid.clone();
+        let mut choices = vec![ScaleChoice::Unsure; extremes.len()];
+        asymmetric_bf16_scales(&extremes, 8.0, &mut grid, &mut ups, &mut choices);
+        let count = |wanted| choices.iter().filter(|&&c| c == wanted).count();
+        let settled = count(ScaleChoice::Settled);
+        assert!((200..=800).contains(&settled), "{settled} settled");
+        assert_eq!(settled + count(ScaleChoice::NearestOrUp), extremes.len());
         for ((&range, &cell), _) in extremes
             .iter()
             .zip(&grid)
-            .zip(&settled)
-            .filter(|(_, s)| **s)
+            .zip(&choices)
+            .filter(|(_, c)| **c == ScaleChoice::Settled)
         {
             assert_eq!(cell, scale_and_zero(&plan, &[], range), "{range:?}");
         }
@@ -834,13 +890,66 @@ mod tests {
         fn asymmetric_bf16_scales_settled_are_scale_and_zeros(extremes in group_ranges(1e-37)) {
             let plan = Plan::new(Scheme::W4A16Asym, 128, [1, 128], Dtype::Bf16, 1.0);
             let mut grid = vec![(0.0, 0); extremes.len()];
-            let mut settled = vec![false; extremes.len()];
-            asymmetric_bf16_scales(&extremes, 8.0, &mut grid, &mut settled);
-            for ((&range, &cell), &settled) in extremes.iter().zip(&grid).zip(&settled) {
-                if settled {
+            let mut ups = grid.clone();
+            let mut choices = vec![ScaleChoice::Unsure; extremes.len()];
+            asymmetric_bf16_scales(&extremes, 8.0, &mut grid, &mut ups, &mut choices);
+            for ((&range, &cell), &choice) in extremes.iter().zip(&grid).zip(&choices) {
+                if choice == ScaleChoice::Settled {
                     proptest::prop_assert_eq!(cell, scale_and_zero(&plan, &[], range), "{:?}", range);
                 }
             }
+        }
+
+        /// Each group's scale and zero point in a row of BF16 values, worked out for the row at
+        /// once, is the one `scale_and_zero` chooses for the group alone.
+        #[test]
+        fn a_rows_asymmetric_bf16_grid_is_its_groups_scale_and_zeros(
+            row in source_values(false),
+            shift in -2f32..2.0,
+            group in proptest::sample::select(vec![16usize, 32, 128]),
+        ) {
+            let row: Vec<f32> = row
+                .iter()
+                .map(|&x| half::bf16::from_f32(x + shift).to_f32())
+                .collect();
+            let plan = Plan::new(Scheme::W4A16Asym, group as u64, [1, row.len() as u64], Dtype::Bf16, 1.0);
+            let (mut extremes, mut grid) = (Vec::new(), Vec::new());
+            ranges(&row, group, &mut extremes);
+            row_grid(&plan, &row, group, &extremes, &mut grid);
+            for ((values, &range), &cell) in row.chunks(group).zip(&extremes).zip(&grid) {
+                proptest::prop_assert_eq!(cell, scale_and_zero(&plan, values, range), "{:?}", range);
+            }
+        }
+
+        /// Of the zero points that keep a group's ends within half a step of a scale's codes,
+        /// each leaves the same error: `scale_and_zero` measures the lowest alone.
+        #[test]
+        fn every_zero_point_within_half_a_step_leaves_the_same_error(
+            row in source_values(false),
+            shift in -2f32..2.0,
+            up in proptest::bool::ANY,
+        ) {
+            let values: Vec<f32> = row
+                .iter()
+                .take(128)
+                .map(|&x| half::bf16::from_f32(x + shift).to_f32())
+                .collect();
+            let (min, max) = range(&values);
+            let exact = (f64::from(max) - f64::from(min)) / 15.0;
+            let scale = if up { bf16_at_least(exact) } else { super::super::stored(Dtype::Bf16, exact) };
+            proptest::prop_assume!(scale > 0.0);
+            let (lowest, highest) = zero_points(8.0, (f64::from(min), f64::from(max)), scale);
+            let plan = Plan::new(Scheme::W4A16Asym, 128, [1, values.len() as u64], Dtype::Bf16, 1.0);
+            let mut errors = Vec::new();
+            #[expect(clippy::cast_possible_truncation, reason = "within the code range")]
+            for zero in lowest as i32..=highest as i32 {
+                let mut codes = vec![0u8; values.len()];
+                encode_row(&values, values.len(), &[(scale, zero)], 8, &mut codes);
+                let mut measure = Measure::new(plan.loaded());
+                measure_group(&values, &codes, 8 + zero, scale, &mut measure);
+                errors.push(measure.finish().0.noise);
+            }
+            proptest::prop_assert!(errors.windows(2).all(|pair| pair[0] == pair[1]), "{:?}", errors);
         }
 
         /// Each group's range is its smallest and largest value, with 0.
