@@ -75,12 +75,16 @@ fn range(values: &[f32]) -> (f32, f32) {
         }
     }
     for &x in rest {
-        low[0] = low[0].min(x);
-        high[0] = high[0].max(x);
+        low[0] = if x < low[0] { x } else { low[0] };
+        high[0] = larger(x, high[0]);
     }
+    // No lane holds NaN (a comparison with NaN keeps what the lane held): plain comparisons
+    // rather than `f32::min` and `f32::max`, whose care for NaN took two steps for each of the
+    // lanes, and the reduction was most of the work for a group of 128.
     (
-        low.into_iter().fold(0.0, f32::min),
-        high.into_iter().fold(0.0, f32::max),
+        low.into_iter()
+            .fold(0.0, |low, x| if x < low { x } else { low }),
+        high.into_iter().fold(0.0, |high, x| larger(x, high)),
     )
 }
 
