@@ -278,11 +278,12 @@ enum ScaleChoice {
 
 /// [`scale_and_zero`] of asymmetric groups whose scales are stored as BF16, from their
 /// `extremes`, into `grid`, for the groups that have a single candidate scale and zero point
-/// (most of the benchmark corpus's), which are then settled; for those with two, the nearest
-/// scale's candidate into `grid` and the one above's into `up`, for the caller to measure. In
-/// one loop over a row's groups, with the scales either side of `(max - min) / (2^b - 1)` from
-/// their bits, for quotients in BF16's normal range (the others are left to [`scale_and_zero`]):
-/// a call for each group of 128, with its choices, cost as much as the scales.
+/// (more than half of the benchmark corpus's), which are then settled; for those with two, the
+/// nearest scale's candidate into `grid` and the one above's into `ups`, for the caller to
+/// measure. In one loop over a row's groups, with the scales either side of
+/// `(max - min) / (2^b - 1)` from their bits, for quotients in BF16's normal range (the others
+/// are left to [`scale_and_zero`]): a call for each group of 128, with its choices, cost as much
+/// as the scales.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
 fn asymmetric_bf16_scales(
     extremes: &[(f32, f32)],
