@@ -38,7 +38,7 @@ use crate::quant::Quantization;
 use crate::recycle::Recycled;
 use crate::source::{ProcessEnvironment, hf_cache};
 use crate::text::{escape, escape_path};
-use copying::{Placement, write_copying_beside};
+use copying::{Copies, Placement, write_copying_beside};
 use digest::Digest;
 use lanes::Loaded;
 use magnitude::Bits;
@@ -1615,7 +1615,7 @@ impl Writer for ShardContext<'_> {
             let (written, _) = write_copying_beside(
                 &layout,
                 out,
-                placement,
+                (placement, Copies::Beside),
                 (model, files, control),
                 |spec, out| match specs.sources[spec] {
                     Source::Copy(_) => Ok(()),

@@ -20,15 +20,24 @@ pub(super) enum Placement {
     InPlace,
 }
 
+/// When the copies of a write are made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Copies {
+    /// By a thread of their own while the stream moves on past them.
+    Beside,
+    /// Once the stream has written the rest.
+    After,
+}
+
 /// Writes `layout` into `out`, each tensor as `placement` says: those streamed by
-/// `write_tensor`, those copied by a thread of their own meanwhile while the stream moves on past
-/// them, those in place not at all. Written in the file's order, the copies (most often at its
-/// end) kept one thread busy while the others had nothing left to do. Comes back with how many
-/// of the copies, in the file's order, were made: all of them unless the write failed.
+/// `write_tensor`, those copied as `copies` says, those in place not at all. Written in the
+/// file's order, the copies (most often at its end) kept one thread busy while the others had
+/// nothing left to do. Comes back with how many of the copies, in the file's order, were made:
+/// all of them unless the write failed.
 pub(super) fn write_copying_beside<'a, S: Specs + ?Sized, M: Metadata<'a>>(
     layout: &FileLayout<'a, S, M>,
     out: &mut BufWriter<WriteBehind<'_>>,
-    placement: impl Fn(usize) -> Placement,
+    (placement, copies): (impl Fn(usize) -> Placement, Copies),
     (model, files, control): (&Model, &[File], &Control),
     mut write_tensor: impl FnMut(usize, &mut BufWriter<WriteBehind<'_>>) -> io::Result<()>,
 ) -> (io::Result<()>, usize) {
@@ -59,6 +68,12 @@ pub(super) fn write_copying_beside<'a, S: Specs + ?Sized, M: Metadata<'a>>(
         return (stream(out), 0);
     }
     let file = out.get_ref().file();
+    if copies == Copies::After {
+        if let Err(error) = stream(out) {
+            return (Err(error), 0);
+        }
+        return copy_into_places(model, files, &places, file, control, &stop);
+    }
     std::thread::scope(|scope| {
         let copying = scope.spawn(|| copy_into_places(model, files, &places, file, control, &stop));
         let streamed = stream(out);
