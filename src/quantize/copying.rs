@@ -25,8 +25,9 @@ pub(super) enum Placement {
 pub(super) enum Copies {
     /// By a thread of their own while the stream moves on past them.
     Beside,
-    /// Once the stream has written the rest.
-    After,
+    /// Those placed from this offset in the data on once the stream has written the rest, the
+    /// others beside it.
+    AfterFrom(u64),
 }
 
 /// Writes `layout` into `out`, each tensor as `placement` says: those streamed by
@@ -68,24 +69,33 @@ pub(super) fn write_copying_beside<'a, S: Specs + ?Sized, M: Metadata<'a>>(
         return (stream(out), 0);
     }
     let file = out.get_ref().file();
-    if copies == Copies::After {
-        if let Err(error) = stream(out) {
-            return (Err(error), 0);
-        }
-        return copy_into_places(model, files, &places, file, control, &stop);
+    let split = match copies {
+        Copies::Beside => places.len(),
+        Copies::AfterFrom(cut) => places.partition_point(|&(_, at)| at < data_start + cut),
+    };
+    let (beside, after) = places.split_at(split);
+    let (written, made_beside) = if beside.is_empty() {
+        (stream(out), 0)
+    } else {
+        std::thread::scope(|scope| {
+            let copying =
+                scope.spawn(|| copy_into_places(model, files, beside, file, control, &stop));
+            let streamed = stream(out);
+            if streamed.is_err() {
+                stop.store(true, Ordering::Relaxed);
+            }
+            let (copied_all, copies_made) = copying
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            // Whichever side failed first stopped the other, which then has no error of its own.
+            (copied_all.and(streamed), copies_made)
+        })
+    };
+    if written.is_err() || after.is_empty() {
+        return (written, made_beside);
     }
-    std::thread::scope(|scope| {
-        let copying = scope.spawn(|| copy_into_places(model, files, &places, file, control, &stop));
-        let streamed = stream(out);
-        if streamed.is_err() {
-            stop.store(true, Ordering::Relaxed);
-        }
-        let (copied_all, copies_made) = copying
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        // Whichever side failed first stopped the other, which then has no error of its own.
-        (copied_all.and(streamed), copies_made)
-    })
+    let (copied_all, made_after) = copy_into_places(model, files, after, file, control, &stop);
+    (copied_all, made_beside + made_after)
 }
 
 /// Copies each `(tensor, offset)` of `places` (in the file's order) into `out` at its offset,
