@@ -65,9 +65,6 @@ pub(super) fn write_copying_beside<'a, S: Specs + ?Sized, M: Metadata<'a>>(
             Ok(())
         })
     };
-    if places.is_empty() {
-        return (stream(out), 0);
-    }
     let file = out.get_ref().file();
     let split = match copies {
         Copies::Beside => places.len(),
