@@ -131,15 +131,21 @@ fn columns(plan: &Plan) -> usize {
 /// only a near tie between the two scales tried could feel, and either scale then serves as
 /// well. A value's error is its magnitude's, but for the sign, to the last bit (a quotient and
 /// a difference round alike either side of 0): magnitudes taken once for both scales spare
-/// each value the clearing of its quotient's sign and the copying back of its own.
+/// each value the clearing of its quotient's sign and the copying back of its own. With
+/// `KEEP`, each value's magnitude on the grid, in units of its scale, is left in `rounded`: a
+/// comparison then has every value's error at hand for the scale it chooses.
 #[expect(
     clippy::inline_always,
     reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
 )]
 #[inline(always)]
-fn group_errors(magnitudes: &[[f32; WIDE]; GROUP], scales: &[f32; WIDE]) -> [f32; WIDE] {
+fn group_errors<const KEEP: bool>(
+    magnitudes: &[[f32; WIDE]; GROUP],
+    scales: &[f32; WIDE],
+    rounded: &mut [[f32; WIDE]; GROUP],
+) -> [f32; WIDE] {
     let mut sums = [0f32; WIDE];
-    for xs in magnitudes {
+    for (xs, kept) in magnitudes.iter().zip(rounded) {
         let mut backs = [0f32; WIDE];
         for lane in 0..WIDE {
             backs[lane] = rounded_magnitude(xs[lane] / scales[lane]);
@@ -148,8 +154,74 @@ fn group_errors(magnitudes: &[[f32; WIDE]; GROUP], scales: &[f32; WIDE]) -> [f32
             let error = xs[lane] - backs[lane] * scales[lane];
             sums[lane] += error * error;
         }
+        if KEEP {
+            *kept = backs;
+        }
     }
     sums
+}
+
+/// Up to [`WIDE`] groups side by side, so that each step of their scales' choice runs across
+/// the groups: row `r` holds each group's `r`-th value.
+struct Batch {
+    /// The groups' values, zeros past the last group.
+    values: [[f32; WIDE]; GROUP],
+    /// Their magnitudes, times a power of two where [`group_scales`] measures in its units.
+    magnitudes: [[f32; WIDE]; GROUP],
+    /// Each value's magnitude rounded to the E2M1 grid under the nearer of its group's
+    /// candidate scales, and under the other, where `rounded_kept` says so.
+    nearest: [[f32; WIDE]; GROUP],
+    other: [[f32; WIDE]; GROUP],
+    /// All ones for each group whose scale is the other candidate, zeros for the nearer.
+    take_other: [u32; WIDE],
+    /// Whether `nearest` and `other` hold the magnitudes under the scales chosen, as [`encode`]
+    /// and [`rounded_magnitude`] would round each value's quotient by its scale: not when the
+    /// groups were measured in units of a power of two, a scale was raised past both its
+    /// candidates, or a scale is 0.
+    rounded_kept: bool,
+}
+
+impl Batch {
+    /// The magnitude of row `row`'s values rounded under their scales as chosen.
+    #[expect(
+        clippy::inline_always,
+        reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
+    )]
+    #[inline(always)]
+    fn rounded(&self, row: usize, lane: usize) -> f32 {
+        let mask = self.take_other[lane];
+        f32::from_bits(
+            (self.other[row][lane].to_bits() & mask) | (self.nearest[row][lane].to_bits() & !mask),
+        )
+    }
+
+    fn new() -> Batch {
+        Batch {
+            values: [[0.0; WIDE]; GROUP],
+            magnitudes: [[0.0; WIDE]; GROUP],
+            nearest: [[0.0; WIDE]; GROUP],
+            other: [[0.0; WIDE]; GROUP],
+            take_other: [0; WIDE],
+            rounded_kept: false,
+        }
+    }
+
+    /// Takes in `groups` (at most [`WIDE`]).
+    #[expect(
+        clippy::inline_always,
+        reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
+    )]
+    #[inline(always)]
+    fn fill(&mut self, groups: &[[f32; GROUP]]) {
+        if groups.len() < WIDE {
+            self.values = [[0.0; WIDE]; GROUP];
+        }
+        for (lane, group) in groups.iter().enumerate().take(WIDE) {
+            for (row, &x) in self.values.iter_mut().zip(group) {
+                row[lane] = x;
+            }
+        }
+    }
 }
 
 /// The scales of up to [`WIDE`] groups, each as stored (an E4M3 byte) and as its values are
@@ -161,34 +233,27 @@ fn group_errors(magnitudes: &[[f32; WIDE]; GROUP], scales: &[f32; WIDE]) -> [f32
     reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
 )]
 #[inline(always)]
-fn group_scales(groups: &[[f32; GROUP]], tensor_global: f32) -> ([u8; WIDE], [f32; WIDE]) {
-    let mut transposed = [[0f32; WIDE]; GROUP];
-    for (lane, group) in groups.iter().enumerate().take(WIDE) {
-        for (row, &x) in transposed.iter_mut().zip(group) {
-            row[lane] = x;
-        }
-    }
+fn group_scales<const KEEP: bool>(
+    batch: &mut Batch,
+    tensor_global: f32,
+) -> ([u8; WIDE], [f32; WIDE]) {
     // Far from 1, the squared errors of the scales tried would overflow `f32` or vanish in it:
     // the values and the scales are then taken times a power of two near the global scale,
     // which changes no quotient, no choice and no comparison of errors (the scales chosen are
     // worked out again from their bytes).
     let mut global = tensor_global;
     let in_units = !(GLOBAL_AS_IS.0..=GLOBAL_AS_IS.1).contains(&global);
-    if in_units {
-        let unit = f32::from_bits(global.to_bits() & 0xFF80_0000);
-        for row in &mut transposed {
-            for x in row {
-                *x *= unit;
-            }
-        }
-        global /= unit;
-    }
-    // From here on, the values' magnitudes.
+    let unit = if in_units {
+        f32::from_bits(global.to_bits() & 0xFF80_0000)
+    } else {
+        1.0
+    };
+    global /= unit;
     let mut absmax = [0f32; WIDE];
-    for row in &mut transposed {
+    for (magnitudes, values) in batch.magnitudes.iter_mut().zip(&batch.values) {
         for lane in 0..WIDE {
-            row[lane] = row[lane].abs();
-            absmax[lane] = larger(row[lane], absmax[lane]);
+            magnitudes[lane] = (values[lane] * unit).abs();
+            absmax[lane] = larger(magnitudes[lane], absmax[lane]);
         }
     }
     let (mut nearest, mut other) = ([0u32; WIDE], [0u32; WIDE]);
@@ -209,8 +274,10 @@ fn group_scales(groups: &[[f32; GROUP]], tensor_global: f32) -> ([u8; WIDE], [f3
         nearest_scales[lane] = fp8_value(nearest[lane]) / global;
         other_scales[lane] = fp8_value(other[lane]) / global;
     }
-    let nearest_errors = group_errors(&transposed, &nearest_scales);
-    let other_errors = group_errors(&transposed, &other_scales);
+    let nearest_errors =
+        group_errors::<KEEP>(&batch.magnitudes, &nearest_scales, &mut batch.nearest);
+    let other_errors = group_errors::<KEEP>(&batch.magnitudes, &other_scales, &mut batch.other);
+    let mut take_other = [false; WIDE];
     let (mut bytes, mut scales) = (nearest, nearest_scales);
     let mut neither_within = false;
     for lane in 0..WIDE {
@@ -228,11 +295,20 @@ fn group_scales(groups: &[[f32; GROUP]], tensor_global: f32) -> ([u8; WIDE], [f3
         } else {
             other_errors[lane]
         };
-        if other_within && (!nearest_within || other_error < nearest_error) {
+        take_other[lane] = other_within && (!nearest_within || other_error < nearest_error);
+        if take_other[lane] {
             (bytes[lane], scales[lane]) = (other[lane], other_scales[lane]);
         }
         neither_within |= !nearest_within && !other_within;
     }
+    for (mask, &take) in batch.take_other.iter_mut().zip(&take_other) {
+        *mask = 0u32.wrapping_sub(u32::from(take));
+    }
+    let mut zero_scale = false;
+    for &scale in &scales {
+        zero_scale |= scale == 0.0;
+    }
+    batch.rounded_kept = KEEP && !in_units && !neither_within && !zero_scale;
     if neither_within {
         for lane in 0..WIDE {
             // Up one code at a time while the largest value would land past 6 and half a step.
@@ -280,29 +356,28 @@ fn within(absmax: f32, scale: f32) -> bool {
     absmax == 0.0 || absmax / scale <= 7.0
 }
 
-/// Each of `groups`' codes under its scale of `scales`, two to a byte, onto the end of
-/// `codes`, and its scale's byte onto the end of `scale_bytes`.
+/// Each of `row`'s groups coded under the scale chosen for it, two codes to a byte, onto the
+/// end of `codes`, and its scale's byte onto the end of `scale_bytes`.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-fn quantize_batch(
-    groups: &[[f32; GROUP]],
-    global: f32,
-    codes: &mut Vec<u8>,
-    scale_bytes: &mut Vec<u8>,
-) {
-    let (stored, scales) = group_scales(groups, global);
-    scale_bytes.extend_from_slice(&stored[..groups.len()]);
-    let start = codes.len();
-    codes.resize(start + groups.len() * GROUP / 2, 0);
-    let (out, _) = codes[start..].as_chunks_mut::<{ GROUP / 2 }>();
-    for ((group, &scale), bytes) in groups.iter().zip(&scales).zip(out) {
-        // A scale of 0 or beyond `f32` codes every value as 0.
-        let usable = scale != 0.0 && scale.is_finite();
-        let mut group_codes = [0u32; GROUP];
-        for (code, &x) in group_codes.iter_mut().zip(group) {
-            *code = if usable { encode(x / scale) } else { 0 };
-        }
-        for (byte, pair) in bytes.iter_mut().zip(group_codes.as_chunks::<2>().0) {
-            *byte = (pair[0] | (pair[1] << 4)).to_le_bytes()[0];
+fn quantize_row(row: &[[f32; GROUP]], global: f32, codes: &mut Vec<u8>, scale_bytes: &mut Vec<u8>) {
+    let mut batch = Batch::new();
+    for groups in row.chunks(WIDE) {
+        batch.fill(groups);
+        let (stored, scales) = group_scales::<false>(&mut batch, global);
+        scale_bytes.extend_from_slice(&stored[..groups.len()]);
+        let start = codes.len();
+        codes.resize(start + groups.len() * GROUP / 2, 0);
+        let (out, _) = codes[start..].as_chunks_mut::<{ GROUP / 2 }>();
+        for ((group, &scale), bytes) in groups.iter().zip(&scales).zip(out) {
+            // A scale of 0 or beyond `f32` codes every value as 0.
+            let usable = scale != 0.0 && scale.is_finite();
+            let mut group_codes = [0u32; GROUP];
+            for (code, &x) in group_codes.iter_mut().zip(group) {
+                *code = if usable { encode(x / scale) } else { 0 };
+            }
+            for (byte, pair) in bytes.iter_mut().zip(group_codes.as_chunks::<2>().0) {
+                *byte = (pair[0] | (pair[1] << 4)).to_le_bytes()[0];
+            }
         }
     }
 }
@@ -312,9 +387,7 @@ pub fn quantize(plan: &Plan, values: &[f32], out: &mut Streams) {
     for row in values.chunks(columns) {
         // The model's weights are cut into whole groups (see `fits`).
         let (groups, _) = row.as_chunks::<GROUP>();
-        for batch in groups.chunks(WIDE) {
-            quantize_batch(batch, plan.global_scale, &mut out.codes, &mut out.scales);
-        }
+        quantize_row(groups, plan.global_scale, &mut out.codes, &mut out.scales);
     }
 }
 
@@ -423,27 +496,41 @@ pub fn error(plan: &Plan, values: &[f32], signal: f64) -> ErrorSums {
     for row in values.chunks(columns) {
         // The model's weights are cut into whole groups (see `fits`).
         let (groups, _) = row.as_chunks::<GROUP>();
-        for batch in groups.chunks(WIDE) {
-            tally_batch(batch, plan.global_scale, &mut tally);
-        }
+        tally_row(groups, plan.global_scale, &mut tally);
     }
     tally.finish(signal)
 }
 
-/// Adds `groups`, each under the scale [`quantize`] chooses for it, to `tally`.
+/// Adds `row`'s groups, each under the scale [`quantize`] chooses for it, to `tally`.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-fn tally_batch(groups: &[[f32; GROUP]], global: f32, tally: &mut Compared) {
+fn tally_row(row: &[[f32; GROUP]], global: f32, tally: &mut Compared) {
     const { assert!(GROUP == WIDE) };
-    let (_, scales) = group_scales(groups, global);
     let mut local = *tally;
-    for (xs, &scale) in groups.iter().zip(&scales) {
-        let by = divisor(scale);
-        let mut backs = [0f32; WIDE];
-        for lane in 0..WIDE {
-            let rounded = rounded_magnitude((xs[lane] / by).abs());
-            backs[lane] = (rounded * scale).copysign(xs[lane]);
+    let mut batch = Batch::new();
+    for groups in row.chunks(WIDE) {
+        batch.fill(groups);
+        let (_, scales) = group_scales::<true>(&mut batch, global);
+        if batch.rounded_kept {
+            // Side by side, each lane a group: the errors' magnitudes are those of the values,
+            // and their squares the same.
+            for (row, magnitudes) in batch.magnitudes.iter().enumerate() {
+                let mut backs = [0f32; WIDE];
+                for lane in 0..WIDE {
+                    backs[lane] = batch.rounded(row, lane) * scales[lane];
+                }
+                local.add::<TO_BF16>(magnitudes, &backs);
+            }
+            continue;
         }
-        local.add::<TO_BF16>(xs, &backs);
+        for (xs, &scale) in groups.iter().zip(&scales) {
+            let by = divisor(scale);
+            let mut backs = [0f32; WIDE];
+            for lane in 0..WIDE {
+                let rounded = rounded_magnitude((xs[lane] / by).abs());
+                backs[lane] = (rounded * scale).copysign(xs[lane]);
+            }
+            local.add::<TO_BF16>(xs, &backs);
+        }
     }
     *tally = local;
 }
@@ -559,6 +646,40 @@ mod tests {
             super::super::lanes::assert_agree(&a, &b, false)?;
             proptest::prop_assert!(a_within);
             proptest::prop_assert!(b_within);
+        }
+    }
+
+    proptest::proptest! {
+        /// The error worked out without codes, from the grid values met while choosing each
+        /// group's scale (or, for weights far from 1, worked out again), is the one measured
+        /// of the codes written.
+        #[test]
+        fn the_error_without_codes_is_the_one_written(
+            values in super::super::lanes::test_values(1..600),
+            groups in 1u64..40,
+            magnitude in proptest::sample::select(&[1f32, 1e-12, 1e12][..]),
+        ) {
+            let columns = groups * GROUP as u64;
+            let columns_len = usize::try_from(columns).unwrap_or(usize::MAX);
+            let values: Vec<f32> = values
+                .iter()
+                .cycle()
+                .take(values.len().div_ceil(columns_len) * columns_len)
+                .map(|&x| half::bf16::from_f32(x * magnitude).to_f32())
+                .collect();
+            let rows = (values.len() / columns_len) as u64;
+            let absmax = values.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let plan = Plan::new(Scheme::Nvfp4A16, 16, [rows, columns], Dtype::Bf16, f64::from(absmax));
+            let mut out = Streams::default();
+            quantize(&plan, &values, &mut out);
+            let (written, _) = check(&plan, &values, &out);
+            let worked_out = error(&plan, &values, written.signal);
+            // Not measured by a comparison (see `Compared`).
+            let worked_out = ErrorSums {
+                max_in_steps: written.max_in_steps,
+                ..worked_out
+            };
+            super::super::lanes::assert_agree(&written, &worked_out, false)?;
         }
     }
 
