@@ -506,6 +506,26 @@ pub fn start_disk_write(file: &std::fs::File, offset: u64, len: u64) {
 #[cfg(not(target_os = "linux"))]
 pub fn start_disk_write(_: &std::fs::File, _: u64, _: u64) {}
 
+/// Allocates the first `len` bytes of `file` on the disk before they are written. ext4 then finds
+/// the blocks once, where it otherwise reserved each one as its page of the cache was written, and
+/// allocated them as the pages went to the disk: a save took a tenth less time (BENCHMARKS.md). A
+/// file system that allocates no blocks ahead is left to do as before.
+#[cfg(target_os = "linux")]
+#[expect(unsafe_code, reason = "a call into the C library")]
+pub fn allocate(file: &std::fs::File, len: u64) {
+    use std::os::fd::AsRawFd;
+    let Ok(len) = i64::try_from(len) else {
+        return;
+    };
+    // SAFETY: the descriptor is open for as long as `file` is borrowed, and the call only reads
+    // its arguments. A failure (no room, no support) leaves the writes to find out for
+    // themselves, as they would have without it.
+    let _ = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn allocate(_: &std::fs::File, _: u64) {}
+
 /// `tempfile` adds the temporary file's name to its errors; the user never asked for that file,
 /// so the error is told by its kind, beside the folder.
 fn without_temporary_name(error: io::Error) -> io::Error {

@@ -42,6 +42,7 @@ pub(super) fn write_copying_beside<'a, S: Specs + ?Sized, M: Metadata<'a>>(
     (model, files, control): (&Model, &[File], &Control),
     mut write_tensor: impl FnMut(usize, &mut BufWriter<WriteBehind<'_>>) -> io::Result<()>,
 ) -> (io::Result<()>, usize) {
+    crate::format::writer::allocate(out.get_ref().file(), layout.file_len());
     let data_start = crate::format::LENGTH_PREFIX + layout.header_len();
     let places: Vec<(usize, u64)> = layout
         .placed()
