@@ -152,13 +152,16 @@ pub(super) fn evaluate(
         let errors = |values: &[f32]| -> Vec<ErrorSums> {
             let mut streams = Streams::take();
             let signal = signal(values, absmax);
+            let ranges = shared_ranges(&plans, values, columns, options.group_size);
+            let ranges = ranges.as_ref();
             let sums = plans
                 .iter()
                 .map(|plan| match plan {
                     Some(plan) if plan.scheme == Scheme::W8A8 => {
-                        int8_sums(source, values, columns, int8_scales, absmax, signal)
+                        let sums = (absmax, signal);
+                        int8_sums(source, (values, columns), int8_scales, ranges, sums)
                     }
-                    Some(plan) => plan.error(values, signal, &mut streams),
+                    Some(plan) => plan.error(values, signal, ranges, &mut streams),
                     None => ErrorSums::default(),
                 })
                 .collect();
@@ -194,6 +197,23 @@ pub(super) fn evaluate(
         );
     }
     Ok((results, non_finite))
+}
+
+/// The ranges of a block's groups where an int scheme is among `plans`, worked out once for all
+/// of them (and for W8A8, whose rows' largest magnitudes they give).
+fn shared_ranges(
+    plans: &[Option<Plan>],
+    values: &[f32],
+    columns: usize,
+    group: u64,
+) -> Option<int_packed::BlockRanges> {
+    let int_schemes = [Scheme::W8A16, Scheme::W4A16, Scheme::W4A16Asym];
+    let shared = plans
+        .iter()
+        .flatten()
+        .any(|plan| int_schemes.contains(&plan.scheme));
+    let group = usize::try_from(group).unwrap_or(usize::MAX);
+    shared.then(|| int_packed::BlockRanges::of(values, columns, group))
 }
 
 /// Adds each scheme's sums of a run of rows to its total.
@@ -318,16 +338,17 @@ fn signal(values: &[f32], absmax: f64) -> f64 {
     sum.total()
 }
 
-/// W8A8's error on whole rows, with each row's own scale or `shared`, as its writer's measure
-/// gives it, without codes (see [`int_packed::error`]) where `f32` holds the scales and measures
-/// the weight, whose largest magnitude is `absmax` and the sum of whose squares is `signal`.
+/// W8A8's error on whole rows of `columns` values, with each row's own scale (from its largest
+/// magnitude, which `ranges` give where the block's were worked out) or `shared`, as its writer's
+/// measure gives it, without codes (see [`int_packed::error`]) where `f32` holds the scales and
+/// measures the weight, whose largest magnitude is `absmax` and the sum of whose squares is
+/// `signal`.
 fn int8_sums(
     source: Dtype,
-    values: &[f32],
-    columns: usize,
+    (values, columns): (&[f32], usize),
     shared: Option<f64>,
-    absmax: f64,
-    signal: f64,
+    ranges: Option<&int_packed::BlockRanges>,
+    (absmax, signal): (f64, f64),
 ) -> ErrorSums {
     let dtype = super::scale_dtype(source);
     let scale_of =
@@ -336,12 +357,16 @@ fn int8_sums(
         return int8_sums_written(source, values, columns, scale_of);
     }
     let mut tally = Compared::new(Loaded::of(dtype));
-    for row in values.chunks(columns) {
+    for (index, row) in values.chunks(columns).enumerate() {
+        let scale = match (shared, ranges) {
+            (None, Some(ranges)) => scale_for(dtype, ranges.row_absmax(index)),
+            _ => scale_of(row),
+        };
         #[expect(
             clippy::cast_possible_truncation,
             reason = "scales are at most f32 here"
         )]
-        let scale = scale_of(row) as f32;
+        let scale = scale as f32;
         int_packed::tally_row(row, columns, &[(scale, 0.0)], (-127.0, 127.0), &mut tally);
     }
     tally.finish(signal)
@@ -491,13 +516,15 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// W8A8's error worked out without codes is the one its writer measures.
+        /// W8A8's error worked out without codes is the one its writer measures, its rows'
+        /// largest magnitudes found on their own or from the ranges of their groups.
         #[test]
         fn the_int8_error_without_codes_is_the_one_written(
             values in super::super::lanes::test_values(1..2000),
             columns in 1usize..300,
             source in proptest::sample::select(&[Dtype::Bf16, Dtype::F16, Dtype::F32][..]),
             shared: bool,
+            ranges_of_groups in proptest::option::of(1usize..300),
         ) {
             let values: Vec<f32> = values
                 .into_iter()
@@ -514,7 +541,15 @@ mod tests {
             };
             let written = int8_sums_written(source, &values, columns, scale_of);
             let absmax = super::super::absmax_of(&values).0;
-            let worked_out = int8_sums(source, &values, columns, shared, absmax, signal(&values, absmax));
+            let ranges = ranges_of_groups
+                .map(|group| int_packed::BlockRanges::of(&values, columns, group));
+            let worked_out = int8_sums(
+                source,
+                (&values, columns),
+                shared,
+                ranges.as_ref(),
+                (absmax, signal(&values, absmax)),
+            );
             // Not measured by a comparison (see `Compared`).
             let worked_out = ErrorSums {
                 max_in_steps: written.max_in_steps,

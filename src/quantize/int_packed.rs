@@ -46,6 +46,51 @@ fn ranges(row: &[f32], group: usize, extremes: &mut Vec<(f32, f32)>) {
     extremes.extend(row.chunks(group).map(range));
 }
 
+/// The ranges (see [`range`]) of every group of every row of a block of finite values, worked
+/// out once for all the schemes compared that start from them: the three int schemes, and W8A8,
+/// whose rows' largest magnitudes they give.
+#[derive(Debug)]
+pub struct BlockRanges {
+    group: usize,
+    groups_per_row: usize,
+    extremes: Vec<(f32, f32)>,
+}
+
+impl BlockRanges {
+    pub fn of(values: &[f32], columns: usize, group: usize) -> BlockRanges {
+        let group = group.max(1);
+        let mut extremes = Vec::with_capacity(values.len().div_ceil(group));
+        for row in values.chunks(columns.max(1)) {
+            extremes.extend(row.chunks(group).map(range));
+        }
+        BlockRanges {
+            group,
+            groups_per_row: columns.max(1).div_ceil(group),
+            extremes,
+        }
+    }
+
+    /// Row `row`'s groups' ranges, where its groups are of `group` values.
+    fn row(&self, row: usize, group: usize) -> Option<&[(f32, f32)]> {
+        (group == self.group).then(|| self.of_row(row))
+    }
+
+    /// Row `row`'s groups' ranges (fewer for a last row cut short).
+    fn of_row(&self, row: usize) -> &[(f32, f32)] {
+        let at = (row * self.groups_per_row).min(self.extremes.len());
+        &self.extremes[at..(at + self.groups_per_row).min(self.extremes.len())]
+    }
+
+    /// Row `row`'s largest magnitude.
+    pub fn row_absmax(&self, row: usize) -> f64 {
+        let largest = self
+            .of_row(row)
+            .iter()
+            .fold(0f32, |largest, &(low, high)| largest.max(-low).max(high));
+        f64::from(largest)
+    }
+}
+
 /// The smallest and largest of `values` and 0. The lanes are reduced one after the other at the
 /// end: folded onto each other in halves, they led the compiler to put the whole function's lanes
 /// four to a register, and the ranges took more time.
@@ -730,7 +775,12 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
 /// worked out without codes: each group's scale and zero point as [`quantize`] chooses them, each
 /// value's code from its quotient by the scale, as [`quantize`] codes it. For scales `f32`
 /// holds (see [`Plan::error`]).
-pub fn error(plan: &Plan, values: &[f32], signal: f64) -> ErrorSums {
+pub fn error(
+    plan: &Plan,
+    values: &[f32],
+    signal: f64,
+    block_ranges: Option<&BlockRanges>,
+) -> ErrorSums {
     let (columns, group) = (columns(plan), group(plan));
     #[expect(clippy::cast_precision_loss, reason = "2^(b-1), at most 128")]
     let half = (1u32 << (bits(plan) - 1)) as f32;
@@ -739,9 +789,15 @@ pub fn error(plan: &Plan, values: &[f32], signal: f64) -> ErrorSums {
     let (mut grid, mut narrow) = (Vec::new(), Vec::new());
     let mut extremes = Vec::with_capacity(columns.div_ceil(group));
     let mut room = GridRoom::default();
-    for row in values.chunks(columns) {
-        ranges(row, group, &mut extremes);
-        row_grid(plan, row, group, &extremes, &mut grid, &mut room);
+    for (index, row) in values.chunks(columns).enumerate() {
+        let extremes =
+            if let Some(shared) = block_ranges.and_then(|ranges| ranges.row(index, group)) {
+                shared
+            } else {
+                ranges(row, group, &mut extremes);
+                &extremes
+            };
+        row_grid(plan, row, group, extremes, &mut grid, &mut room);
         narrow.clear();
         narrow.extend(grid.iter().map(|&(scale, zero)| {
             #[expect(
@@ -890,6 +946,43 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// A comparison's ranges worked out once for a block give each int scheme the error its
+        /// own ranges give, to the bit, and W8A8 each row's largest magnitude.
+        #[test]
+        fn a_blocks_shared_ranges_give_the_same_errors(
+            values in super::super::lanes::test_values(1..1500),
+            columns in 1usize..200,
+            group in 1usize..70,
+            other_group: bool,
+        ) {
+            let values: Vec<f32> = values
+                .iter()
+                .cycle()
+                .take(values.len().div_ceil(columns) * columns)
+                .map(|&x| half::bf16::from_f32(x).to_f32())
+                .collect();
+            let rows = (values.len() / columns) as u64;
+            let absmax = values.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let cut_short = &values[..values.len() - 1];
+            let cut_ranges = BlockRanges::of(cut_short, columns, group);
+            for (index, row) in cut_short.chunks(columns).enumerate() {
+                proptest::prop_assert_eq!(cut_ranges.row_absmax(index), super::super::absmax_of(row).0);
+            }
+            let shared_group = if other_group { group + 1 } else { group };
+            let shared = BlockRanges::of(&values, columns, shared_group);
+            for scheme in [Scheme::W8A16, Scheme::W4A16, Scheme::W4A16Asym] {
+                let plan = Plan::new(scheme, group as u64, [rows, columns as u64], Dtype::Bf16, f64::from(absmax));
+                let signal = values.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+                let own = error(&plan, &values, signal, None);
+                let from_shared = error(&plan, &values, signal, Some(&shared));
+                proptest::prop_assert_eq!(own.noise.to_bits(), from_shared.noise.to_bits());
+                proptest::prop_assert_eq!(own.max_abs.to_bits(), from_shared.max_abs.to_bits());
+            }
+            for (index, row) in values.chunks(columns).enumerate() {
+                proptest::prop_assert_eq!(shared.row_absmax(index), super::super::absmax_of(row).0);
+            }
+        }
+
         /// The symmetric BF16 scales worked out for a row at once are `scale_and_zero`'s.
         #[test]
         fn symmetric_bf16_scales_are_scale_and_zeros(

@@ -328,8 +328,15 @@ impl Plan {
     /// serves only weights whose errors `f32` does not measure (`F64` scales, magnitudes far
     /// from 1: see [`lanes::tensor_measured_in_f32`]), measured that way. `signal` is the sum of
     /// the values' squares, which every scheme shares; the largest error in steps is measured
-    /// only that way, 0 otherwise (see [`lanes::Tally`]).
-    pub fn error(&self, values: &[f32], signal: f64, streams: &mut Streams) -> ErrorSums {
+    /// only that way, 0 otherwise (see [`lanes::Tally`]). `ranges`, where a comparison worked
+    /// them out for the block, spare the int schemes working them out again.
+    pub fn error(
+        &self,
+        values: &[f32],
+        signal: f64,
+        ranges: Option<&int_packed::BlockRanges>,
+        streams: &mut Streams,
+    ) -> ErrorSums {
         match self.scheme {
             _ if self.scale_dtype == Dtype::F64 || !lanes::tensor_measured_in_f32(self.absmax) => {
                 streams.clear();
@@ -337,7 +344,7 @@ impl Plan {
                 self.check(values, streams).0
             }
             Scheme::W8A16 | Scheme::W4A16 | Scheme::W4A16Asym => {
-                int_packed::error(self, values, signal)
+                int_packed::error(self, values, signal, ranges)
             }
             Scheme::Fp8Dynamic | Scheme::Fp8Block => fp8::error(self, values, signal),
             Scheme::Nvfp4A16 => nvfp4::error(self, values, signal),
@@ -597,7 +604,7 @@ mod tests {
             plan.quantize(&values, &mut written);
             let (measured, _) = plan.check(&values, &written);
             let signal = values.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
-            let worked_out = plan.error(&values, signal, &mut Streams::default());
+            let worked_out = plan.error(&values, signal, None, &mut Streams::default());
             // A comparison leaves the largest error in steps unmeasured, but where it measures
             // as the check does.
             let in_f32 = plan.scale_dtype != Dtype::F64
