@@ -359,7 +359,7 @@ fn int8_sums(
     let mut tally = Compared::new(Loaded::of(dtype));
     for (index, row) in values.chunks(columns).enumerate() {
         let scale = match (shared, ranges) {
-            (None, Some(ranges)) => scale_for(dtype, ranges.row_absmax(index)),
+            (None, Some(ranges)) => scale_for(dtype, f64::from(ranges.row_absmax(index))),
             _ => scale_of(row),
         };
         #[expect(

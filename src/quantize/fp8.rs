@@ -4,6 +4,7 @@
 //! `scale = absmax / 448`, `q = e4m3(clamp(x / scale, ±448))` rounded to nearest, ties to even;
 //! `x' = q · scale`.
 
+use super::int_packed::BlockRanges;
 use super::lanes::{
     Checked, Compared, LANES, Measure, Rounding, WIDE, byte_of, clamp, divisor, for_loaded, larger,
     round_even, scale_in_f32, wide_chunks,
@@ -168,6 +169,38 @@ fn block_scales(plan: &Plan, rows: &[f32], out: &mut Vec<u8>, scales: &mut Vec<f
             *max = max.max(absmax(block));
         }
     }
+    scales_of(plan, maxima, out, scales);
+}
+
+/// [`block_scales`] of rows `rows` of a block whose groups' ranges are `ranges`, where they
+/// give the blocks' largest magnitudes (each row's, or groups as wide as a block).
+fn block_scales_from_ranges(
+    plan: &Plan,
+    rows: std::ops::Range<usize>,
+    ranges: &BlockRanges,
+    out: &mut Vec<u8>,
+    scales: &mut Vec<f64>,
+) -> bool {
+    let maxima: Vec<f32> = match plan.scheme {
+        Scheme::Fp8Block if ranges.group() == block_columns(plan) => {
+            let mut maxima = vec![0f32; columns(plan).div_ceil(block_columns(plan))];
+            for row in rows {
+                for (max, &(low, high)) in maxima.iter_mut().zip(ranges.of_row(row)) {
+                    *max = max.max(-low).max(high);
+                }
+            }
+            maxima
+        }
+        Scheme::Fp8Dynamic => vec![ranges.row_absmax(rows.start)],
+        _ => return false,
+    };
+    scales_of(plan, maxima, out, scales);
+    true
+}
+
+/// The scales, as stored, of blocks whose largest magnitudes are `maxima`, onto the end of `out`
+/// (encoded) and of `scales`.
+fn scales_of(plan: &Plan, maxima: Vec<f32>, out: &mut Vec<u8>, scales: &mut Vec<f64>) {
     for max in maxima {
         let scale = stored_at_least(plan.scale_dtype, f64::from(max) / f64::from(MAX));
         let scale = loadable(plan.scale_dtype, scale, f64::from(MAX));
@@ -370,14 +403,21 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
 /// blocks), worked out without codes: each block's scale as [`quantize`] chooses it, each value
 /// rounded to the E4M3 grid from its quotient by the scale, as [`quantize`] codes it. For
 /// scales `f32` holds (see [`Plan::error`]).
-pub fn error(plan: &Plan, values: &[f32], signal: f64) -> ErrorSums {
+pub fn error(plan: &Plan, values: &[f32], signal: f64, ranges: Option<&BlockRanges>) -> ErrorSums {
     let columns = columns(plan);
     let (block_rows, block_columns) = (block_rows(plan), block_columns(plan));
     let (mut scales, mut encoded, mut narrow) = (Vec::new(), Vec::new(), Vec::new());
     let mut tally = Compared::new(plan.loaded());
-    for rows in values.chunks(columns * block_rows) {
+    for (run, rows) in values.chunks(columns * block_rows).enumerate() {
         scales.clear();
-        block_scales(plan, rows, &mut encoded, &mut scales);
+        let first = run * block_rows;
+        let from_ranges = ranges.is_some_and(|ranges| {
+            let run_rows = first..first + rows.len().div_ceil(columns);
+            block_scales_from_ranges(plan, run_rows, ranges, &mut encoded, &mut scales)
+        });
+        if !from_ranges {
+            block_scales(plan, rows, &mut encoded, &mut scales);
+        }
         encoded.clear();
         narrow.clear();
         #[expect(
@@ -451,6 +491,34 @@ mod tests {
     use crate::format::Dtype;
 
     proptest::proptest! {
+        /// A comparison's block maxima taken from the int schemes' ranges give the error the
+        /// blocks' own maxima give, to the bit.
+        #[test]
+        fn maxima_from_shared_ranges_give_the_same_errors(
+            values in super::super::lanes::test_values(1..3000),
+            columns in 1usize..400,
+            rows in 1usize..300,
+            group in proptest::sample::select(&[128usize, 64, 100][..]),
+        ) {
+            let values: Vec<f32> = values
+                .iter()
+                .cycle()
+                .take(rows * columns)
+                .map(|&x| half::bf16::from_f32(x).to_f32())
+                .collect();
+            let absmax = values.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let ranges = BlockRanges::of(&values, columns, group);
+            let signal = values.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+            for scheme in [Scheme::Fp8Dynamic, Scheme::Fp8Block] {
+                let shape = [rows as u64, columns as u64];
+                let plan = Plan::new(scheme, 128, shape, Dtype::Bf16, f64::from(absmax));
+                let own = error(&plan, &values, signal, None);
+                let shared = error(&plan, &values, signal, Some(&ranges));
+                proptest::prop_assert_eq!(own.noise.to_bits(), shared.noise.to_bits());
+                proptest::prop_assert_eq!(own.max_abs.to_bits(), shared.max_abs.to_bits());
+            }
+        }
+
         #[test]
         fn the_f32_measure_agrees_with_the_plain_one(
             values in super::super::lanes::test_values(1..3000),

@@ -75,19 +75,22 @@ impl BlockRanges {
         (group == self.group).then(|| self.of_row(row))
     }
 
+    /// The values in each group.
+    pub fn group(&self) -> usize {
+        self.group
+    }
+
     /// Row `row`'s groups' ranges (fewer for a last row cut short).
-    fn of_row(&self, row: usize) -> &[(f32, f32)] {
+    pub fn of_row(&self, row: usize) -> &[(f32, f32)] {
         let at = (row * self.groups_per_row).min(self.extremes.len());
         &self.extremes[at..(at + self.groups_per_row).min(self.extremes.len())]
     }
 
     /// Row `row`'s largest magnitude.
-    pub fn row_absmax(&self, row: usize) -> f64 {
-        let largest = self
-            .of_row(row)
+    pub fn row_absmax(&self, row: usize) -> f32 {
+        self.of_row(row)
             .iter()
-            .fold(0f32, |largest, &(low, high)| largest.max(-low).max(high));
-        f64::from(largest)
+            .fold(0f32, |largest, &(low, high)| largest.max(-low).max(high))
     }
 }
 
@@ -966,7 +969,7 @@ mod tests {
             let cut_short = &values[..values.len() - 1];
             let cut_ranges = BlockRanges::of(cut_short, columns, group);
             for (index, row) in cut_short.chunks(columns).enumerate() {
-                proptest::prop_assert_eq!(cut_ranges.row_absmax(index), super::super::absmax_of(row).0);
+                proptest::prop_assert_eq!(f64::from(cut_ranges.row_absmax(index)), super::super::absmax_of(row).0);
             }
             let shared_group = if other_group { group + 1 } else { group };
             let shared = BlockRanges::of(&values, columns, shared_group);
@@ -979,7 +982,7 @@ mod tests {
                 proptest::prop_assert_eq!(own.max_abs.to_bits(), from_shared.max_abs.to_bits());
             }
             for (index, row) in values.chunks(columns).enumerate() {
-                proptest::prop_assert_eq!(shared.row_absmax(index), super::super::absmax_of(row).0);
+                proptest::prop_assert_eq!(f64::from(shared.row_absmax(index)), super::super::absmax_of(row).0);
             }
         }
 

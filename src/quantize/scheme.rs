@@ -329,7 +329,8 @@ impl Plan {
     /// from 1: see [`lanes::tensor_measured_in_f32`]), measured that way. `signal` is the sum of
     /// the values' squares, which every scheme shares; the largest error in steps is measured
     /// only that way, 0 otherwise (see [`lanes::Tally`]). `ranges`, where a comparison worked
-    /// them out for the block, spare the int schemes working them out again.
+    /// them out for the block, spare the int schemes working them out again, and FP8 its blocks'
+    /// largest magnitudes.
     pub fn error(
         &self,
         values: &[f32],
@@ -346,7 +347,7 @@ impl Plan {
             Scheme::W8A16 | Scheme::W4A16 | Scheme::W4A16Asym => {
                 int_packed::error(self, values, signal, ranges)
             }
-            Scheme::Fp8Dynamic | Scheme::Fp8Block => fp8::error(self, values, signal),
+            Scheme::Fp8Dynamic | Scheme::Fp8Block => fp8::error(self, values, signal, ranges),
             Scheme::Nvfp4A16 => nvfp4::error(self, values, signal),
             Scheme::W8A8 => ErrorSums::default(),
         }
