@@ -200,7 +200,7 @@ pub(super) fn evaluate(
 }
 
 /// The ranges of a block's groups where an int scheme is among `plans`, worked out once for all
-/// of them (and for W8A8, whose rows' largest magnitudes they give).
+/// of them (and for W8A8 and FP8, whose rows' and blocks' largest magnitudes they give).
 fn shared_ranges(
     plans: &[Option<Plan>],
     values: &[f32],

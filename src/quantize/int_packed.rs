@@ -47,8 +47,8 @@ fn ranges(row: &[f32], group: usize, extremes: &mut Vec<(f32, f32)>) {
 }
 
 /// The ranges (see [`range`]) of every group of every row of a block of finite values, worked
-/// out once for all the schemes compared that start from them: the three int schemes, and W8A8,
-/// whose rows' largest magnitudes they give.
+/// out once for all the schemes compared that start from them: the three int schemes, and W8A8
+/// and FP8, whose rows' and blocks' largest magnitudes they give.
 #[derive(Debug)]
 pub struct BlockRanges {
     group: usize,
