@@ -182,15 +182,7 @@ fn block_scales_from_ranges(
     scales: &mut Vec<f64>,
 ) -> bool {
     let maxima: Vec<f32> = match plan.scheme {
-        Scheme::Fp8Block if ranges.group() == block_columns(plan) => {
-            let mut maxima = vec![0f32; columns(plan).div_ceil(block_columns(plan))];
-            for row in rows {
-                for (max, &(low, high)) in maxima.iter_mut().zip(ranges.of_row(row)) {
-                    *max = max.max(-low).max(high);
-                }
-            }
-            maxima
-        }
+        Scheme::Fp8Block if ranges.group() == block_columns(plan) => ranges.columns_absmax(rows),
         Scheme::Fp8Dynamic => vec![ranges.row_absmax(rows.start)],
         _ => return false,
     };

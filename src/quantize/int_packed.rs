@@ -81,7 +81,7 @@ impl BlockRanges {
     }
 
     /// Row `row`'s groups' ranges (fewer for a last row cut short).
-    pub fn of_row(&self, row: usize) -> &[(f32, f32)] {
+    fn of_row(&self, row: usize) -> &[(f32, f32)] {
         let at = (row * self.groups_per_row).min(self.extremes.len());
         &self.extremes[at..(at + self.groups_per_row).min(self.extremes.len())]
     }
@@ -90,8 +90,24 @@ impl BlockRanges {
     pub fn row_absmax(&self, row: usize) -> f32 {
         self.of_row(row)
             .iter()
-            .fold(0f32, |largest, &(low, high)| largest.max(-low).max(high))
+            .fold(0f32, |largest, &range| largest.max(magnitude(range)))
     }
+
+    /// The largest magnitude of each column of groups over rows `rows`.
+    pub fn columns_absmax(&self, rows: std::ops::Range<usize>) -> Vec<f32> {
+        let mut maxima = vec![0f32; self.groups_per_row];
+        for row in rows {
+            for (max, &range) in maxima.iter_mut().zip(self.of_row(row)) {
+                *max = max.max(magnitude(range));
+            }
+        }
+        maxima
+    }
+}
+
+/// The largest magnitude of a range holding 0.
+fn magnitude((low, high): (f32, f32)) -> f32 {
+    (-low).max(high)
 }
 
 /// The smallest and largest of `values` and 0. The lanes are reduced one after the other at the
