@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """What a user would write instead of `stui quantize --scheme S`, in Python with numpy: the
-baseline of the quantize benchmarks (BENCHMARKS.md). py_quant_schemes.py SCHEME SOURCE OUT
+baseline of the quantize benchmarks (BENCHMARKS.md). py_quant_schemes.py SCHEME SOURCE OUT [--sync]
 
 Round to nearest, vectorized over whole tensors, as the presets compute it (scales from absmax,
 no search), in the same compressed-tensors layout: every 2-D float `*.weight` but embeddings,
-norms and `lm_head` quantized, the rest copied; `save_file` (not synced). Reads F32 or BF16 by
-hand (numpy has no BF16: BF16 tensors copied are written as U16, the same bytes). Prints `RESULT <scheme> seconds=<s>`, the timer started after imports.
+norms and `lm_head` quantized, the rest copied; `save_file`, then, with `--sync`, `fsync` of the
+output (as `stui quantize` syncs its own). Reads F32 or BF16 by hand (numpy has no BF16: BF16
+tensors copied are written as U16, the same bytes). Prints `RESULT <scheme> seconds=<s>`, the
+timer started after imports.
 """
 import json
+import os
 import struct
 import sys
 import time
@@ -122,6 +125,7 @@ def quantize(scheme, x, out, name):
 
 def main():
     scheme, source, target = sys.argv[1:4]
+    sync = sys.argv[4:] == ["--sync"]
     start = time.perf_counter()
     out = {}
     for name, dtype, values in load(source):
@@ -136,6 +140,10 @@ def main():
         else:
             out[name] = np.asarray(values).copy()
     save_file(out, target)
+    if sync:
+        descriptor = os.open(target, os.O_RDONLY)
+        os.fsync(descriptor)
+        os.close(descriptor)
     print(f"RESULT {scheme} seconds={time.perf_counter() - start:.3f}")
 
 
