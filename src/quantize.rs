@@ -927,33 +927,10 @@ impl Element for f32 {
         &BUFFERS
     }
     fn decode(dtype: Dtype, bytes: &[u8], out: &mut Vec<f32>) {
-        struct Narrow<'a>(&'a mut Vec<f32>);
-        impl values::Sink for Narrow<'_> {
-            fn f32s(&mut self, values: &[f32]) {
-                self.0.extend_from_slice(values);
-            }
-            fn halves(&mut self, lanes: Lanes, bytes: &[u8]) {
-                let start = self.0.len();
-                self.0.resize(start + bytes.len() / lanes.size(), 0.0);
-                values::widen(lanes, bytes, &mut self.0[start..]);
-            }
-            #[expect(
-                clippy::cast_possible_truncation,
-                reason = "only F64 data comes as f64, and F64 is read as f64"
-            )]
-            fn f64s(&mut self, values: &[f64]) {
-                self.0.extend(values.iter().map(|&v| v as f32));
-            }
-        }
-        if dtype == Dtype::Bf16 {
-            // Resized, not cleared: a buffer handed on keeps its room, and only what it grows by
-            // is zeroed before being written over.
-            out.resize(bytes.len() / 2, 0.0);
-            magnitude::widen_bf16(bytes, out);
-            return;
-        }
-        out.clear();
-        values::feed(dtype, bytes, &mut Narrow(out));
+        // Resized, not cleared: a buffer handed on keeps its room, and only what it grows by is
+        // zeroed before being written over.
+        out.resize(bytes.len() * 8 / dtype.bits() as usize, 0.0);
+        decode_into(dtype, bytes, out);
     }
 
     #[expect(
@@ -1082,13 +1059,12 @@ fn map_rows_aligned<E: Element, T: Send>(
     let row_bytes = usize::try_from(dtype.byte_len(columns as u64).unwrap_or(0))
         .map_err(io::Error::other)?
         .max(1);
-    let align = usize::try_from(align).map_err(io::Error::other)?.max(1);
-    let block_rows = ((BLOCK_VALUES / columns) / align).max(1) * align;
+    let block_rows = block_rows(columns, align);
     map_byte_runs(
         model,
         files,
         tensor,
-        align as u64,
+        align,
         control,
         |first, bytes| {
             let mut results: smallvec::SmallVec<[T; 1]> = smallvec::SmallVec::new();
@@ -1115,6 +1091,65 @@ fn map_rows_aligned<E: Element, T: Send>(
     )
 }
 
+/// The elements of `dtype` in `bytes` decoded into `out`, which holds one value for each.
+fn decode_into(dtype: Dtype, bytes: &[u8], out: &mut [f32]) {
+    /// Writes the values fed to it one after the other.
+    struct InPlace<'a> {
+        out: &'a mut [f32],
+        at: usize,
+    }
+    impl InPlace<'_> {
+        fn next(&mut self, count: usize) -> &mut [f32] {
+            let len = self.out.len();
+            let start = self.at.min(len);
+            self.at += count;
+            &mut self.out[start..self.at.min(len)]
+        }
+    }
+    impl values::Sink for InPlace<'_> {
+        fn f32s(&mut self, values: &[f32]) {
+            let out = self.next(values.len());
+            out.copy_from_slice(&values[..out.len()]);
+        }
+        fn halves(&mut self, lanes: Lanes, bytes: &[u8]) {
+            values::widen(lanes, bytes, self.next(bytes.len() / lanes.size()));
+        }
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "only F64 data comes as f64, and F64 is read as f64"
+        )]
+        fn f64s(&mut self, values: &[f64]) {
+            for (out, &value) in self.next(values.len()).iter_mut().zip(values) {
+                *out = value as f32;
+            }
+        }
+    }
+    if dtype == Dtype::Bf16 {
+        magnitude::widen_bf16(bytes, out);
+    } else {
+        values::feed(dtype, bytes, &mut InPlace { out, at: 0 });
+    }
+}
+
+/// The rows of each block a run of [`map_rows_aligned`] is worked on in, for rows of `columns`
+/// values: about [`BLOCK_VALUES`] values, a multiple of `align` rows.
+fn block_rows(columns: usize, align: u64) -> usize {
+    let align = usize::try_from(align).unwrap_or(usize::MAX).max(1);
+    ((BLOCK_VALUES / columns.max(1)) / align).max(1) * align
+}
+
+/// The runs (first row, rows) a matrix of `dtype` values is read in: about [`CHUNK`] bytes each,
+/// at most [`MAX_ROWS`] rows, a multiple of `align` rows but for the last.
+fn row_runs([rows, columns]: [u64; 2], dtype: Dtype, align: u64) -> Vec<(u64, u64)> {
+    let row_bytes = dtype.byte_len(columns).unwrap_or(0).max(1);
+    let align = align.max(1);
+    let rows_per_run = ((CHUNK / row_bytes).clamp(1, MAX_ROWS) / align).max(1) * align;
+    (0..rows)
+        .step_by(usize::try_from(rows_per_run).unwrap_or(1))
+        .map(|row| (row, rows_per_run.min(rows - row)))
+        .collect()
+}
+
 /// [`map_rows_aligned`] on the runs' bytes as stored.
 fn map_byte_runs<T: Send>(
     model: &Model,
@@ -1136,14 +1171,9 @@ fn map_byte_runs<T: Send>(
         .matrix()
         .ok_or_else(|| io::Error::other("not a matrix"))?;
     let row_bytes = dtype.byte_len(columns).unwrap_or(0).max(1);
-    let align = align.max(1);
-    let rows_per_chunk = ((CHUNK / row_bytes).clamp(1, MAX_ROWS) / align).max(1) * align;
     let (start, _) = model.file_range(tensor);
     let file = &files[tensor.shard];
-    let runs: Vec<(u64, u64)> = (0..rows)
-        .step_by(usize::try_from(rows_per_chunk).unwrap_or(1))
-        .map(|row| (row, rows_per_chunk.min(rows - row)))
-        .collect();
+    let runs = row_runs([rows, columns], dtype, align);
     let read_run = |&(row, count): &(u64, u64)| -> io::Result<(T, u64)> {
         let len = usize::try_from(count * row_bytes).map_err(io::Error::other)?;
         let first = usize::try_from(row).map_err(io::Error::other)?;

@@ -12,11 +12,11 @@ use super::{
     scale_for, scales_dtype_of, tensor_absmax,
 };
 use crate::error::{Error, Result};
+use crate::format::mapped::with_mapped;
 use crate::format::{Dtype, Model, Tensor};
 use multiversion::multiversion;
 use serde::Serialize;
 use std::fs::File;
-use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
 /// One scheme's result over the weights compared.
@@ -107,10 +107,10 @@ pub(super) fn evaluate(
     control.bytes_total.fetch_add(total, Ordering::Relaxed);
     let mut results = Vec::with_capacity(tensors.len());
     let mut non_finite = Vec::new();
-    // Blocks handed from weight to weight: allocated for each, they would be fresh memory every
-    // time, a page fault every 4 KiB (see `recycle`).
-    let spare = Mutex::new(Vec::new());
-    let mut blocks = Vec::new();
+    // One buffer handed from weight to weight, whatever their shapes: blocks sized for each
+    // weight's rows were grown, shrunk and dropped as the shapes changed, and their fresh memory,
+    // a page fault every 4 KiB, had taken a tenth of a comparison's time.
+    let mut held_values = Vec::new();
     for &index in tensors {
         let tensor = &model.tensors[index];
         let path = &model.shard_of(tensor).path;
@@ -121,9 +121,9 @@ pub(super) fn evaluate(
             .map(|&scheme| plan_for(scheme, options.group_size, tensor, 0.0).row_multiple())
             .max()
             .unwrap_or(1);
-        give_back(&spare, &mut blocks);
-        let absmax = if held(tensor) {
-            read_whole(model, files, tensor, align, control, &spare, &mut blocks)
+        let is_held = held(tensor);
+        let absmax = if is_held {
+            read_whole(model, files, tensor, control, &mut held_values)
                 .map_err(|e| Error::io(path, e))?
         } else {
             tensor_absmax(model, files, tensor, false, control)
@@ -168,26 +168,14 @@ pub(super) fn evaluate(
             streams.give();
             sums
         };
-        let sums = if blocks.is_empty() {
-            let mut sums = vec![ErrorSums::default(); schemes.len()];
-            map_rows_aligned(
-                model,
-                files,
-                tensor,
-                align,
-                control,
-                |_, values: &[f32]| Ok(errors(values)),
-                |chunk| {
-                    merge(&mut sums, &chunk);
-                    Ok(())
-                },
-            )
-            .map_err(|e| Error::io(path, e))?;
-            sums
+        let sums = if is_held {
+            let block_values = super::block_rows(columns, align) * columns;
+            evaluate_held(&held_values, block_values, control, errors, schemes.len())
         } else {
-            evaluate_held(&blocks, control, errors, schemes.len())
-                .map_err(|e| Error::io(path, e))?
-        };
+            let streamed = (model, files, tensor, align);
+            evaluate_streamed(streamed, control, errors, schemes.len())
+        }
+        .map_err(|e| Error::io(path, e))?;
         results.push(
             plans
                 .iter()
@@ -223,16 +211,42 @@ fn merge(totals: &mut [ErrorSums], chunk: &[ErrorSums]) {
     }
 }
 
-/// `errors` of every block of rows of a weight held in memory, on the rayon pool, summed.
+/// `errors` of every block of rows (from a multiple of `align`) of a weight read from `files` a
+/// run at a time, summed.
+fn evaluate_streamed(
+    (model, files, tensor, align): (&Model, &[File], &Tensor, u64),
+    control: &Control,
+    errors: impl Fn(&[f32]) -> Vec<ErrorSums> + Sync,
+    schemes: usize,
+) -> std::io::Result<Vec<ErrorSums>> {
+    let mut sums = vec![ErrorSums::default(); schemes];
+    map_rows_aligned(
+        model,
+        files,
+        tensor,
+        align,
+        control,
+        |_, values: &[f32]| Ok(errors(values)),
+        |chunk| {
+            merge(&mut sums, &chunk);
+            Ok(())
+        },
+    )?;
+    Ok(sums)
+}
+
+/// `errors` of every block of `block_values` values (whole rows) of a weight held in memory, on
+/// the rayon pool, summed.
 fn evaluate_held(
-    blocks: &[Vec<f32>],
+    values: &[f32],
+    block_values: usize,
     control: &Control,
     errors: impl Fn(&[f32]) -> Vec<ErrorSums> + Sync,
     schemes: usize,
 ) -> std::io::Result<Vec<ErrorSums>> {
     use rayon::prelude::*;
-    let chunks: Vec<Vec<ErrorSums>> = blocks
-        .par_iter()
+    let chunks: Vec<Vec<ErrorSums>> = values
+        .par_chunks(block_values.max(1))
         .map(|block| {
             control.check()?;
             Ok(errors(block))
@@ -245,82 +259,56 @@ fn evaluate_held(
     Ok(sums)
 }
 
-/// Puts `blocks` back among the `spare` ones, keeping at most [`HELD_VALUES`] values' room.
-fn give_back(spare: &Mutex<Vec<Vec<f32>>>, blocks: &mut Vec<Vec<f32>>) {
-    if let Ok(mut spare) = spare.lock() {
-        spare.append(blocks);
-        let mut room: usize = spare.iter().map(Vec::capacity).sum();
-        while room as u64 > HELD_VALUES
-            && let Some(block) = spare.pop()
-        {
-            room -= block.capacity();
-        }
-    }
-    blocks.clear();
-}
-
-/// A weight's values, read once into `blocks` of whole rows from a multiple of `align`
-/// (decoded straight into blocks taken from `spare` where there are any), and its largest
-/// magnitude (`None` when it holds NaN or Inf).
+/// A weight's values, read once into `values` (each run of its rows decoded on the rayon pool
+/// straight into its place), and its largest magnitude (`None` when it holds NaN or Inf).
 fn read_whole(
     model: &Model,
     files: &[File],
     tensor: &Tensor,
-    align: u64,
     control: &Control,
-    spare: &Mutex<Vec<Vec<f32>>>,
-    blocks: &mut Vec<Vec<f32>>,
+    values: &mut Vec<f32>,
 ) -> std::io::Result<Option<f64>> {
+    use rayon::prelude::*;
     let dtype = tensor
         .info
         .dtype
         .known()
         .ok_or_else(|| std::io::Error::other("unknown dtype"))?;
     let columns = super::row_length(tensor)?;
-    let row_bytes = usize::try_from(dtype.byte_len(columns as u64).unwrap_or(0))
-        .map_err(std::io::Error::other)?
-        .max(1);
-    let rows = usize::try_from(align)
-        .map_err(std::io::Error::other)?
-        .max(1);
-    let block_rows = ((super::BLOCK_VALUES / columns) / rows).max(1) * rows;
+    let count = tensor
+        .info
+        .element_count()
+        .and_then(|count| usize::try_from(count).ok())
+        .ok_or_else(|| std::io::Error::other("too many values"))?;
+    // Resized, not cleared: only what the buffer grows by is zeroed before being written over.
+    values.resize(count, 0.0);
+    let shape = tensor.info.shape.matrix().unwrap_or([1, 1]);
+    let runs = super::row_runs(shape, dtype, 1);
+    let run_rows = runs.first().map_or(1, |&(_, rows)| rows);
+    let run_values = usize::try_from(run_rows).map_err(std::io::Error::other)? * columns;
+    let (start, _) = model.file_range(tensor);
+    let file = &files[tensor.shard];
+    let row_bytes = dtype.byte_len(shape[1]).unwrap_or(0);
     // Read from the bits as stored where they order as the magnitudes (half as many for BF16),
     // from the decoded values otherwise.
     let stored_bits = Bits::of(dtype);
-    let mut largest = 0u32;
-    super::map_byte_runs(
-        model,
-        files,
-        tensor,
-        align,
-        control,
-        |_, bytes| {
-            let mut read: smallvec::SmallVec<[(u32, Vec<f32>); 1]> = smallvec::SmallVec::new();
-            for bytes in bytes.chunks(block_rows * row_bytes) {
-                let mut block = spare
-                    .lock()
-                    .ok()
-                    .and_then(|mut spare| spare.pop())
-                    .unwrap_or_default();
-                <f32 as super::Element>::decode(dtype, bytes, &mut block);
-                // Room beyond the block would be held by a block no run fills.
-                block.shrink_to_fit();
-                let bits = match stored_bits {
+    let largest = runs
+        .par_iter()
+        .zip(values.par_chunks_mut(run_values.max(1)))
+        .map(|(&(row, rows), out)| {
+            control.check()?;
+            let len = usize::try_from(rows * row_bytes).map_err(std::io::Error::other)?;
+            let bits = with_mapped(file, start + row * row_bytes, len, |bytes| {
+                super::decode_into(dtype, bytes, out);
+                match stored_bits {
                     Some(stored) => stored.largest_bits(bytes),
-                    None => Bits::F32.largest_bits(bytemuck::cast_slice(&block)),
-                };
-                read.push((bits, block));
-            }
-            Ok(read)
-        },
-        |read| {
-            for (bits, block) in read {
-                largest = largest.max(bits);
-                blocks.push(block);
-            }
-            Ok(())
-        },
-    )?;
+                    None => Bits::F32.largest_bits(bytemuck::cast_slice(out)),
+                }
+            })?;
+            control.bytes_done.fetch_add(len as u64, Ordering::Relaxed);
+            Ok::<_, std::io::Error>(bits)
+        })
+        .try_reduce(|| 0, |a, b| Ok(a.max(b)))?;
     Ok(stored_bits.unwrap_or(Bits::F32).magnitude(largest))
 }
 
@@ -502,17 +490,76 @@ pub(super) fn keep_below(choices: &mut [Choice], below: &[usize]) {
 mod tests {
     use super::*;
 
+    /// Weights of several dtypes and widths, each read whole into the one buffer handed from
+    /// weight to weight (several runs of rows for the largest), come back as their values with
+    /// their largest magnitude, and NaN as none; the buffer keeps the largest weight's room.
     #[test]
-    fn spare_blocks_keep_at_most_a_held_weight_of_room() {
-        let spare = Mutex::new(vec![Vec::<f32>::with_capacity(1 << 20)]);
-        let block = usize::try_from(HELD_VALUES / 4).unwrap();
-        let mut blocks: Vec<Vec<f32>> = (0..6).map(|_| Vec::with_capacity(block)).collect();
-        give_back(&spare, &mut blocks);
-        assert!(blocks.is_empty());
-        let spare = spare.into_inner().unwrap();
-        let room: usize = spare.iter().map(Vec::capacity).sum();
-        assert!(room as u64 <= HELD_VALUES, "{room}");
-        assert_eq!(spare.len(), 4);
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "F64 weights are compared as f32"
+    )]
+    fn weights_read_whole_into_one_buffer_are_their_values() {
+        use crate::demo::{Fill, SyntheticModel};
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("model.safetensors");
+        let normal = Fill::Normal {
+            mean: 0.0,
+            std: 1.0,
+        };
+        // Tensors are laid out by dtype, then name: F64, F32, F16, BF16.
+        SyntheticModel::new(5)
+            .tensor("a.weight", Dtype::Bf16, &[1100, 2048], normal.clone())
+            .tensor("b.weight", Dtype::F32, &[3, 5], normal.clone())
+            .tensor("c.weight", Dtype::F16, &[1500, 1500], normal.clone())
+            .tensor("d.weight", Dtype::F64, &[20, 7], normal.clone())
+            .tensor("e.weight", Dtype::Bf16, &[4, 300], normal)
+            .plant("e.weight", 555, f64::NAN)
+            .write(&source)
+            .unwrap();
+        let model = Model::open(&source).unwrap();
+        let files = [File::open(&source).unwrap()];
+        let bytes = std::fs::read(&source).unwrap();
+        let mut held = Vec::new();
+        let mut largest_room = 0;
+        for tensor in &model.tensors {
+            let (start, len) = model.file_range(tensor);
+            let stored = &bytes[usize::try_from(start).unwrap()..][..usize::try_from(len).unwrap()];
+            let expected: Vec<f32> = match tensor.info.dtype.known().unwrap() {
+                Dtype::Bf16 => stored
+                    .chunks(2)
+                    .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                    .collect(),
+                Dtype::F16 => stored
+                    .chunks(2)
+                    .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                    .collect(),
+                Dtype::F32 => stored
+                    .chunks(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+                _ => stored
+                    .chunks(8)
+                    .map(|b| f64::from_le_bytes(b.try_into().unwrap()) as f32)
+                    .collect(),
+            };
+            let absmax =
+                read_whole(&model, &files, tensor, &Control::default(), &mut held).unwrap();
+            assert_eq!(held.len(), expected.len(), "{}", tensor.name());
+            for (got, want) in held.iter().zip(&expected) {
+                assert_eq!(got.to_bits(), want.to_bits(), "{}", tensor.name());
+            }
+            let largest = expected
+                .iter()
+                .try_fold(0f32, |m, x| x.is_finite().then(|| m.max(x.abs())));
+            assert_eq!(absmax, largest.map(f64::from), "{}", tensor.name());
+            largest_room = largest_room.max(expected.len());
+            assert!(
+                held.capacity() <= largest_room.next_power_of_two() * 2,
+                "{}",
+                tensor.name()
+            );
+        }
+        assert_eq!(largest_room, 1100 * 2048);
     }
 
     proptest::proptest! {
