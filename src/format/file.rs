@@ -87,8 +87,8 @@ trait Source {
 
 impl Source for File {
     /// Through a map: a header of megabytes is parsed where it lies in the page cache rather
-    /// than copied into fresh memory first. Up to [`COPIED`] bytes, a copy into a buffer the
-    /// thread keeps.
+    /// than copied into fresh memory first. Up to [`COPIED_HEADER`] bytes, a copy into the buffer
+    /// the thread keeps.
     fn with_pages<T>(
         &self,
         offset: u64,
@@ -96,8 +96,8 @@ impl Source for File {
         work: impl FnOnce(Pages<'_>) -> T,
     ) -> io::Result<T> {
         let len = usize::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
-        if len <= COPIED {
-            return with_copied(self, offset, len, work);
+        if len <= COPIED_HEADER {
+            return super::mapped::with_copied(self, offset, len, work);
         }
         super::mapped::with_mapped_pages(self, offset, len, work)
     }
@@ -106,29 +106,7 @@ impl Source for File {
 /// Headers up to this size are copied rather than mapped. A sharded model has a hundred headers
 /// or more of some tens of KiB each, for which copying costs less than a map's two system
 /// calls, its page faults and the flush of every core's TLB when it is unmapped.
-const COPIED: usize = 1 << 20;
-
-/// Runs `work` on a copy of `len` bytes of `file` from `offset`, in a buffer each thread keeps
-/// for the next header (at most [`COPIED`] bytes).
-fn with_copied<T>(
-    file: &File,
-    offset: u64,
-    len: usize,
-    work: impl FnOnce(Pages<'_>) -> T,
-) -> io::Result<T> {
-    thread_local! {
-        static BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-    }
-    // Taken, so that a read within `work` finds no buffer and makes its own.
-    let mut buffer = BUFFER.take();
-    if buffer.len() < len {
-        buffer.resize(len, 0);
-    }
-    let bytes = &mut buffer[..len];
-    let result = super::read_exact_at(file, bytes, offset).map(|()| work(Pages::of(bytes)));
-    BUFFER.set(buffer);
-    result
-}
+const COPIED_HEADER: usize = 1 << 20;
 
 impl Source for &[u8] {
     fn with_pages<T>(

@@ -1,31 +1,40 @@
-//! Reading tensor data through short-lived memory maps that survive the file shrinking under
-//! them.
+//! Reading tensor data: a chunk copied with a positional read into a buffer its thread keeps,
+//! larger ranges through short-lived memory maps that survive the file shrinking under them.
 //!
-//! A map reads the page cache in place, at twice the speed of positional reads, which copy every
-//! byte. But touching a mapped page that the file no longer has (a trainer truncating and
+//! A chunk of up to [`COPIED`] bytes (a scan's, a quantizer's run) is copied: on the machine
+//! measured last, a positional read into a buffer kept from read to read reads the page cache
+//! twice as fast as a fresh map, whose page faults and unmapping cost more than the copy (it was
+//! the other way round on the machine measured first; BENCHMARKS.md has both). A short read
+//! reports a file that ends first.
+//!
+//! Larger ranges (a whole tensor's bytes), and headers read through [`with_mapped_pages`], which
+//! hands their pages back as they are parsed, are mapped, which needs no buffer of their size.
+//! But touching a mapped page that the file no longer has (a trainer truncating and
 //! rewriting a checkpoint in place) raises SIGBUS, which kills a process by default. So each
-//! read registers its map's address range; a SIGBUS handler that finds the faulting address in a
+//! map registers its address range; a SIGBUS handler that finds the faulting address in a
 //! registered range maps a zero page over the faulting page, marks the range, and returns, and
 //! the read then reports `UnexpectedEof` instead of its result. A fault anywhere else goes to the
 //! handler that was there before (the standard library's, which reports stack overflows).
 //!
-//! Maps cover one chunk at a time and live only while it is read, so the registry holds one
-//! range per reading thread. If ever it is full, or the file cannot be mapped, the read falls
-//! back to a positional read, as do reads of a few KiB, which a map would make slower.
+//! Maps live only while they are read, so the registry holds one range per reading thread. If
+//! ever it is full, or the file cannot be mapped, the read falls back to a positional read.
 
 use std::fs::File;
 use std::io;
 use std::ops::Range;
 
 /// Runs `work` on `len` bytes of `file` from `offset`. A file that ends first gives
-/// `UnexpectedEof`, also when it shrinks while `work` runs (the missing pages then read as
-/// zeros, and `work`'s result is dropped).
+/// `UnexpectedEof`, also when a mapped range shrinks while `work` runs (the missing pages then
+/// read as zeros, and `work`'s result is dropped).
 pub fn with_mapped<T>(
     file: &File,
     offset: u64,
     len: usize,
     work: impl FnOnce(&[u8]) -> T,
 ) -> io::Result<T> {
+    if (SMALL + 1..=COPIED).contains(&len) {
+        return with_copied(file, offset, len, |pages| work(pages.bytes()));
+    }
     with_mapped_pages(file, offset, len, |pages| work(pages.bytes()))
 }
 
@@ -140,6 +149,35 @@ impl<'a> Passing<'a> {
 
 /// Reads up to this many bytes are copied into a buffer on the stack instead of mapped.
 const SMALL: usize = 16 << 10;
+
+/// Reads of tensor data up to this many bytes ([`with_mapped`]) are copied into the buffer
+/// their thread keeps instead of mapped.
+pub const COPIED: usize = 16 << 20;
+
+thread_local! {
+    /// The buffer each thread copies its reads into, kept from read to read: a fresh one would
+    /// be fresh memory, a page fault every 4 KiB. At most [`COPIED`] bytes.
+    static COPY: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Runs `work` on a copy of `len` bytes (at most [`COPIED`]) of `file` from `offset`, in the
+/// buffer the thread keeps. A file that ends first gives `UnexpectedEof` (a short read).
+pub fn with_copied<T>(
+    file: &File,
+    offset: u64,
+    len: usize,
+    work: impl FnOnce(Pages<'_>) -> T,
+) -> io::Result<T> {
+    // Taken, so that a read within `work` finds no buffer and makes its own.
+    let mut buffer = COPY.take();
+    if buffer.len() < len {
+        buffer.resize(len, 0);
+    }
+    let bytes = &mut buffer[..len];
+    let result = super::read_exact_at(file, bytes, offset).map(|()| work(Pages::of(bytes)));
+    COPY.set(buffer);
+    result
+}
 
 #[cfg(unix)]
 #[expect(
@@ -421,11 +459,37 @@ mod tests {
         let error = with_mapped(&file, 2, 2, |_| ()).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof);
         assert!(with_mapped(&file, u64::MAX, 2, |_| ()).is_err());
+        // Copied, then mapped.
+        let bytes = vec![5u8; COPIED + 8192];
+        let (_keep, file) = file_of(&bytes);
+        for (offset, len) in [(COPIED as u64, SMALL * 2), (8192, COPIED + 4096)] {
+            let error = with_mapped(&file, offset, len, |_| ()).unwrap_err();
+            assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof, "{len}");
+        }
+    }
+
+    /// A chunk copied into the thread's buffer, read again from within the work on the first
+    /// (which then gets a buffer of its own), and the buffer kept from read to read.
+    #[test]
+    fn chunks_copied_into_the_threads_buffer_are_the_bytes() {
+        let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % 241) as u8).collect();
+        let (_keep, file) = file_of(&bytes);
+        let (outer, inner) = with_mapped(&file, 10, 2_000_000, |outer| {
+            let inner = with_mapped(&file, 1_000_000, 1_500_000, <[u8]>::to_vec).unwrap();
+            (outer.to_vec(), inner)
+        })
+        .unwrap();
+        assert_eq!(outer, bytes[10..2_000_010]);
+        assert_eq!(inner, bytes[1_000_000..2_500_000]);
+        let again = with_mapped(&file, 0, 100_000, <[u8]>::to_vec).unwrap();
+        assert_eq!(again, bytes[..100_000]);
+        assert!(COPY.take().len() >= 2_000_000);
     }
 
     #[test]
     fn a_file_that_shrinks_during_the_read_gives_an_eof_error_not_a_crash() {
-        let len = 1 << 20;
+        // Larger than a copied chunk: mapped.
+        let len = COPIED + 4096;
         let (keep, file) = file_of(&vec![7u8; len]);
         let result = with_mapped(&file, 0, len, |bytes| {
             keep.as_file().set_len(4096).unwrap();
