@@ -121,14 +121,15 @@ pub(super) fn evaluate(
             .map(|&scheme| plan_for(scheme, options.group_size, tensor, 0.0).row_multiple())
             .max()
             .unwrap_or(1);
-        let is_held = held(tensor);
-        let absmax = if is_held {
-            read_whole(model, files, tensor, control, &mut held_values)
-                .map_err(|e| Error::io(path, e))?
+        let (absmax, values) = if held(tensor) {
+            let (absmax, values) = read_whole(model, files, tensor, control, &mut held_values)
+                .map_err(|e| Error::io(path, e))?;
+            (absmax, Some(values))
         } else {
-            tensor_absmax(model, files, tensor, false, control)
+            let absmax = tensor_absmax(model, files, tensor, false, control)
                 .map_err(|e| Error::io(path, e))?
-                .map(|(largest, _)| largest)
+                .map(|(largest, _)| largest);
+            (absmax, None)
         };
         let Some(absmax) = absmax else {
             non_finite.push(index);
@@ -168,9 +169,9 @@ pub(super) fn evaluate(
             streams.give();
             sums
         };
-        let sums = if is_held {
+        let sums = if let Some(values) = values {
             let block_values = super::block_rows(columns, align) * columns;
-            evaluate_held(&held_values, block_values, control, errors, schemes.len())
+            evaluate_held(values, block_values, control, errors, schemes.len())
         } else {
             let streamed = (model, files, tensor, align);
             evaluate_streamed(streamed, control, errors, schemes.len())
@@ -259,15 +260,15 @@ fn evaluate_held(
     Ok(sums)
 }
 
-/// A weight's values, read once into `values` (each run of its rows decoded on the rayon pool
-/// straight into its place), and its largest magnitude (`None` when it holds NaN or Inf).
-fn read_whole(
+/// A weight's largest magnitude (`None` when it holds NaN or Inf) and its values, read once into
+/// the start of `held` (each run of its rows decoded on the rayon pool straight into its place).
+fn read_whole<'a>(
     model: &Model,
     files: &[File],
     tensor: &Tensor,
     control: &Control,
-    values: &mut Vec<f32>,
-) -> std::io::Result<Option<f64>> {
+    held: &'a mut Vec<f32>,
+) -> std::io::Result<(Option<f64>, &'a [f32])> {
     use rayon::prelude::*;
     let dtype = tensor
         .info
@@ -280,8 +281,12 @@ fn read_whole(
         .element_count()
         .and_then(|count| usize::try_from(count).ok())
         .ok_or_else(|| std::io::Error::other("too many values"))?;
-    // Resized, not cleared: only what the buffer grows by is zeroed before being written over.
-    values.resize(count, 0.0);
+    // Grown, never shrunk: only what the buffer grows by is zeroed before being written over (a
+    // weight after a smaller one would have its tail zeroed again).
+    if held.len() < count {
+        held.resize(count, 0.0);
+    }
+    let values = &mut held[..count];
     let shape = tensor.info.shape.matrix().unwrap_or([1, 1]);
     let runs = super::row_runs(shape, dtype, 1);
     let run_rows = runs.first().map_or(1, |&(_, rows)| rows);
@@ -309,7 +314,10 @@ fn read_whole(
             Ok::<_, std::io::Error>(bits)
         })
         .try_reduce(|| 0, |a, b| Ok(a.max(b)))?;
-    Ok(stored_bits.unwrap_or(Bits::F32).magnitude(largest))
+    Ok((
+        stored_bits.unwrap_or(Bits::F32).magnitude(largest),
+        &held[..count],
+    ))
 }
 
 /// The sum of the squares of `values`, of a weight whose largest magnitude is `absmax`: in `f32`
@@ -542,10 +550,10 @@ mod tests {
                     .map(|b| f64::from_le_bytes(b.try_into().unwrap()) as f32)
                     .collect(),
             };
-            let absmax =
+            let (absmax, values) =
                 read_whole(&model, &files, tensor, &Control::default(), &mut held).unwrap();
-            assert_eq!(held.len(), expected.len(), "{}", tensor.name());
-            for (got, want) in held.iter().zip(&expected) {
+            assert_eq!(values.len(), expected.len(), "{}", tensor.name());
+            for (got, want) in values.iter().zip(&expected) {
                 assert_eq!(got.to_bits(), want.to_bits(), "{}", tensor.name());
             }
             let largest = expected
