@@ -230,8 +230,9 @@ impl Model {
             Some(len) => rayon::scope(|scope| {
                 let (sender, receiver) = std::sync::mpsc::channel();
                 let mut told = HashSet::default();
-                let index = super::mapped::with_mapped(&file, 0, len, |bytes| {
-                    ShardIndex::from_slice_naming(bytes, &mut |label| {
+                // Mapped, not copied into the thread's buffer, which would keep its room after.
+                let index = super::mapped::with_mapped_pages(&file, 0, len, |pages| {
+                    ShardIndex::from_slice_naming(pages.bytes(), &mut |label| {
                         let label = label.to_owned();
                         told.insert(label.clone());
                         let sender = sender.clone();
