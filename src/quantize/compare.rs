@@ -287,7 +287,11 @@ fn read_whole<'a>(
         held.resize(count, 0.0);
     }
     let values = &mut held[..count];
-    let shape = tensor.info.shape.matrix().unwrap_or([1, 1]);
+    let shape = tensor
+        .info
+        .shape
+        .matrix()
+        .ok_or_else(|| std::io::Error::other("not a matrix"))?;
     let runs = super::row_runs(shape, dtype, 1);
     let run_rows = runs.first().map_or(1, |&(_, rows)| rows);
     let run_values = usize::try_from(run_rows).map_err(std::io::Error::other)? * columns;
