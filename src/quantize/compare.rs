@@ -536,20 +536,9 @@ mod tests {
         for tensor in &model.tensors {
             let (start, len) = model.file_range(tensor);
             let stored = &bytes[usize::try_from(start).unwrap()..][..usize::try_from(len).unwrap()];
-            let expected: Vec<f32> = match tensor.info.dtype.known().unwrap() {
-                Dtype::Bf16 => stored
-                    .chunks(2)
-                    .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                    .collect(),
-                Dtype::F16 => stored
-                    .chunks(2)
-                    .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-                    .collect(),
-                Dtype::F32 => stored
-                    .chunks(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect(),
-                _ => stored
+            let expected: Vec<f32> = match Bits::of(tensor.info.dtype.known().unwrap()) {
+                Some(bits) => super::super::magnitude::tests::decoded(bits, stored),
+                None => stored
                     .chunks(8)
                     .map(|b| f64::from_le_bytes(b.try_into().unwrap()) as f32)
                     .collect(),

@@ -124,7 +124,7 @@ pub fn widen_bf16(bytes: &[u8], values: &mut [f32]) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::quantize) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -151,7 +151,8 @@ mod tests {
             .collect()
     }
 
-    fn decoded(bits: Bits, bytes: &[u8]) -> Vec<f32> {
+    /// The little-endian elements in `bytes` as `f32`, converted one by one.
+    pub(in crate::quantize) fn decoded(bits: Bits, bytes: &[u8]) -> Vec<f32> {
         match bits {
             Bits::F32 => bytes
                 .chunks_exact(4)
