@@ -1150,6 +1150,22 @@ fn row_runs([rows, columns]: [u64; 2], dtype: Dtype, align: u64) -> Vec<(u64, u6
         .collect()
 }
 
+/// Runs `work` on the bytes of the run `(row, rows)` of a matrix stored from `start` in `file`,
+/// `row_bytes` to a row; with their count.
+fn with_rows<T>(
+    file: &File,
+    (start, row_bytes): (u64, u64),
+    (row, rows): (u64, u64),
+    work: impl FnOnce(&[u8]) -> T,
+) -> io::Result<(T, u64)> {
+    let len = rows * row_bytes;
+    let bytes = usize::try_from(len).map_err(io::Error::other)?;
+    Ok((
+        with_mapped(file, start + row * row_bytes, bytes, work)?,
+        len,
+    ))
+}
+
 /// [`map_rows_aligned`] on the runs' bytes as stored.
 fn map_byte_runs<T: Send>(
     model: &Model,
@@ -1174,13 +1190,10 @@ fn map_byte_runs<T: Send>(
     let (start, _) = model.file_range(tensor);
     let file = &files[tensor.shard];
     let runs = row_runs([rows, columns], dtype, align);
-    let read_run = |&(row, count): &(u64, u64)| -> io::Result<(T, u64)> {
-        let len = usize::try_from(count * row_bytes).map_err(io::Error::other)?;
-        let first = usize::try_from(row).map_err(io::Error::other)?;
-        let value = with_mapped(file, start + row * row_bytes, len, |bytes| {
-            compute(first, bytes)
-        })??;
-        Ok((value, len as u64))
+    let read_run = |&run: &(u64, u64)| -> io::Result<(T, u64)> {
+        let first = usize::try_from(run.0).map_err(io::Error::other)?;
+        let (value, len) = with_rows(file, (start, row_bytes), run, |bytes| compute(first, bytes))?;
+        Ok((value?, len))
     };
     if let [run] = runs[..] {
         // A small tensor, read in one run: no pipeline to set up (a model can have millions).

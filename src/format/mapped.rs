@@ -32,7 +32,7 @@ pub fn with_mapped<T>(
     len: usize,
     work: impl FnOnce(&[u8]) -> T,
 ) -> io::Result<T> {
-    if (SMALL + 1..=COPIED).contains(&len) {
+    if len <= COPIED {
         return with_copied(file, offset, len, |pages| work(pages.bytes()));
     }
     with_mapped_pages(file, offset, len, |pages| work(pages.bytes()))
@@ -51,11 +51,7 @@ pub fn with_mapped_pages<T>(
         .ok_or(io::ErrorKind::InvalidInput)?;
     if len <= SMALL {
         // A map costs two system calls and a TLB flush on every core: more than copying this.
-        // A short read reports a file that ends first.
-        let mut buffer = [0u64; SMALL / 8];
-        let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut buffer)[..len];
-        super::read_exact_at(file, bytes, offset)?;
-        return Ok(work(Pages::of(bytes)));
+        return with_copied(file, offset, len, work);
     }
     // A map of pages past the end would read them as zeros (through the handler) first.
     if file.metadata()?.len() < end {
@@ -147,7 +143,8 @@ impl<'a> Passing<'a> {
     }
 }
 
-/// Reads up to this many bytes are copied into a buffer on the stack instead of mapped.
+/// Reads through [`with_mapped_pages`] of up to this many bytes are copied (see [`with_copied`])
+/// instead of mapped.
 const SMALL: usize = 16 << 10;
 
 /// Reads of tensor data up to this many bytes ([`with_mapped`]) are copied into the buffer

@@ -12,7 +12,6 @@ use super::{
     scale_for, scales_dtype_of, tensor_absmax,
 };
 use crate::error::{Error, Result};
-use crate::format::mapped::with_mapped;
 use crate::format::{Dtype, Model, Tensor};
 use multiversion::multiversion;
 use serde::Serialize;
@@ -306,15 +305,14 @@ fn read_whole<'a>(
         .zip(values.par_chunks_mut(run_values.max(1)))
         .map(|(&(row, rows), out)| {
             control.check()?;
-            let len = usize::try_from(rows * row_bytes).map_err(std::io::Error::other)?;
-            let bits = with_mapped(file, start + row * row_bytes, len, |bytes| {
+            let (bits, len) = super::with_rows(file, (start, row_bytes), (row, rows), |bytes| {
                 super::decode_into(dtype, bytes, out);
                 match stored_bits {
                     Some(stored) => stored.largest_bits(bytes),
                     None => Bits::F32.largest_bits(bytemuck::cast_slice(out)),
                 }
             })?;
-            control.bytes_done.fetch_add(len as u64, Ordering::Relaxed);
+            control.bytes_done.fetch_add(len, Ordering::Relaxed);
             Ok::<_, std::io::Error>(bits)
         })
         .try_reduce(|| 0, |a, b| Ok(a.max(b)))?;
