@@ -7,7 +7,7 @@
 use super::int_packed::BlockRanges;
 use super::lanes::{
     Checked, Compared, LANES, Measure, Rounding, WIDE, byte_of, clamp, divisor, for_loaded, larger,
-    round_even, scale_in_f32, wide_chunks,
+    scale_in_f32, wide_chunks,
 };
 use super::scheme::{BLOCK, ErrorSums, Plan, Scheme, Streams, decode_scales};
 use super::{encode_scale, loadable, stored_at_least};
@@ -450,8 +450,7 @@ fn tally_row_as<const ROUNDING: Rounding>(
         for xs in wide_chunks(values) {
             let mut backs = [0f32; WIDE];
             for lane in 0..WIDE {
-                let quotient = clamp(xs[lane] / by, -MAX, MAX);
-                backs[lane] = rounded(quotient.abs()).copysign(quotient) * scale;
+                backs[lane] = rounded(clamp(xs[lane] / by, -MAX, MAX)) * scale;
             }
             local.add::<ROUNDING>(&xs, &backs);
         }
@@ -459,23 +458,29 @@ fn tally_row_as<const ROUNDING: Rounding>(
     *tally = local;
 }
 
-/// A magnitude within 448 rounded to the E4M3 grid as [`encode_clamped`] rounds it, from its
-/// bits alone.
+/// A quotient within ±448 rounded to the E4M3 grid as [`encode_clamped`] rounds it (a zero's
+/// sign aside). Adding and taking away 1.5 · 2^20 times the power of two at or below it (at least
+/// 2^-6, below which the grid's step stays 2^-9), with its sign, leaves a whole number of its
+/// binade's steps, ties to even, as the sum is rounded: one rounding for the normal and the
+/// subnormal grid alike, rather than both and a choice.
 #[expect(
     clippy::inline_always,
     reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
 )]
 #[inline(always)]
-fn rounded(magnitude: f32) -> f32 {
-    let bits = magnitude.to_bits();
-    let normal = f32::from_bits((bits + 0x7_FFFF + ((bits >> 20) & 1)) & 0xFFF0_0000);
-    let subnormal = round_even(magnitude * 512.0) * (1.0 / 512.0);
-    if magnitude < 1.0 / 64.0 {
-        subnormal
-    } else {
-        normal
-    }
+fn rounded(quotient: f32) -> f32 {
+    let bits = quotient.to_bits();
+    let power = (bits & 0x7F80_0000).max(SMALLEST_NORMAL_BITS);
+    let shifter = f32::from_bits((power + SHIFT_TO_STEPS) | (bits & 0x8000_0000));
+    (quotient + shifter) - shifter
 }
+
+/// The bits of 2^-6, E4M3's smallest normal value.
+const SMALLEST_NORMAL_BITS: u32 = 121 << 23;
+
+/// Added to the bits of a power of two, those of 1.5 · 2^20 times it: the power whose `f32` step
+/// is E4M3's step in the binade of the first, times 1.5.
+const SHIFT_TO_STEPS: u32 = (20 << 23) + 0x40_0000;
 
 #[cfg(test)]
 mod tests {
@@ -585,6 +590,22 @@ mod tests {
             let tiny = value / 65_536.0;
             for v in [value, tiny, -0.0, 0.0] {
                 assert_eq!(encode(v), exact(v), "{v}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_comparisons_rounding_gives_the_values_coded() {
+        // Each midpoint between neighbouring values of the grid and the floats either side.
+        let midpoints = (0..0x7Eu8).flat_map(|byte| {
+            let middle = f32::midpoint(decode(byte), decode(byte + 1));
+            (0..=8).map(move |k| f32::from_bits(middle.to_bits() - 4 + k))
+        });
+        let spread = (0..=MAX.to_bits()).step_by(4099).map(f32::from_bits);
+        for magnitude in midpoints.chain(spread).chain([0.0, 1e-45, MAX]) {
+            for quotient in [magnitude, -magnitude] {
+                // A zero's sign aside, which no error feels.
+                assert_eq!(rounded(quotient), decode(encode(quotient)), "{quotient:e}");
             }
         }
     }

@@ -11,8 +11,7 @@
 
 use super::fp8;
 use super::lanes::{
-    Checked, Compared, Measure, ROUNDER, TO_BF16, WIDE, divisor, larger, round_even,
-    tensor_measured_in_f32,
+    Checked, Compared, Measure, TO_BF16, WIDE, divisor, larger, tensor_measured_in_f32,
 };
 use super::scheme::{ErrorSums, Plan, Streams};
 use multiversion::multiversion;
@@ -38,18 +37,19 @@ pub fn global_scale(absmax: f64) -> f32 {
     }
 }
 
-/// The code of `value` rounded to the nearest E2M1 value (clamped to ±6), ties to the even
-/// code. Comes back 7 (±6) for NaN, which no quotient the kernels code is.
+/// The code of `value` rounded to the nearest E2M1 value (clamped to ±6), ties to the even code.
+/// Comes back 7 (±6) for NaN, which no quotient the kernels code is.
 #[expect(
     clippy::inline_always,
     reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
 )]
 #[inline(always)]
 fn encode(value: f32) -> u32 {
-    let (steps, power) = steps_and_power(value.abs());
+    let (sum, shifter, power) = shifted(value.abs());
     // The grid's codes run 0 to 3 in steps of 1/2, 4 and 5 in steps of 1 from 2, then 6 and
-    // 7 in steps of 2 from 4: the whole steps above the power of two, plus twice its exponent.
-    let steps = (steps + ROUNDER).to_bits() - ROUNDER.to_bits();
+    // 7 in steps of 2 from 4: the value's whole number of steps, plus twice its power's
+    // exponent.
+    let steps = sum.to_bits().wrapping_sub(shifter.to_bits());
     let code = steps + (power >> 22) - 254;
     (if code < 7 { code } else { 7 }) + ((value.to_bits() >> 28) & 8)
 }
@@ -61,36 +61,35 @@ fn encode(value: f32) -> u32 {
 )]
 #[inline(always)]
 fn rounded_magnitude(a: f32) -> f32 {
-    let (steps, power) = steps_and_power(a);
-    let rounded = round_even(steps) * f32::from_bits(power - STEP_BELOW_POWER);
+    let (sum, shifter, _) = shifted(a);
+    let rounded = sum - shifter;
     if rounded > 6.0 { 6.0 } else { rounded }
 }
 
-/// Bits to take from a power of two's to halve it.
-const STEP_BELOW_POWER: u32 = 0x0080_0000;
-
-/// The magnitude `a` in the E2M1 grid's steps where it lies (not yet rounded), and the bits of
-/// the power of two at or below it, at least 1, that step's double: the grid's step is 1/2
-/// below 2, 1 from 2 to 4, 2 from 4 on. Magnitudes beyond 8 are taken as 8, which rounds to 6
-/// as they do. A choice among powers of two by the bits rather than a chain of seven
+/// The magnitude `a` plus a shifter that rounds it to the E2M1 grid, that shifter, and the bits
+/// of the power of two at or below `a`, at least 1 (below which the grid's step stays 1/2). The
+/// shifter is 1.5 · 2^22 times that power: the sum's `f32` step is the grid's step there, so the
+/// sum, rounded ties to even, holds a whole number of the grid's steps above the shifter, and
+/// taking the shifter away leaves `a` rounded. Magnitudes beyond 8 are taken as 8, which rounds
+/// to 6 as they do. A choice among powers of two by the bits rather than a chain of seven
 /// thresholds: fewer steps for the lanes.
 #[expect(
     clippy::inline_always,
     reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
 )]
 #[inline(always)]
-fn steps_and_power(a: f32) -> (f32, u32) {
+fn shifted(a: f32) -> (f32, f32, u32) {
     let capped = if a > 8.0 { 8.0 } else { a };
-    let power = capped.to_bits() & 0x7F80_0000;
-    let power = if power > 0x3F80_0000 {
-        power
-    } else {
-        0x3F80_0000
-    };
-    // The inverse of half a power of two, from its exponent's bits.
-    let inverse_step = f32::from_bits(0x7F80_0000 - power);
-    (capped * inverse_step, power)
+    let power = (capped.to_bits() & 0x7F80_0000).max(ONE_BITS);
+    let shifter = f32::from_bits(power + SHIFT_TO_STEPS);
+    (capped + shifter, shifter, power)
 }
+
+/// The bits of 1.
+const ONE_BITS: u32 = 0x3F80_0000;
+
+/// Added to the bits of a power of two, those of 1.5 · 2^22 times it.
+const SHIFT_TO_STEPS: u32 = (22 << 23) + 0x40_0000;
 
 /// The value of a code (sign in bit 3, magnitude `[0, .5, 1, 1.5, 2, 3, 4, 6][n & 7]`) and its
 /// grid's step (0.5 below 2, 1 below 4, 2 above), without a table.
