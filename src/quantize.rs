@@ -1138,12 +1138,17 @@ fn block_rows(columns: usize, align: u64) -> usize {
     ((BLOCK_VALUES / columns.max(1)) / align).max(1) * align
 }
 
-/// The runs (first row, rows) a matrix of `dtype` values is read in: about [`CHUNK`] bytes each,
-/// at most [`MAX_ROWS`] rows, a multiple of `align` rows but for the last.
-fn row_runs([rows, columns]: [u64; 2], dtype: Dtype, align: u64) -> Vec<(u64, u64)> {
+/// The runs (first row, rows) a matrix of `dtype` values is read in: about `chunk` bytes each
+/// ([`CHUNK`] where they are worked on as they come), at most [`MAX_ROWS`] rows, a multiple of
+/// `align` rows but for the last.
+fn row_runs(
+    [rows, columns]: [u64; 2],
+    dtype: Dtype,
+    (align, chunk): (u64, u64),
+) -> Vec<(u64, u64)> {
     let row_bytes = dtype.byte_len(columns).unwrap_or(0).max(1);
     let align = align.max(1);
-    let rows_per_run = ((CHUNK / row_bytes).clamp(1, MAX_ROWS) / align).max(1) * align;
+    let rows_per_run = ((chunk / row_bytes).clamp(1, MAX_ROWS) / align).max(1) * align;
     (0..rows)
         .step_by(usize::try_from(rows_per_run).unwrap_or(1))
         .map(|row| (row, rows_per_run.min(rows - row)))
@@ -1189,7 +1194,7 @@ fn map_byte_runs<T: Send>(
     let row_bytes = dtype.byte_len(columns).unwrap_or(0).max(1);
     let (start, _) = model.file_range(tensor);
     let file = &files[tensor.shard];
-    let runs = row_runs([rows, columns], dtype, align);
+    let runs = row_runs([rows, columns], dtype, (align, CHUNK));
     let read_run = |&run: &(u64, u64)| -> io::Result<(T, u64)> {
         let first = usize::try_from(run.0).map_err(io::Error::other)?;
         let (value, len) = with_rows(file, (start, row_bytes), run, |bytes| compute(first, bytes))?;
