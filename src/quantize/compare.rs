@@ -270,11 +270,7 @@ fn evaluate_held(
 
 /// Bytes of one element of `dtype` (a float type a weight is compared in).
 fn element_size(dtype: Dtype) -> usize {
-    dtype
-        .byte_len(1)
-        .and_then(|size| usize::try_from(size).ok())
-        .unwrap_or(1)
-        .max(1)
+    (dtype.bits() as usize / 8).max(1)
 }
 
 thread_local! {
@@ -311,11 +307,6 @@ fn with_decoded<T>(dtype: Dtype, bytes: &[u8], work: impl FnOnce(&[f32]) -> T) -
     result
 }
 
-/// Bytes of a held weight read at a time: each run lands in the core's cache (2 MiB of L2 here),
-/// where the pass for its largest magnitude finds it. Runs of 4 MiB went out to memory and came
-/// back: on `f32` weights, 1 MiB runs took 8% less time.
-const HELD_RUN: u64 = 1 << 20;
-
 /// A weight's largest magnitude (`None` when it holds NaN or Inf) and its bytes as stored, read
 /// once into the start of `held`, each run of its rows straight into its place on the rayon
 /// pool. Held as stored rather than decoded: BF16 and F16 take half the room, and a block
@@ -347,7 +338,7 @@ fn read_whole<'a>(
         held.resize(len.div_ceil(4), 0.0);
     }
     let stored = &mut bytemuck::cast_slice_mut::<f32, u8>(held)[..len];
-    let runs = super::row_runs(shape, dtype, (1, HELD_RUN));
+    let runs = super::row_runs(shape, dtype, 1);
     let row_bytes = dtype.byte_len(shape[1]).unwrap_or(0);
     let run_rows = runs.first().map_or(1, |&(_, rows)| rows);
     let run_bytes = usize::try_from(run_rows * row_bytes).map_err(std::io::Error::other)?;
