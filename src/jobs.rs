@@ -31,8 +31,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Bytes read at a time: a multiple of every element size and of the 3-byte F6 group.
+/// Bytes read at a time from the Hub, a request each: a multiple of every element size and of the
+/// 3-byte F6 group.
 const CHUNK: usize = 12 << 20;
+
+/// Bytes read at a time from a local file, a multiple of the same: a chunk copied into the
+/// reading thread's buffer is still in the core's cache (2 MiB of L2 here) when it is scanned.
+/// Chunks of 12 MiB went out to memory and came back: 1.5 MiB ones made `stats` 22% faster.
+const LOCAL_CHUNK: usize = 3 << 19;
 
 /// Tensors up to this size are scanned whole by one worker, several at a time.
 const SMALL: u64 = 1 << 20;
@@ -557,7 +563,8 @@ impl Coordinator<'_> {
             let _ = self.events.send(ScanEvent::Started { tensor });
             // A tensor of one chunk is read once for its statistics and its histogram (a read
             // from the Hub is a request); a larger one is spread over the workers.
-            let one_chunk = self.scanner.model.tensors[tensor].info.byte_len() <= CHUNK as u64;
+            let one_chunk = self.scanner.model.tensors[tensor].info.byte_len()
+                <= self.scanner.chunk_len(tensor) as u64;
             let logical = logical_weight(self.options, tensor);
             let outcome = guarded(|| {
                 self.pool.install(|| {
@@ -922,15 +929,25 @@ impl Scanner<'_> {
         Ok(builder.finish())
     }
 
+    /// Bytes of `tensor` read at a time: [`LOCAL_CHUNK`] from a local file, [`CHUNK`] (a
+    /// request each) from the Hub.
+    fn chunk_len(&self, tensor: usize) -> usize {
+        match self.files[self.model.tensors[tensor].shard] {
+            Some(Bytes::Local(_)) => LOCAL_CHUNK,
+            _ => CHUNK,
+        }
+    }
+
     /// `(offset in the tensor, length)` of each chunk.
     fn chunks(&self, tensor: usize) -> Vec<(u64, usize)> {
         let len = self.model.tensors[tensor].info.byte_len();
+        let chunk = self.chunk_len(tensor);
         (0..len)
-            .step_by(CHUNK)
+            .step_by(chunk)
             .map(|start| {
                 (
                     start,
-                    usize::try_from((len - start).min(CHUNK as u64)).unwrap_or(CHUNK),
+                    usize::try_from((len - start).min(chunk as u64)).unwrap_or(chunk),
                 )
             })
             .collect()
