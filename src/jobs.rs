@@ -40,6 +40,24 @@ const CHUNK: usize = 12 << 20;
 /// Chunks of 12 MiB went out to memory and came back: 1.5 MiB ones made `stats` 22% faster.
 const LOCAL_CHUNK: usize = 3 << 19;
 
+/// The statistics of each [`LOCAL_CHUNK`] of `bytes` (which start at a multiple of it in their
+/// tensor). A tensor's statistics are those of its pieces merged in order ([`merged`]), whatever
+/// size it was read in: the same to the last digit from a local file or from the Hub, and from
+/// one run to the next, where merges in the order the workers finished moved the last digits.
+fn pieces_moments(dtype: Dtype, bytes: &[u8]) -> impl Iterator<Item = Moments> {
+    bytes
+        .chunks(LOCAL_CHUNK)
+        .map(move |piece| analysis::moments_of(dtype, piece))
+}
+
+/// `pieces` merged in order.
+fn merged(pieces: impl IntoIterator<Item = Moments>) -> Moments {
+    pieces.into_iter().fold(Moments::EMPTY, |mut total, piece| {
+        total.merge(&piece);
+        total
+    })
+}
+
 /// Tensors up to this size are scanned whole by one worker, several at a time.
 const SMALL: u64 = 1 << 20;
 
@@ -842,21 +860,15 @@ impl Scanner<'_> {
     fn moments(&self, tensor: usize, counted: bool) -> Result<Moments, Stop> {
         use rayon::prelude::*;
         let chunks = self.chunks(tensor);
-        if chunks.len() <= 1 {
-            return chunks.first().map_or(Ok(Moments::EMPTY), |&chunk| {
-                self.chunk_moments(tensor, chunk, counted)
-            });
-        }
-        chunks
-            .par_iter()
-            .map(|&chunk| self.chunk_moments(tensor, chunk, counted))
-            .try_reduce(
-                || Moments::EMPTY,
-                |mut a, b| {
-                    a.merge(&b);
-                    Ok(a)
-                },
-            )
+        let pieces = if let [chunk] = chunks[..] {
+            vec![self.chunk_moments(tensor, chunk, counted)?]
+        } else {
+            chunks
+                .par_iter()
+                .map(|&chunk| self.chunk_moments(tensor, chunk, counted))
+                .collect::<Result<Vec<_>, Stop>>()?
+        };
+        Ok(merged(pieces.into_iter().flatten()))
     }
 
     /// A tensor of one chunk or less: its statistics and, when asked for, its histogram, from
@@ -877,7 +889,7 @@ impl Scanner<'_> {
         let histogram_counted = counted && histogram && self.count_histograms;
         let (moments, histogram) = self.with_chunk(tensor, chunk, counted, |dtype, bytes| {
             crate::fault::inject("scan");
-            let moments = analysis::moments_of(dtype, bytes);
+            let moments = merged(pieces_moments(dtype, bytes));
             let histogram =
                 histogram.then(|| histogram_of(&moments, |b| values::feed(dtype, bytes, b)));
             (moments, histogram)
@@ -888,15 +900,16 @@ impl Scanner<'_> {
         Ok((moments, histogram))
     }
 
+    /// The statistics of each piece of a chunk (see [`pieces_moments`]).
     fn chunk_moments(
         &self,
         tensor: usize,
         chunk: (u64, usize),
         counted: bool,
-    ) -> Result<Moments, Stop> {
+    ) -> Result<Vec<Moments>, Stop> {
         self.with_chunk(tensor, chunk, counted, |dtype, bytes| {
             crate::fault::inject("scan");
-            analysis::moments_of(dtype, bytes)
+            pieces_moments(dtype, bytes).collect()
         })
     }
 

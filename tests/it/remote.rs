@@ -278,6 +278,38 @@ fn a_repo_id_not_in_the_cache_is_read_from_the_hub_and_a_token_stays_on_the_hub(
     }
 }
 
+/// A tensor larger than a request (12 MiB) has the same statistics from the Hub as from a local
+/// copy, read in chunks of 1.5 MiB, to the last digit: both merge the same pieces in order.
+#[test]
+fn a_tensor_of_several_requests_has_the_statistics_of_its_local_copy() {
+    let values: Vec<u8> = (0..3_500_000u32)
+        .flat_map(|i| {
+            let spread = u16::try_from(i.wrapping_mul(2_654_435_761) >> 16).unwrap();
+            (f32::from(spread) / 65_536.0 - 0.37).to_le_bytes()
+        })
+        .collect();
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![3_500_000], &values)
+            .unwrap();
+    let file = safetensors::serialize([("w.weight".to_owned(), view)], None).unwrap();
+    let hub = FakeHub::start();
+    hub.add_repo("org/big", COMMIT, &[("model.safetensors", file.clone())]);
+    let scratch = Scratch::new();
+    let (code, out, err) = scratch.run(&hub, &["stats", "--json", "hf://org/big"], &[]);
+    assert_eq!(code, 0, "{err}");
+    let log = hub.take_log();
+    let tensor_reads = log
+        .iter()
+        .filter(|l| l.contains("/cdn/") && !l.contains("bytes=0-"))
+        .count();
+    assert!(tensor_reads >= 2, "{:#?}", hub_requests(&log));
+    let local = local_copy(&[("model.safetensors", file)]);
+    let local = local_json(local.path(), &["stats", "--json"]);
+    let remote = without_paths(&out);
+    assert!(local["tensors"][0]["mean"].is_f64());
+    assert_eq!(remote["tensors"], local["tensors"]);
+}
+
 #[test]
 fn headers_of_100000_and_100001_bytes_and_small_ones() {
     for (header, requests) in [(100_000, 2), (100_001, 2), (99_992, 1), (2_000, 1)] {

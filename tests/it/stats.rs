@@ -420,15 +420,12 @@ fn collect(receiver: &mpsc::Receiver<ScanEvent>) -> Vec<ScanEvent> {
     events
 }
 
-#[test]
-fn the_scan_gives_the_same_numbers_as_a_single_pass() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = big_model(dir.path());
-    let bytes = std::fs::read(&model.shards[0].path).unwrap();
+/// Every event of a scan of the whole of `model` on two workers, with histograms, to its end.
+fn scan_events(model: &Arc<Model>) -> Vec<ScanEvent> {
     let (sender, receiver) = mpsc::sync_channel(1 << 16);
     let all: Vec<usize> = (0..model.tensors.len()).collect();
     let scan = Scan::start(
-        Arc::clone(&model),
+        Arc::clone(model),
         all,
         ScanOptions {
             threads: Some(2),
@@ -440,6 +437,15 @@ fn the_scan_gives_the_same_numbers_as_a_single_pass() {
     let events = collect(&receiver);
     scan.wait();
     assert!(matches!(events.last(), Some(ScanEvent::Done(_))));
+    events
+}
+
+#[test]
+fn the_scan_gives_the_same_numbers_as_a_single_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = big_model(dir.path());
+    let bytes = std::fs::read(&model.shards[0].path).unwrap();
+    let events = scan_events(&model);
     let mut seen = 0;
     for event in &events {
         if let ScanEvent::Stats { tensor, moments } = event {
@@ -464,6 +470,43 @@ fn the_scan_gives_the_same_numbers_as_a_single_pass() {
     assert_eq!(histograms, 4);
     let nan = events.iter().any(|e| matches!(e, ScanEvent::Finding(f) if f.code == Code::ValuesNan && f.tensor.as_deref() == Some("b.weight")));
     assert!(nan, "the planted NaN is reported");
+}
+
+/// A tensor's statistics are those of its pieces of 1.5 MiB (the scan's chunks of a local file,
+/// and within each 12 MiB read from the Hub) merged in order: the same to the last digit from
+/// one scan to the next, whichever worker finishes first.
+#[test]
+fn the_scan_merges_its_pieces_in_order_every_time() {
+    const PIECE: usize = 3 << 19;
+    let dir = tempfile::tempdir().unwrap();
+    let model = big_model(dir.path());
+    let bytes = std::fs::read(&model.shards[0].path).unwrap();
+    let stats = |events: &[ScanEvent]| -> Vec<(usize, Moments)> {
+        let mut stats: Vec<_> = events
+            .iter()
+            .filter_map(|event| match event {
+                ScanEvent::Stats { tensor, moments } => Some((*tensor, *moments)),
+                _ => None,
+            })
+            .collect();
+        stats.sort_by_key(|&(tensor, _)| tensor);
+        stats
+    };
+    let first = stats(&scan_events(&model));
+    assert_eq!(first.len(), model.tensors.len());
+    for &(tensor, moments) in &first {
+        let (start, len) = model.file_range(&model.tensors[tensor]);
+        let range = usize::try_from(start).unwrap()..usize::try_from(start + len).unwrap();
+        let dtype = model.tensors[tensor].info.dtype.known().unwrap();
+        let mut merged = Moments::EMPTY;
+        for piece in bytes[range].chunks(PIECE) {
+            merged.merge(&moments_of(dtype, piece));
+        }
+        assert_eq!(moments, merged, "{}", model.tensors[tensor].name());
+    }
+    for _ in 0..3 {
+        assert_eq!(stats(&scan_events(&model)), first);
+    }
 }
 
 #[test]
