@@ -966,7 +966,7 @@ impl Scanner<'_> {
             .collect()
     }
 
-    /// Runs `work` on one chunk's bytes, read through a memory map.
+    /// Runs `work` on one chunk's bytes: copied from a local file, fetched from the Hub.
     fn with_chunk<T>(
         &self,
         tensor: usize,
