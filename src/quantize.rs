@@ -1076,10 +1076,7 @@ fn map_rows_aligned<E: Element, T: Send>(
             let mut decoded = None;
             for (block, bytes) in bytes.chunks(block_rows * row_bytes).enumerate() {
                 let first = first + block * block_rows;
-                let in_place = (dtype == E::IN_PLACE && cfg!(target_endian = "little"))
-                    .then(|| bytemuck::try_cast_slice::<u8, E>(bytes).ok())
-                    .flatten();
-                if let Some(values) = in_place {
+                if let Some(values) = in_place::<E>(dtype, bytes) {
                     results.push(compute(first, values)?);
                     continue;
                 }
@@ -1094,6 +1091,14 @@ fn map_rows_aligned<E: Element, T: Send>(
         },
         |results| results.into_iter().try_for_each(&mut consume),
     )
+}
+
+/// `bytes` as the values of `E` they are, where `dtype` is `E`'s own, stored little-endian and
+/// aligned: used where they lie, without a copy.
+fn in_place<E: Element>(dtype: Dtype, bytes: &[u8]) -> Option<&[E]> {
+    (dtype == E::IN_PLACE && cfg!(target_endian = "little"))
+        .then(|| bytemuck::try_cast_slice::<u8, E>(bytes).ok())
+        .flatten()
 }
 
 /// The elements of `dtype` in `bytes` decoded into `out`, which holds one value for each.

@@ -8,7 +8,7 @@ use super::lanes::{Compared, Loaded, SquareSum, tensor_measured_in_f32, wide_chu
 use super::magnitude::Bits;
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{
-    Choice, Control, Error8, Granularity, Kept, Options, choose, finish, map_rows_aligned,
+    Choice, Control, Element, Error8, Granularity, Kept, Options, choose, finish, map_rows_aligned,
     scale_for, scales_dtype_of, tensor_absmax,
 };
 use crate::error::{Error, Result};
@@ -273,36 +273,21 @@ fn element_size(dtype: Dtype) -> usize {
     (dtype.bits() as usize / 8).max(1)
 }
 
-thread_local! {
-    /// The block each thread decodes a held weight's bytes into, kept from block to block: a
-    /// fresh one would be fresh memory, a page fault every 4 KiB. At most [`DECODED_KEPT`]
-    /// values.
-    static DECODED: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-/// The most values a thread's decoded block keeps between blocks (16 MiB); a larger block (of a
-/// weight so wide that 128 of its rows pass it) is decoded into memory of its own.
+/// The most values a decoded block given back for the next keeps (16 MiB); a larger one (of a
+/// weight so wide that 128 of its rows pass it) is dropped.
 const DECODED_KEPT: usize = 4 << 20;
 
-/// Runs `work` on `bytes` (elements of `dtype`) as `f32`: where they are, for `f32` stored
-/// little-endian and aligned, decoded into the thread's block otherwise.
+/// Runs `work` on `bytes` (elements of `dtype`) as `f32`: where they lie for `f32` (see
+/// [`super::in_place`]), decoded otherwise into a buffer handed on from block to block.
 fn with_decoded<T>(dtype: Dtype, bytes: &[u8], work: impl FnOnce(&[f32]) -> T) -> T {
-    if dtype == Dtype::F32
-        && cfg!(target_endian = "little")
-        && let Ok(values) = bytemuck::try_cast_slice(bytes)
-    {
+    if let Some(values) = super::in_place::<f32>(dtype, bytes) {
         return work(values);
     }
-    let count = bytes.len() / element_size(dtype);
-    // Taken, so that a block decoded within `work` would make its own.
-    let mut block = DECODED.take();
-    if block.len() < count {
-        block.resize(count, 0.0);
-    }
-    super::decode_into(dtype, bytes, &mut block[..count]);
-    let result = work(&block[..count]);
-    if block.len() <= DECODED_KEPT {
-        DECODED.set(block);
+    let mut block = <f32 as Element>::buffers().take();
+    <f32 as Element>::decode(dtype, bytes, &mut block);
+    let result = work(&block);
+    if block.capacity() <= DECODED_KEPT {
+        <f32 as Element>::buffers().give(block);
     }
     result
 }
