@@ -23,6 +23,7 @@ mod magnitude;
 mod nvfp4;
 mod pipeline;
 pub mod scheme;
+mod transpose;
 
 pub use compare::{Comparison, SchemeResult, compare};
 pub use scheme::Scheme;

@@ -14,7 +14,9 @@ use super::lanes::{
     Checked, Compared, Measure, TO_BF16, WIDE, divisor, larger, tensor_measured_in_f32,
 };
 use super::scheme::{ErrorSums, Plan, Streams};
+use super::transpose::{self, Square};
 use multiversion::multiversion;
+use multiversion::target::match_target;
 
 /// The NVFP4 group, as a length.
 const GROUP: usize = 16;
@@ -205,16 +207,20 @@ impl Batch {
         }
     }
 
-    /// Takes in `groups` (at most [`WIDE`]).
+    /// Takes in `groups` (at most [`WIDE`]), a whole batch of them turned by `turn`: the
+    /// kernels pass the turn in registers their target has (`match_target!` works only in
+    /// their own bodies).
     #[expect(
         clippy::inline_always,
         reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
     )]
     #[inline(always)]
-    fn fill(&mut self, groups: &[[f32; GROUP]]) {
-        if groups.len() < WIDE {
-            self.values = [[0.0; WIDE]; GROUP];
+    fn fill(&mut self, groups: &[[f32; GROUP]], turn: impl Fn(&Square) -> Square) {
+        if let Ok(whole) = <&Square>::try_from(groups) {
+            self.values = turn(whole);
+            return;
         }
+        self.values = [[0.0; WIDE]; GROUP];
         for (lane, group) in groups.iter().enumerate().take(WIDE) {
             for (row, &x) in self.values.iter_mut().zip(group) {
                 row[lane] = x;
@@ -361,7 +367,13 @@ fn within(absmax: f32, scale: f32) -> bool {
 fn quantize_row(row: &[[f32; GROUP]], global: f32, codes: &mut Vec<u8>, scale_bytes: &mut Vec<u8>) {
     let mut batch = Batch::new();
     for groups in row.chunks(WIDE) {
-        batch.fill(groups);
+        batch.fill(groups, |rows| {
+            match_target! {
+                "x86_64+avx512f" => transpose::transposed_avx512(rows),
+                "x86_64+avx2" => transpose::transposed_avx(rows),
+                _ => transpose::transposed(rows),
+            }
+        });
         let (stored, scales) = group_scales::<false>(&mut batch, global);
         scale_bytes.extend_from_slice(&stored[..groups.len()]);
         let start = codes.len();
@@ -507,7 +519,13 @@ fn tally_row(row: &[[f32; GROUP]], global: f32, tally: &mut Compared) {
     let mut local = *tally;
     let mut batch = Batch::new();
     for groups in row.chunks(WIDE) {
-        batch.fill(groups);
+        batch.fill(groups, |rows| {
+            match_target! {
+                "x86_64+avx512f" => transpose::transposed_avx512(rows),
+                "x86_64+avx2" => transpose::transposed_avx(rows),
+                _ => transpose::transposed(rows),
+            }
+        });
         let (_, scales) = group_scales::<true>(&mut batch, global);
         if batch.rounded_kept {
             // Side by side, each lane a group: the errors' magnitudes are those of the values,
