@@ -207,25 +207,22 @@ impl Batch {
         }
     }
 
-    /// Takes in `groups` (at most [`WIDE`]), a whole batch of them turned by `turn`: the
-    /// kernels pass the turn in registers their target has (`match_target!` works only in
-    /// their own bodies).
+    /// Takes in `groups` (at most [`WIDE`], zeros past the last), turned by `turn`: the kernels
+    /// pass the turn in registers their target has (`match_target!` works only in their own
+    /// bodies).
     #[expect(
         clippy::inline_always,
         reason = "inlined into the kernels, whose copies for AVX2 and AVX-512 it must share"
     )]
     #[inline(always)]
     fn fill(&mut self, groups: &[[f32; GROUP]], turn: impl Fn(&Square) -> Square) {
-        if let Ok(whole) = <&Square>::try_from(groups) {
-            self.values = turn(whole);
-            return;
-        }
-        self.values = [[0.0; WIDE]; GROUP];
-        for (lane, group) in groups.iter().enumerate().take(WIDE) {
-            for (row, &x) in self.values.iter_mut().zip(group) {
-                row[lane] = x;
-            }
-        }
+        self.values = if let Ok(whole) = <&Square>::try_from(groups) {
+            turn(whole)
+        } else {
+            let mut padded = [[0.0; GROUP]; WIDE];
+            padded[..groups.len()].copy_from_slice(groups);
+            turn(&padded)
+        };
     }
 }
 

@@ -3,7 +3,7 @@
 //! made the turn 256 scalar stores whose rows, read back at once as vectors, waited on the
 //! stores to retire (an eighth of a save's time), or 16 gathers, slower still; it makes no
 //! shuffles of it. The shuffles are written here for AVX-512 and AVX, each checked against the
-//! element-wise turn, which processors without AVX keep.
+//! element-wise turn, which processors without AVX2 keep.
 
 /// Rows of values as the kernels take them, and their turn.
 pub type Square = [[f32; 16]; 16];
