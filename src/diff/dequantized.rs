@@ -126,7 +126,7 @@ fn measure(
     }
     let rows = usize::try_from(count).map_err(|e| e.to_string())? / cols;
     let block = (usize::try_from(CHUNK_ELEMENTS).unwrap_or(usize::MAX) / cols).max(1);
-    let sums = (0..rows.div_ceil(block))
+    let parts = (0..rows.div_ceil(block))
         .into_par_iter()
         .map_init(
             || (Collect::default(), Collect::default()),
@@ -137,11 +137,14 @@ fn measure(
                 Ok::<_, String>(super::sums_of_collected(x, y))
             },
         )
-        .try_reduce(Sums::default, |mut x, y| {
-            x.merge(&y);
-            Ok(x)
-        })?;
-    Ok(Some(sums.finish()))
+        .collect::<Result<Vec<Sums>, String>>()?;
+    // Merged in order, as the stored tensors' chunks are: reduced as the workers split the
+    // blocks, the sums were grouped differently from run to run.
+    let mut total = Sums::default();
+    for part in &parts {
+        total.merge(part);
+    }
+    Ok(Some(total.finish()))
 }
 
 /// Decodes rows `range` of a side of `rows` rows and `cols` columns into `out`.

@@ -111,15 +111,13 @@ fn statistics(kernel: &dyn Dequantize, name: &str, histogram: bool) -> WeightSta
     // The scales are checked while the rows are read.
     let (moments, problems) = rayon::join(
         || {
-            blocks()
+            // Merged in order, as the scan merges its pieces: reduced as the workers split the
+            // blocks, the sums were grouped differently from run to run, and the means' last
+            // digits moved.
+            let blocks: Vec<Moments> = blocks()
                 .map_init(|| (Vec::new(), FusedScratch::default()), block_moments)
-                .reduce(
-                    || Moments::EMPTY,
-                    |mut a, b| {
-                        a.merge(&b);
-                        a
-                    },
-                )
+                .collect();
+            super::merged(blocks)
         },
         || kernel.scale_problems(),
     );
@@ -253,6 +251,52 @@ mod tests {
     }
 
     const SCALE_DTYPES: [Dtype; 3] = [Dtype::Bf16, Dtype::F16, Dtype::F32];
+
+    /// A weight of many blocks has the statistics of its blocks merged in order, to the bit, on
+    /// every run, however the workers split the blocks.
+    #[test]
+    fn a_weights_blocks_are_merged_in_order() {
+        let (rows, group, groups) = (1024, 128, 8);
+        let cols = group * groups;
+        let mut rng = Rng::new(7);
+        let codes = rng.codes(4, rows * cols);
+        let bytes: Vec<u8> = codes
+            .chunks(cols)
+            .flat_map(|row| word_bytes(&pack(Packing::Dense, 4, row)))
+            .collect();
+        let weight_packed = Owned::new(Dtype::I32, &[rows, cols / 8], bytes);
+        let weight_shape = Owned::new(
+            Dtype::I64,
+            &[2],
+            [rows as i64, cols as i64]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        );
+        let scale = scales(Dtype::F32, &[rows, groups], &mut rng, false);
+        let members = PackedMembers {
+            weight_packed: weight_packed.stored(),
+            weight_shape: weight_shape.stored(),
+            weight_scale: scale.stored(),
+            weight_zero_point: None,
+            weight_g_idx: None,
+        };
+        let kernel = Packed::new(members, 4, Strategy::Group { size: group }, None).unwrap();
+        let block = BLOCK / cols;
+        let mut room = (Vec::new(), FusedScratch::default());
+        let in_order = crate::jobs::merged((0..rows).step_by(block).map(|first| {
+            block_moments(
+                &kernel,
+                true,
+                (&mut room.0, &mut room.1),
+                first..first + block,
+            )
+        }));
+        assert!(rows / block >= 16, "{} blocks", rows / block);
+        for _ in 0..8 {
+            assert_eq!(statistics(&kernel, "w", false).moments, in_order);
+        }
+    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
