@@ -13,6 +13,7 @@
 //! Output is streamed a chunk at a time, so memory stays bounded whatever the model's size, and
 //! written through a temporary file in the target folder that is renamed into place.
 
+mod code_table;
 mod compare;
 mod copying;
 mod digest;

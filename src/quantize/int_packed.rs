@@ -14,6 +14,7 @@
 //! one difference: a scale that storing rounded below its exact value is rounded up instead, so
 //! that no value is clipped by more than half a step.
 
+use super::code_table;
 use super::lanes::{
     Checked, Compared, LANES, Measure, Rounding, WIDE, byte_of, clamp, divisor, for_loaded, larger,
     measured_in_f32, round_even, scale_in_f32, wide_chunks,
@@ -22,6 +23,7 @@ use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{bf16_at_least, encode_scale, stored_at_least};
 use crate::format::Dtype;
 use multiversion::multiversion;
+use multiversion::target::match_target;
 use smallvec::SmallVec;
 
 fn bits(plan: &Plan) -> u32 {
@@ -873,8 +875,19 @@ pub(super) fn tally_row(
     (low, high): (f32, f32),
     tally: &mut Compared,
 ) {
+    #[expect(clippy::cast_precision_loss, reason = "15")]
+    let four_bits = high - low == (code_table::CODES - 1) as f32;
     for_loaded!(tally.loaded(), ROUNDING => {
-        tally_row_as::<ROUNDING>(row, group, grid, (low, high), tally);
+        if four_bits {
+            match_target! {
+                "x86_64+avx512f" => {
+                    code_table::tally_row_avx512::<ROUNDING>(row, group, grid, low, tally);
+                }
+                _ => tally_row_as::<ROUNDING>(row, group, grid, (low, high), tally),
+            }
+        } else {
+            tally_row_as::<ROUNDING>(row, group, grid, (low, high), tally);
+        }
     });
 }
 
@@ -1128,6 +1141,38 @@ mod tests {
                 let folded = values.iter().fold((0f32, 0f32), |(l, h), &x| (l.min(x), h.max(x)));
                 proptest::prop_assert_eq!((low, high), folded);
             }
+        }
+
+        /// A 4-bit row's errors with each code's value looked up in its group's table (on
+        /// processors with AVX-512) are those worked out value by value, to the bit.
+        #[test]
+        fn looked_up_codes_give_the_errors_worked_out(
+            (wide, values) in proptest::bool::ANY.prop_flat_map(|wide| (proptest::strategy::Just(wide), source_values(wide))),
+            scheme in proptest::sample::select(vec![Scheme::W4A16, Scheme::W4A16Asym]),
+            dtype in proptest::sample::select(vec![Dtype::Bf16, Dtype::F16, Dtype::F32]),
+            group in proptest::sample::select(vec![16usize, 24, 128]),
+        ) {
+            let dtype = if wide { Dtype::F32 } else { dtype };
+            let plan = Plan::new(scheme, group as u64, [1, values.len() as u64], dtype, 1.0);
+            let grid: Vec<(f32, f32)> = values
+                .chunks(group)
+                .map(|chunk| {
+                    let (scale, zero) = scale_and_zero(&plan, chunk, range(chunk));
+                    #[expect(clippy::cast_possible_truncation, reason = "a test's scales")]
+                    #[expect(clippy::cast_precision_loss, reason = "a code")]
+                    (scale as f32, zero as f32)
+                })
+                .collect();
+            let codes = (-8.0, 7.0);
+            let loaded = super::super::lanes::Loaded::of(plan.scale_dtype);
+            let (mut looked_up, mut worked_out) = (Compared::new(loaded), Compared::new(loaded));
+            tally_row(&values, group, &grid, codes, &mut looked_up);
+            for_loaded!(loaded, ROUNDING => {
+                tally_row_as::<ROUNDING>(&values, group, &grid, codes, &mut worked_out);
+            });
+            let (a, b) = (looked_up.finish(0.0), worked_out.finish(0.0));
+            proptest::prop_assert_eq!(a.noise.to_bits(), b.noise.to_bits());
+            proptest::prop_assert_eq!(a.max_abs.to_bits(), b.max_abs.to_bits());
         }
 
         #[test]

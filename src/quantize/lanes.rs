@@ -501,7 +501,12 @@ impl Compared {
     #[inline(always)]
     pub fn add<const ROUNDING: Rounding>(&mut self, xs: &[f32; WIDE], backs: &[f32; WIDE]) {
         debug_assert_eq!(ROUNDING, self.loaded.rounding());
-        let loaded = round::<ROUNDING>(backs);
+        self.add_loaded(xs, &round::<ROUNDING>(backs));
+    }
+
+    /// Adds values `xs` that come back as `loaded`, already in the loader's type.
+    #[inline(always)]
+    pub fn add_loaded(&mut self, xs: &[f32; WIDE], loaded: &[f32; WIDE]) {
         let mut errors = [0f32; WIDE];
         for lane in 0..WIDE {
             errors[lane] = xs[lane] - loaded[lane];
