@@ -4,7 +4,7 @@
 //! converted to a whole number, picks its lane. That takes two steps where the product and its
 //! rounding to BF16 took six.
 
-use super::lanes::{Compared, Rounding, WIDE, divisor, round, wide_chunks};
+use super::lanes::{Checked, Compared, Rounding, WIDE, divisor, round, wide_chunks};
 
 /// Codes a table holds: those of 4 bits.
 pub const CODES: usize = 16;
@@ -67,6 +67,56 @@ pub fn tally_row_avx512<const ROUNDING: Rounding>(
         }
     }
     *tally = local;
+}
+
+/// Adds a row's values to `checked`, each group's from its codes (`0` to `15`, one a byte) under
+/// its `(scale, offset)` of `grid`, as `int_packed::check_row_in_f32` adds them (each code's value
+/// `(code - offset) · scale`, then rounded to the loader's type), both values looked up in the
+/// group's tables. A group whose scale is 0 is left out, as there.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub fn check_row_avx512<const ROUNDING: Rounding>(
+    values: &[f32],
+    codes: &[u8],
+    group: usize,
+    grid: &[(f32, f32)],
+    checked: &mut Checked,
+) {
+    use core::arch::x86_64::{__m128i, __m512, _mm512_cvtepu8_epi32, _mm512_permutexvar_ps};
+    let mut local = *checked;
+    for ((values, codes), &(scale, offset)) in
+        values.chunks(group).zip(codes.chunks(group)).zip(grid)
+    {
+        if scale == 0.0 {
+            continue;
+        }
+        let mut on_grid = [0f32; WIDE];
+        for (code, back) in (0u8..).zip(&mut on_grid) {
+            *back = (f32::from(code) - offset) * scale;
+        }
+        let loaded = round::<ROUNDING>(&on_grid);
+        let (backs, loads): (__m512, __m512) = (bytemuck::cast(on_grid), bytemuck::cast(loaded));
+        let (steps, per_steps) = ([scale; WIDE], [1.0; WIDE]);
+        let (chunks, rest) = values.as_chunks::<WIDE>();
+        let (code_chunks, code_rest) = codes.as_chunks::<WIDE>();
+        for (xs, cs) in chunks.iter().zip(code_chunks) {
+            let lanes = _mm512_cvtepu8_epi32(bytemuck::cast::<[u8; WIDE], __m128i>(*cs));
+            let back = bytemuck::cast(_mm512_permutexvar_ps(lanes, backs));
+            let load = bytemuck::cast(_mm512_permutexvar_ps(lanes, loads));
+            local.add_loaded(xs, &back, &load, &steps, &per_steps);
+        }
+        if !rest.is_empty() {
+            // Padded with zeros coming back as zeros.
+            let (mut xs, mut back, mut load) = ([0f32; WIDE], [0f32; WIDE], [0f32; WIDE]);
+            for (lane, (&x, &code)) in rest.iter().zip(code_rest).enumerate() {
+                let code = usize::from(code & 15);
+                (xs[lane], back[lane], load[lane]) = (x, on_grid[code], loaded[code]);
+            }
+            local.add_loaded(&xs, &back, &load, &steps, &per_steps);
+        }
+        local.end_group(1.0 / f64::from(scale));
+    }
+    *checked = local;
 }
 
 #[cfg(test)]

@@ -732,10 +732,20 @@ fn check_row_in_f32(
     codes: &[u8],
     group: usize,
     grid: &[(f32, f32)],
+    four_bits: bool,
     checked: &mut Checked,
 ) {
     for_loaded!(checked.loaded(), ROUNDING => {
-        check_row_in_f32_as::<ROUNDING>(values, codes, group, grid, checked);
+        if four_bits {
+            match_target! {
+                "x86_64+avx512f" => {
+                    code_table::check_row_avx512::<ROUNDING>(values, codes, group, grid, checked);
+                }
+                _ => check_row_in_f32_as::<ROUNDING>(values, codes, group, grid, checked),
+            }
+        } else {
+            check_row_in_f32_as::<ROUNDING>(values, codes, group, grid, checked);
+        }
     });
 }
 
@@ -817,7 +827,7 @@ pub fn check(plan: &Plan, source: &[f32], written: &Streams) -> (ErrorSums, bool
                 measure_group(values, codes, half + zero, scale, &mut measure);
             }
         }
-        check_row_in_f32(values, codes, group, &grid, &mut checked);
+        check_row_in_f32(values, codes, group, &grid, bits == 4, &mut checked);
     }
     let ((mut sums, within), (in_f32, within_in_f32)) = (measure.finish(), checked.finish());
     sums.merge(&in_f32);
@@ -1175,6 +1185,45 @@ mod tests {
             proptest::prop_assert_eq!(a.max_abs.to_bits(), b.max_abs.to_bits());
         }
 
+        /// A 4-bit row's check with each code's values looked up in its group's tables (on
+        /// processors with AVX-512) is the one worked out value by value, to the bit.
+        #[test]
+        fn looked_up_codes_check_as_worked_out(
+            (wide, values) in proptest::bool::ANY.prop_flat_map(|wide| (proptest::strategy::Just(wide), source_values(wide))),
+            scheme in proptest::sample::select(vec![Scheme::W4A16, Scheme::W4A16Asym]),
+            dtype in proptest::sample::select(vec![Dtype::Bf16, Dtype::F16, Dtype::F32]),
+            group in proptest::sample::select(vec![16usize, 24, 128]),
+        ) {
+            let dtype = if wide { Dtype::F32 } else { dtype };
+            let plan = Plan::new(scheme, group as u64, [1, values.len() as u64], dtype, 1.0);
+            let half = 1i32 << (bits(&plan) - 1);
+            let mut cells = Vec::new();
+            let mut codes = vec![0u8; values.len()];
+            for (chunk, out) in values.chunks(group).zip(codes.chunks_mut(group)) {
+                let cell = scale_and_zero(&plan, chunk, range(chunk));
+                encode_row(chunk, chunk.len(), &[cell], half, out);
+                cells.push(cell);
+            }
+            let grid: Vec<(f32, f32)> = cells
+                .iter()
+                .map(|&(scale, zero)| {
+                    #[expect(clippy::cast_precision_loss, reason = "a code offset")]
+                    (scale_in_f32(scale).unwrap_or(0.0), (half + zero) as f32)
+                })
+                .collect();
+            let loaded = super::super::lanes::Loaded::of(plan.scale_dtype);
+            let (mut looked_up, mut worked_out) = (Checked::new(loaded), Checked::new(loaded));
+            check_row_in_f32(&values, &codes, group, &grid, true, &mut looked_up);
+            for_loaded!(loaded, ROUNDING => {
+                check_row_in_f32_as::<ROUNDING>(&values, &codes, group, &grid, &mut worked_out);
+            });
+            let ((a, a_within), (b, b_within)) = (looked_up.finish(), worked_out.finish());
+            for (x, y) in [(a.signal, b.signal), (a.noise, b.noise), (a.max_abs, b.max_abs), (a.max_in_steps, b.max_in_steps)] {
+                proptest::prop_assert_eq!(x.to_bits(), y.to_bits());
+            }
+            proptest::prop_assert_eq!(a_within, b_within);
+        }
+
         #[test]
         fn the_f32_measure_agrees_with_the_plain_one(
             (wide, values) in proptest::bool::ANY.prop_flat_map(|wide| (proptest::strategy::Just(wide), source_values(wide))),
@@ -1194,7 +1243,7 @@ mod tests {
             proptest::prop_assume!(scale32 > 0.0);
             #[expect(clippy::cast_precision_loss, reason = "a code offset, within 2^8")]
             let grid = [(scale32, (half + zero) as f32)];
-            check_row_in_f32(&values, &codes, values.len(), &grid, &mut in_f32);
+            check_row_in_f32(&values, &codes, values.len(), &grid, bits(&plan) == 4, &mut in_f32);
             let ((a, a_within), (b, b_within)) = (plain.finish(), in_f32.finish());
             super::super::lanes::assert_agree(&a, &b, !wide)?;
             proptest::prop_assert!(a_within);

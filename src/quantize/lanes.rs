@@ -406,7 +406,17 @@ impl LoadedErrors {
         backs: &[f32; WIDE],
     ) -> [f32; WIDE] {
         debug_assert_eq!(ROUNDING, self.loaded.rounding());
-        let loaded = round::<ROUNDING>(backs);
+        self.add_loaded(xs, backs, &round::<ROUNDING>(backs))
+    }
+
+    /// [`LoadedErrors::add`] of values whose `backs` are `loaded` in the loader's type.
+    #[inline(always)]
+    fn add_loaded(
+        &mut self,
+        xs: &[f32; WIDE],
+        backs: &[f32; WIDE],
+        loaded: &[f32; WIDE],
+    ) -> [f32; WIDE] {
         let (mut errors, mut on_grid) = ([0f32; WIDE], [0f32; WIDE]);
         for lane in 0..WIDE {
             errors[lane] = xs[lane] - loaded[lane];
@@ -574,7 +584,21 @@ impl Checked {
         steps: &[f32; WIDE],
         per_steps: &[f32; WIDE],
     ) {
-        let on_grid = self.errors.add::<ROUNDING>(xs, backs);
+        debug_assert_eq!(ROUNDING, self.errors.loaded.rounding());
+        self.add_loaded(xs, backs, &round::<ROUNDING>(backs), steps, per_steps);
+    }
+
+    /// [`Checked::add`] of values whose `backs` are `loaded` in the loader's type.
+    #[inline(always)]
+    pub fn add_loaded(
+        &mut self,
+        xs: &[f32; WIDE],
+        backs: &[f32; WIDE],
+        loaded: &[f32; WIDE],
+        steps: &[f32; WIDE],
+        per_steps: &[f32; WIDE],
+    ) {
+        let on_grid = self.errors.add_loaded(xs, backs, loaded);
         for lane in 0..WIDE {
             let on_grid = on_grid[lane];
             self.group_in_units[lane] =
