@@ -1153,42 +1153,11 @@ mod tests {
             }
         }
 
-        /// A 4-bit row's errors with each code's value looked up in its group's table (on
-        /// processors with AVX-512) are those worked out value by value, to the bit.
+        /// A 4-bit row's measure and its check, with each code's values looked up in its
+        /// group's tables (on processors with AVX-512), are those worked out value by value, to
+        /// the bit.
         #[test]
-        fn looked_up_codes_give_the_errors_worked_out(
-            (wide, values) in proptest::bool::ANY.prop_flat_map(|wide| (proptest::strategy::Just(wide), source_values(wide))),
-            scheme in proptest::sample::select(vec![Scheme::W4A16, Scheme::W4A16Asym]),
-            dtype in proptest::sample::select(vec![Dtype::Bf16, Dtype::F16, Dtype::F32]),
-            group in proptest::sample::select(vec![16usize, 24, 128]),
-        ) {
-            let dtype = if wide { Dtype::F32 } else { dtype };
-            let plan = Plan::new(scheme, group as u64, [1, values.len() as u64], dtype, 1.0);
-            let grid: Vec<(f32, f32)> = values
-                .chunks(group)
-                .map(|chunk| {
-                    let (scale, zero) = scale_and_zero(&plan, chunk, range(chunk));
-                    #[expect(clippy::cast_possible_truncation, reason = "a test's scales")]
-                    #[expect(clippy::cast_precision_loss, reason = "a code")]
-                    (scale as f32, zero as f32)
-                })
-                .collect();
-            let codes = (-8.0, 7.0);
-            let loaded = super::super::lanes::Loaded::of(plan.scale_dtype);
-            let (mut looked_up, mut worked_out) = (Compared::new(loaded), Compared::new(loaded));
-            tally_row(&values, group, &grid, codes, &mut looked_up);
-            for_loaded!(loaded, ROUNDING => {
-                tally_row_as::<ROUNDING>(&values, group, &grid, codes, &mut worked_out);
-            });
-            let (a, b) = (looked_up.finish(0.0), worked_out.finish(0.0));
-            proptest::prop_assert_eq!(a.noise.to_bits(), b.noise.to_bits());
-            proptest::prop_assert_eq!(a.max_abs.to_bits(), b.max_abs.to_bits());
-        }
-
-        /// A 4-bit row's check with each code's values looked up in its group's tables (on
-        /// processors with AVX-512) is the one worked out value by value, to the bit.
-        #[test]
-        fn looked_up_codes_check_as_worked_out(
+        fn looked_up_codes_measure_and_check_as_worked_out(
             (wide, values) in proptest::bool::ANY.prop_flat_map(|wide| (proptest::strategy::Just(wide), source_values(wide))),
             scheme in proptest::sample::select(vec![Scheme::W4A16, Scheme::W4A16Asym]),
             dtype in proptest::sample::select(vec![Dtype::Bf16, Dtype::F16, Dtype::F32]),
@@ -1197,25 +1166,32 @@ mod tests {
             let dtype = if wide { Dtype::F32 } else { dtype };
             let plan = Plan::new(scheme, group as u64, [1, values.len() as u64], dtype, 1.0);
             let half = 1i32 << (bits(&plan) - 1);
-            let mut cells = Vec::new();
-            let mut codes = vec![0u8; values.len()];
-            for (chunk, out) in values.chunks(group).zip(codes.chunks_mut(group)) {
-                let cell = scale_and_zero(&plan, chunk, range(chunk));
-                encode_row(chunk, chunk.len(), &[cell], half, out);
-                cells.push(cell);
-            }
-            let grid: Vec<(f32, f32)> = cells
-                .iter()
-                .map(|&(scale, zero)| {
-                    #[expect(clippy::cast_precision_loss, reason = "a code offset")]
-                    (scale_in_f32(scale).unwrap_or(0.0), (half + zero) as f32)
-                })
-                .collect();
             let loaded = super::super::lanes::Loaded::of(plan.scale_dtype);
-            let (mut looked_up, mut worked_out) = (Checked::new(loaded), Checked::new(loaded));
-            check_row_in_f32(&values, &codes, group, &grid, true, &mut looked_up);
+            let mut codes = vec![0u8; values.len()];
+            let (mut grid, mut measured_grid) = (Vec::new(), Vec::new());
+            for (chunk, out) in values.chunks(group).zip(codes.chunks_mut(group)) {
+                let (scale, zero) = scale_and_zero(&plan, chunk, range(chunk));
+                encode_row(chunk, chunk.len(), &[(scale, zero)], half, out);
+                #[expect(clippy::cast_possible_truncation, reason = "a test's scales")]
+                #[expect(clippy::cast_precision_loss, reason = "a code")]
+                grid.push((scale as f32, zero as f32));
+                #[expect(clippy::cast_precision_loss, reason = "a code offset")]
+                measured_grid.push((scale_in_f32(scale).unwrap_or(0.0), (half + zero) as f32));
+            }
+
+            let (mut looked_up, mut worked_out) = (Compared::new(loaded), Compared::new(loaded));
+            tally_row(&values, group, &grid, (-8.0, 7.0), &mut looked_up);
             for_loaded!(loaded, ROUNDING => {
-                check_row_in_f32_as::<ROUNDING>(&values, &codes, group, &grid, &mut worked_out);
+                tally_row_as::<ROUNDING>(&values, group, &grid, (-8.0, 7.0), &mut worked_out);
+            });
+            let (a, b) = (looked_up.finish(0.0), worked_out.finish(0.0));
+            proptest::prop_assert_eq!(a.noise.to_bits(), b.noise.to_bits());
+            proptest::prop_assert_eq!(a.max_abs.to_bits(), b.max_abs.to_bits());
+
+            let (mut looked_up, mut worked_out) = (Checked::new(loaded), Checked::new(loaded));
+            check_row_in_f32(&values, &codes, group, &measured_grid, true, &mut looked_up);
+            for_loaded!(loaded, ROUNDING => {
+                check_row_in_f32_as::<ROUNDING>(&values, &codes, group, &measured_grid, &mut worked_out);
             });
             let ((a, a_within), (b, b_within)) = (looked_up.finish(), worked_out.finish());
             for (x, y) in [(a.signal, b.signal), (a.noise, b.noise), (a.max_abs, b.max_abs), (a.max_in_steps, b.max_in_steps)] {
