@@ -252,6 +252,24 @@ mod tests {
 
     const SCALE_DTYPES: [Dtype; 3] = [Dtype::Bf16, Dtype::F16, Dtype::F32];
 
+    /// A `rows` x `cols` weight's 4-bit `codes` packed eight to an I32 word, as
+    /// compressed-tensors packs them, and its shape member.
+    fn packed_nibbles(codes: &[u8], rows: usize, cols: usize) -> (Owned, Owned) {
+        let bytes: Vec<u8> = codes
+            .chunks(cols)
+            .flat_map(|row| word_bytes(&pack(Packing::Dense, 4, row)))
+            .collect();
+        let shape = [rows as i64, cols as i64];
+        (
+            Owned::new(Dtype::I32, &[rows, cols / 8], bytes),
+            Owned::new(
+                Dtype::I64,
+                &[2],
+                shape.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            ),
+        )
+    }
+
     /// A weight of many blocks has the statistics of its blocks merged in order, to the bit, on
     /// every run, however the workers split the blocks.
     #[test]
@@ -260,19 +278,7 @@ mod tests {
         let cols = group * groups;
         let mut rng = Rng::new(7);
         let codes = rng.codes(4, rows * cols);
-        let bytes: Vec<u8> = codes
-            .chunks(cols)
-            .flat_map(|row| word_bytes(&pack(Packing::Dense, 4, row)))
-            .collect();
-        let weight_packed = Owned::new(Dtype::I32, &[rows, cols / 8], bytes);
-        let weight_shape = Owned::new(
-            Dtype::I64,
-            &[2],
-            [rows as i64, cols as i64]
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect(),
-        );
+        let (weight_packed, weight_shape) = packed_nibbles(&codes, rows, cols);
         let scale = scales(Dtype::F32, &[rows, groups], &mut rng, false);
         let members = PackedMembers {
             weight_packed: weight_packed.stored(),
@@ -316,16 +322,7 @@ mod tests {
             let mut rng = Rng::new(seed);
             let cols = group * groups;
             let codes = rng.codes(4, rows * cols);
-            let bytes: Vec<u8> = codes
-                .chunks(cols)
-                .flat_map(|row| word_bytes(&pack(Packing::Dense, 4, row)))
-                .collect();
-            let weight_packed = Owned::new(Dtype::I32, &[rows, cols / 8], bytes);
-            let weight_shape = Owned::new(
-                Dtype::I64,
-                &[2],
-                [rows as i64, cols as i64].iter().flat_map(|v| v.to_le_bytes()).collect(),
-            );
+            let (weight_packed, weight_shape) = packed_nibbles(&codes, rows, cols);
             let scale = scales(dtype, &[rows, groups], &mut rng, edges);
             let zeros: Vec<i8> = (0..rows * groups).map(|_| rng.below(16) as i8 - 8).collect();
             let zero_point = Owned::i8(&[rows, groups], &zeros);
