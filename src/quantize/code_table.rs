@@ -1,5 +1,5 @@
 //! A 4-bit group's values looked up rather than worked out, for the comparison's measure of
-//! W4A16 and W4A16_ASYM and for their saves' read-back check: a group's sixteen codes' values as
+//! W4A16 and `W4A16_ASYM` and for their saves' read-back check: a group's sixteen codes' values as
 //! the loader has them (the code times the scale, rounded to the loader's type) fill one AVX-512
 //! register, and each value's code picks its lane. That takes two steps where the product and
 //! its rounding to BF16 took six.
