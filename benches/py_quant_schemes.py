@@ -106,6 +106,11 @@ def quantize(scheme, x, out, name):
         full = np.where(full == 0, 1, full)
         out[name] = e4m3(np.clip(x / full, -448, 448))
         out[name + "_scale"] = bf16(s)
+    elif scheme == "W8A8":
+        s = np.abs(x).max(1, keepdims=True) / 127
+        s = np.where(s == 0, 1, s)
+        out[name] = np.clip(np.rint(x / s), -127, 127).astype(np.int8)
+        out[name + "_scale"] = bf16(s)
     elif scheme == "NVFP4A16":
         amax = np.abs(x).max()
         gs = np.float32(448 * 6 / amax) if amax > 0 else np.float32(1)
@@ -132,7 +137,7 @@ def main():
         lower = name.lower()
         chosen = (dtype in ("BF16", "F32") and values.ndim == 2 and name.endswith(".weight")
                   and "embed" not in lower and "norm" not in lower and "lm_head" not in lower
-                  and (scheme.startswith("FP8") or values.shape[1] % 128 == 0))
+                  and (scheme.startswith("FP8") or scheme == "W8A8" or values.shape[1] % 128 == 0))
         if chosen:
             quantize(scheme, np.asarray(values, dtype=np.float32), out, name)
         elif dtype == "BF16":
