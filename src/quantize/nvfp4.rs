@@ -470,21 +470,9 @@ fn decode_group(bytes: &[u8; GROUP / 2], scale: f32) -> ([f32; GROUP], [f32; GRO
     (backs, steps, per_steps)
 }
 
-/// Each code's value, its grid's step there and that step's inverse, by code, as
-/// [`value_and_step`] gives them.
-const CODE_VALUES: [f32; 16] = [
-    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
-];
-const CODE_STEPS: [f32; 16] = [
-    0.5, 0.5, 0.5, 0.5, 1.0, 1.0, 2.0, 2.0, 0.5, 0.5, 0.5, 0.5, 1.0, 1.0, 2.0, 2.0,
-];
-const CODE_PER_STEPS: [f32; 16] = [
-    2.0, 2.0, 2.0, 2.0, 1.0, 1.0, 0.5, 0.5, 2.0, 2.0, 2.0, 2.0, 1.0, 1.0, 0.5, 0.5,
-];
-
 /// [`decode_group`] in AVX-512 registers: each byte's two codes spread to their lanes, and each
-/// code's value, step and inverse step looked up in the tables above (`vpermps`), where the
-/// choices among the codes took a dozen steps.
+/// code's value, step and inverse step looked up in tables of [`value_and_step`] for the 16
+/// codes (`vpermps`), where the choices among the codes took a dozen steps.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 fn decode_group_avx512(
@@ -505,11 +493,16 @@ fn decode_group_avx512(
     let lanes = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(wide, wide));
     let shifts: __m512i = bytemuck::cast([0u32, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4]);
     let codes = _mm512_srlv_epi32(lanes, shifts);
-    let look_up =
-        |table: [f32; 16]| _mm512_permutexvar_ps(codes, bytemuck::cast::<_, __m512>(table));
-    let backs = _mm512_mul_ps(look_up(CODE_VALUES), _mm512_set1_ps(scale));
-    let steps = _mm512_mul_ps(look_up(CODE_STEPS), _mm512_set1_ps(scale));
-    let per_steps = _mm512_mul_ps(look_up(CODE_PER_STEPS), _mm512_set1_ps(inverse));
+    // Constants once compiled: `value_and_step` of each code.
+    let table = |of: fn((f32, f32)) -> f32| -> __m512 {
+        bytemuck::cast::<[f32; 16], _>(core::array::from_fn(|code| {
+            of(value_and_step(u8::try_from(code).unwrap_or(0)))
+        }))
+    };
+    let look_up = |of: fn((f32, f32)) -> f32| _mm512_permutexvar_ps(codes, table(of));
+    let backs = _mm512_mul_ps(look_up(|(value, _)| value), _mm512_set1_ps(scale));
+    let steps = _mm512_mul_ps(look_up(|(_, step)| step), _mm512_set1_ps(scale));
+    let per_steps = _mm512_mul_ps(look_up(|(_, step)| 1.0 / step), _mm512_set1_ps(inverse));
     (
         bytemuck::cast(backs),
         bytemuck::cast(steps),
@@ -635,20 +628,6 @@ mod tests {
 
     #[test]
     fn groups_decode_through_the_tables_as_code_by_code() {
-        for (code, ((&value, &step), &per_step)) in CODE_VALUES
-            .iter()
-            .zip(&CODE_STEPS)
-            .zip(&CODE_PER_STEPS)
-            .enumerate()
-        {
-            let (expected_value, expected_step) = value_and_step(u8::try_from(code).unwrap());
-            assert_eq!(value.to_bits(), expected_value.to_bits(), "code {code}");
-            assert_eq!(
-                (step, per_step),
-                (expected_step, 1.0 / expected_step),
-                "code {code}"
-            );
-        }
         let mut state = 0x2545_f491_4f6c_dd1du64;
         for scale in [0.0f32, 1.0, 0.013_671_875, 3.0e-9, 448.0 / 3.0] {
             for _ in 0..64 {
