@@ -815,7 +815,8 @@ impl App {
     fn open_quantize(&mut self) -> (bool, Option<Effect>) {
         if let Some(quantization) = &self.quantization {
             self.notice = Some(format!(
-                "{}: quantize the model it was made from",
+                // Within 80 columns for a label as long as "int4 g128, compressed-tensors".
+                "{}; quantize the source model",
                 quantize::already_quantized(quantization)
             ));
             return (true, None);

@@ -129,11 +129,14 @@ fn a_quantized_model_is_listed_by_its_weights_with_their_dequantized_statistics(
     // open, and the status line says why.
     assert!(app.update(Action::Quantize).1.is_none());
     assert!(app.quantize.is_none());
-    let notice = app.notice.as_deref().unwrap();
+    let notice = app.notice.clone().unwrap();
     assert!(
-        notice.contains("already quantized (int4 g128") && notice.contains("made from"),
+        notice.contains("already quantized (int4 g128") && notice.ends_with("source model"),
         "{notice}"
     );
+    // Whole on an 80-column screen.
+    let narrow = screen(&mut app, 80, 24);
+    assert!(narrow.contains(&notice), "{narrow}");
 }
 
 #[test]
