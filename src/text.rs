@@ -85,6 +85,54 @@ pub fn display_width(text: &str) -> usize {
     }
 }
 
+/// A tensor's dotted name within `width` columns, for a column of names: whole where it fits;
+/// otherwise without its `.weight` ending, then without a leading `model.`, which every name of
+/// the column shares; then cut in the middle with `…`, keeping the start up to its first number
+/// (the layer) where that leaves room, and as much of the end as fits.
+pub fn fit_name(name: &str, width: usize) -> Cow<'_, str> {
+    if display_width(name) <= width {
+        return Cow::Borrowed(name);
+    }
+    let trimmed = name.strip_suffix(".weight").unwrap_or(name);
+    if display_width(trimmed) <= width {
+        return Cow::Borrowed(trimmed);
+    }
+    let trimmed = trimmed.strip_prefix("model.").unwrap_or(trimmed);
+    if display_width(trimmed) <= width {
+        return Cow::Borrowed(trimmed);
+    }
+    let room = width.saturating_sub(1);
+    let through_number = trimmed
+        .split_inclusive('.')
+        .scan(0, |end, part| {
+            *end += part.len();
+            Some((*end, is_numeric_part(part.trim_end_matches('.'))))
+        })
+        .find(|&(_, numeric)| numeric)
+        .map(|(end, _)| end);
+    let head_len = match through_number {
+        Some(end) if display_width(&trimmed[..end]) <= room / 2 => end,
+        _ => prefix_within(trimmed, room / 3),
+    };
+    let head = &trimmed[..head_len];
+    let tail_room = room - display_width(head);
+    let tail_start = trimmed
+        .char_indices()
+        .map(|(at, _)| at)
+        .find(|&at| at >= head_len && display_width(&trimmed[at..]) <= tail_room)
+        .unwrap_or(trimmed.len());
+    Cow::Owned(format!("{head}…{}", &trimmed[tail_start..]))
+}
+
+/// The length in bytes of the longest prefix of `text` within `width` columns.
+fn prefix_within(text: &str, width: usize) -> usize {
+    text.char_indices()
+        .map(|(at, c)| at + c.len_utf8())
+        .take_while(|&end| display_width(&text[..end]) <= width)
+        .last()
+        .unwrap_or(0)
+}
+
 /// A byte count in binary units: `512 B`, `4.00 KiB`, `1.50 GiB`.
 pub fn format_bytes(bytes: u64) -> String {
     Bytes(bytes).to_string()
@@ -266,6 +314,30 @@ fn write_three_digits(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_fit_their_column_keeping_the_layer_and_the_end() {
+        let name = "model.layers.3.self_attn.k_proj.weight";
+        assert_eq!(fit_name(name, 40), name);
+        assert_eq!(fit_name(name, 31), "model.layers.3.self_attn.k_proj");
+        assert_eq!(fit_name(name, 25), "layers.3.self_attn.k_proj");
+        assert_eq!(fit_name(name, 22), "layers.3.…_attn.k_proj");
+        let expert = "model.layers.47.mlp.experts.127.down_proj.weight";
+        assert_eq!(fit_name(expert, 22), "layers.47.…7.down_proj");
+        // No number near the start: a third of the room for the start.
+        let long = "vision_tower.encoder.attention_projection_output";
+        assert_eq!(fit_name(long, 16), "visio…ion_output");
+        for width in 0..60 {
+            for name in [name, expert, long, "blocks.0.ç.weight", "x"] {
+                let fitted = fit_name(name, width);
+                assert!(
+                    display_width(&fitted) <= width.max(1) || fitted == name,
+                    "{name} at {width}: {fitted}"
+                );
+            }
+        }
+    }
+
     use proptest::prelude::*;
 
     proptest! {

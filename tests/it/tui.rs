@@ -304,6 +304,47 @@ fn a_scope_without_weights_compares_as_dashes() {
     assert!(!shown.contains("inf"), "{shown}");
 }
 
+/// At 80x24 the names give way to the figures: the worst tensors' names are cut to their
+/// layer and their end, and the weights kept for their SNR are still marked.
+fn the_narrow_dialog_keeps_its_figures(app: &mut App) {
+    let narrow = screen(app, 80, 24);
+    insta::assert_snapshot!("quantize_preview_80x24", narrow);
+    assert!(narrow.contains("layers.3.…_attn.k_proj"), "{narrow}");
+    assert!(
+        narrow
+            .contains("model.layers.3.self_attn.k_proj.weight    19.32    6.836e-3  1.081e-1 kept"),
+        "{narrow}"
+    );
+}
+
+/// A save stopped by NaN says why and what to do, whole, on an 80-column screen, and writes
+/// nothing.
+fn a_save_stopped_by_nan_says_why_in_80_columns(app: &mut App) {
+    use stui::tui::app::Effect;
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("demo.int8.safetensors");
+    let (_, effect) = app.update(Action::QuantizeConfirm);
+    let Some(Effect::Save(options, _, control)) = effect else {
+        panic!("a save")
+    };
+    let result = stui::quantize::quantize(&app.model, &output, &options, &control)
+        .map_err(|e| e.to_string());
+    app.on_saved(result);
+    let narrow = screen(app, 80, 24);
+    let message = narrow
+        .lines()
+        .map(|line| line.trim_matches(|c| "\"│┌┐└┘─ ".contains(c)))
+        .skip_while(|line| !line.starts_with("not saved:"))
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        message.contains("holds NaN or Inf") && message.ends_with("(skip such tensors to go on)"),
+        "{narrow}"
+    );
+    assert!(!output.exists());
+}
+
 #[test]
 fn the_quantize_dialog_previews_saves_and_reports() {
     use stui::quantize::{Granularity, Scheme};
@@ -369,6 +410,7 @@ fn the_quantize_dialog_previews_saves_and_reports() {
         shown.contains("1.38 MiB -> 354 KiB (plus scales)"),
         "{shown}"
     );
+    the_narrow_dialog_keeps_its_figures(&mut app);
     for _ in 0..Scheme::ALL.len() - 2 {
         app.update(Action::QuantizeScheme);
     }
@@ -384,13 +426,14 @@ fn the_quantize_dialog_previews_saves_and_reports() {
             .output
             .ends_with("demo.int8.safetensors")
     );
+    a_save_stopped_by_nan_says_why_in_80_columns(&mut app);
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("demo.int8.safetensors");
     app.update(Action::QuantizeSkipNonFinite);
     let (_, effect) = app.update(Action::QuantizeConfirm);
-    let dir = tempfile::tempdir().unwrap();
     let Some(Effect::Save(options, _, control)) = effect else {
         panic!("a save")
     };
-    let output = dir.path().join("demo.int8.safetensors");
     let result = stui::quantize::quantize(&app.model, &output, &options, &control)
         .map_err(|e| e.to_string());
     app.on_saved(result);

@@ -3,7 +3,7 @@
 
 use super::{block, inner};
 use crate::quantize::{self, Scheme};
-use crate::text::{Bytes, escape, escape_path};
+use crate::text::{Bytes, display_width, escape, escape_path, fit_name};
 use crate::tui::app::{App, QuantizeDialog, Stage};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Flex, Layout, Rect};
@@ -96,22 +96,25 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, dialog: &QuantizeDialog)
             theme.dim,
         ));
     }
-    lines.extend(comparison_lines(app, dialog));
-    lines.push(stage_line(app, dialog));
+    let width = usize::from(inner(box_area).width);
+    lines.extend(comparison_lines(app, dialog, width));
+    lines.extend(wrapped(stage_line(app, dialog), width));
+    let names = preview_name_width(width);
     lines.push(Line::styled(
         format!(
-            "{:<52} {:>8} {:>11} {:>9}",
+            "{:<names$} {:>8} {:>11} {:>9}",
             "PREVIEW (worst first)", "SNR dB", "max error", "rel RMS"
         ),
         theme.title,
     ));
     let room = usize::from(inner(box_area).height).saturating_sub(lines.len());
-    lines.extend(preview_lines(app, dialog, room));
+    lines.extend(preview_lines(app, dialog, room, names));
     frame.render_widget(Paragraph::new(lines), inner(box_area));
 }
 
-/// Every scheme side by side over the scope, the chosen one marked.
-fn comparison_lines(app: &App, dialog: &QuantizeDialog) -> Vec<Line<'static>> {
+/// Every scheme side by side over the scope, the chosen one marked, within `width` columns: the
+/// worst tensor's name takes what the figures leave.
+fn comparison_lines(app: &App, dialog: &QuantizeDialog, width: usize) -> Vec<Line<'static>> {
     let theme = &app.theme;
     let comparison = match &dialog.comparison {
         None => return vec![Line::styled("comparing the schemes…", theme.dim)],
@@ -125,16 +128,17 @@ fn comparison_lines(app: &App, dialog: &QuantizeDialog) -> Vec<Line<'static>> {
     };
     let mut lines = vec![Line::styled(
         format!(
-            "  {:<12} {:>10} {:>7} {:>9} {:>9}  worst tensor",
+            "  {:<11} {:>10} {:>6} {:>8} {:>9}  worst tensor",
             "SCHEME", "output", "bits/w", "worst dB", "median dB"
         ),
         theme.title,
     )];
+    let names = width.saturating_sub(COMPARISON_FIGURES).max(MIN_NAME_WIDTH);
     for result in &comparison.schemes {
         let chosen = result.scheme == dialog.scheme;
         let worst = result
             .worst
-            .map(|t| escape(app.model.tensors[t].name()).into_owned())
+            .map(|t| fit_name(&escape(app.model.tensors[t].name()), names).into_owned())
             .unwrap_or_default();
         let [bits, worst_db, median_db] = [
             result.bits_per_weight,
@@ -143,7 +147,7 @@ fn comparison_lines(app: &App, dialog: &QuantizeDialog) -> Vec<Line<'static>> {
         ]
         .map(crate::report::two_places_or_dash);
         let text = format!(
-            "{} {:<12} {:>10} {bits:>7} {worst_db:>9} {median_db:>9}  {worst}",
+            "{} {:<11} {:>10} {bits:>6} {worst_db:>8} {median_db:>9}  {worst}",
             if chosen { "▸" } else { " " },
             result.scheme.name(),
             Bytes(result.output_bytes).to_string(),
@@ -154,6 +158,55 @@ fn comparison_lines(app: &App, dialog: &QuantizeDialog) -> Vec<Line<'static>> {
             Line::raw(text)
         });
     }
+    lines
+}
+
+/// Columns of a comparison row before the worst tensor's name.
+const COMPARISON_FIGURES: usize = 2 + 11 + 1 + 10 + 1 + 6 + 1 + 8 + 1 + 9 + 2;
+
+/// Columns of a preview row after the tensor's name: three figures and the mark of a weight
+/// kept for its SNR.
+const PREVIEW_FIGURES: usize = 1 + 8 + 1 + 11 + 1 + 9 + 5;
+
+/// The fewest columns a name is cut to, however narrow the dialog.
+const MIN_NAME_WIDTH: usize = 16;
+
+/// The most columns the preview's names take, in the widest dialog.
+const MAX_PREVIEW_NAME_WIDTH: usize = 52;
+
+/// Columns of the preview's names in a dialog `width` wide, so that every figure and the mark of
+/// a kept weight stay on screen.
+fn preview_name_width(width: usize) -> usize {
+    width
+        .saturating_sub(PREVIEW_FIGURES)
+        .clamp(MIN_NAME_WIDTH, MAX_PREVIEW_NAME_WIDTH)
+}
+
+/// `line` (styled whole, as [`Line::styled`] makes it) cut at its spaces into lines of at most
+/// `width` columns, so that a long message (a save that failed says why and what to do) is read
+/// whole.
+fn wrapped(line: Line<'static>, width: usize) -> Vec<Line<'static>> {
+    let text: String = line
+        .spans
+        .iter()
+        .map(|span| span.content.as_ref())
+        .collect();
+    if display_width(&text) <= width || width == 0 {
+        return vec![line];
+    }
+    let style = line.style;
+    let mut lines = Vec::new();
+    let mut current = String::new();
+    for word in text.split(' ') {
+        if !current.is_empty() && display_width(&current) + 1 + display_width(word) > width {
+            lines.push(Line::styled(std::mem::take(&mut current), style));
+        }
+        if !current.is_empty() {
+            current.push(' ');
+        }
+        current.push_str(word);
+    }
+    lines.push(Line::styled(current, style));
     lines
 }
 
@@ -201,7 +254,12 @@ fn stage_line(app: &App, dialog: &QuantizeDialog) -> Line<'static> {
 /// A line for each of the first `count` chosen tensors, the worst SNR first (failures before any
 /// SNR), those not yet previewed last in model order. Only the lines shown are made: thousands of
 /// tensors can be chosen.
-fn preview_lines(app: &App, dialog: &QuantizeDialog, count: usize) -> Vec<Line<'static>> {
+fn preview_lines(
+    app: &App,
+    dialog: &QuantizeDialog,
+    count: usize,
+    names: usize,
+) -> Vec<Line<'static>> {
     let theme = &app.theme;
     let rank = |tensor: usize| match dialog.previews.get(&tensor) {
         None => (1, 0.0),
@@ -230,25 +288,30 @@ fn preview_lines(app: &App, dialog: &QuantizeDialog, count: usize) -> Vec<Line<'
     shown
         .into_iter()
         .map(|(tensor, _)| {
-            let name = escape(app.model.tensors[tensor].name()).into_owned();
+            let name = fit_name(&escape(app.model.tensors[tensor].name()), names).into_owned();
             match dialog.previews.get(&tensor) {
                 None if dialog.scheme != crate::quantize::Scheme::W8A8
                     && matches!(dialog.comparison, Some(Ok(_))) =>
                 {
-                    Line::styled(format!("{name:<52} kept: not in whole groups"), theme.dim)
+                    Line::styled(
+                        format!("{name:<names$} kept: not in whole groups"),
+                        theme.dim,
+                    )
                 }
-                None => Line::styled(format!("{name:<52} …"), theme.dim),
-                Some(Err(error)) => Line::styled(format!("{name:<52} {error}"), theme.error),
-                Some(Ok(None)) => Line::styled(format!("{name:<52} ✖ holds NaN/Inf"), theme.error),
+                None => Line::styled(format!("{name:<names$} …"), theme.dim),
+                Some(Err(error)) => Line::styled(format!("{name:<names$} {error}"), theme.error),
+                Some(Ok(None)) => {
+                    Line::styled(format!("{name:<names$} ✖ holds NaN/Inf"), theme.error)
+                }
                 Some(Ok(Some(error))) if dialog.kept_for_snr(tensor) => Line::styled(
                     format!(
-                        "{name:<52} {:>8.2} {:>11.3e} {:>9.3e} kept",
+                        "{name:<names$} {:>8.2} {:>11.3e} {:>9.3e} kept",
                         error.snr_db, error.max_abs_error, error.relative_rms_error
                     ),
                     theme.warning,
                 ),
                 Some(Ok(Some(error))) => Line::from(format!(
-                    "{name:<52} {:>8.2} {:>11.3e} {:>9.3e}",
+                    "{name:<names$} {:>8.2} {:>11.3e} {:>9.3e}",
                     error.snr_db, error.max_abs_error, error.relative_rms_error
                 )),
             }
