@@ -474,8 +474,8 @@ pub fn lookup(context: Context, event: &KeyEvent) -> Option<Action> {
     }
 }
 
-/// The footer hints for `context`: `(keys, label)`.
-pub fn hints(context: Context) -> Vec<(String, &'static str)> {
+/// The footer hints for `context`: `(keys, label, action)`.
+pub fn hints(context: Context) -> Vec<(String, &'static str, Action)> {
     let global = GLOBAL
         .iter()
         .filter(|_| matches!(context, Context::Tree | Context::Findings | Context::Map));
@@ -484,7 +484,7 @@ pub fn hints(context: Context) -> Vec<(String, &'static str)> {
         .filter(|b| b.context == context)
         .chain(global)
         .filter(|b| b.footer)
-        .map(|b| (b.keys[0].label(), b.label))
+        .map(|b| (b.keys[0].label(), b.label, b.action))
         .collect()
 }
 

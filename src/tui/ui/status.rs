@@ -1,6 +1,7 @@
 //! The header, the scan status line and the key hints.
 
-use crate::text::{Bytes, Count, escape, escape_path};
+use crate::text::{Bytes, Count, display_width, escape, escape_path};
+use crate::tui::action::Action;
 use crate::tui::app::{App, ScanState};
 use crate::tui::keymap;
 use ratatui::Frame;
@@ -120,9 +121,40 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
         spans.push(Span::raw(crate::text::escape(typed).into_owned()));
         spans.push(Span::styled("▏", theme.key));
     }
-    for (key, label) in keymap::hints(app.context()) {
+    let room = usize::from(area.width).saturating_sub(Line::from(spans.clone()).width());
+    for (key, label, _) in fitting_hints(keymap::hints(app.context()), room) {
         spans.push(Span::styled(format!(" {key}"), theme.key));
         spans.push(Span::raw(format!(" {label} ")));
     }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+/// Of `hints`, those that fit whole in `room` columns (one cut short reads as another key), in
+/// their order; where not all do, the one for help is kept last, since help lists them all.
+fn fitting_hints(
+    mut hints: Vec<(String, &'static str, Action)>,
+    room: usize,
+) -> Vec<(String, &'static str, Action)> {
+    // " key label ", its last space free to fall past the edge.
+    let width =
+        |(key, label, _): &(String, &str, Action)| display_width(key) + display_width(label) + 3;
+    let room = room + 1;
+    if hints.iter().map(width).sum::<usize>() <= room {
+        return hints;
+    }
+    let help = hints
+        .iter()
+        .position(|&(_, _, action)| action == Action::ShowHelp)
+        .map(|at| hints.remove(at));
+    let mut left = room.saturating_sub(help.as_ref().map_or(0, width));
+    let mut fitting: Vec<_> = hints
+        .into_iter()
+        .take_while(|hint| {
+            let fits = width(hint) <= left;
+            left -= if fits { width(hint) } else { 0 };
+            fits
+        })
+        .collect();
+    fitting.extend(help);
+    fitting
 }
