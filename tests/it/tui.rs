@@ -317,19 +317,24 @@ fn the_narrow_dialog_keeps_its_figures(app: &mut App) {
     );
 }
 
-/// A save stopped by NaN says why and what to do, whole, on an 80-column screen, and writes
-/// nothing.
-fn a_save_stopped_by_nan_says_why_in_80_columns(app: &mut App) {
+/// Enter in the quantize dialog, and the save it asks for run to `output` and reported back.
+fn confirm_and_save(app: &mut App, output: &std::path::Path) {
     use stui::tui::app::Effect;
-    let dir = tempfile::tempdir().unwrap();
-    let output = dir.path().join("demo.int8.safetensors");
     let (_, effect) = app.update(Action::QuantizeConfirm);
     let Some(Effect::Save(options, _, control)) = effect else {
         panic!("a save")
     };
-    let result = stui::quantize::quantize(&app.model, &output, &options, &control)
-        .map_err(|e| e.to_string());
+    let result =
+        stui::quantize::quantize(&app.model, output, &options, &control).map_err(|e| e.to_string());
     app.on_saved(result);
+}
+
+/// A save stopped by NaN says why and what to do, whole, on an 80-column screen, and writes
+/// nothing.
+fn a_save_stopped_by_nan_says_why_in_80_columns(app: &mut App) {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("demo.int8.safetensors");
+    confirm_and_save(app, &output);
     let narrow = screen(app, 80, 24);
     let message = narrow
         .lines()
@@ -430,13 +435,7 @@ fn the_quantize_dialog_previews_saves_and_reports() {
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("demo.int8.safetensors");
     app.update(Action::QuantizeSkipNonFinite);
-    let (_, effect) = app.update(Action::QuantizeConfirm);
-    let Some(Effect::Save(options, _, control)) = effect else {
-        panic!("a save")
-    };
-    let result = stui::quantize::quantize(&app.model, &output, &options, &control)
-        .map_err(|e| e.to_string());
-    app.on_saved(result);
+    confirm_and_save(&mut app, &output);
     let dialog = app.quantize.as_ref().unwrap();
     let Stage::Saved(summary) = &dialog.stage else {
         panic!("saved")
