@@ -617,6 +617,37 @@ impl Builder<'_> {
         }
     }
 
+    /// The logical shape `values` (read from the data of member `member`) give a weight whose
+    /// codes take `code_bytes`, or `None` with an error finding where they count more values
+    /// than the codes hold at one bit each: a hostile shape would otherwise overflow the
+    /// products that check it against the other members.
+    fn shape_within(
+        &mut self,
+        group: &Group<'_>,
+        member: &str,
+        values: &[i64],
+        code_bytes: u64,
+    ) -> Option<Vec<u64>> {
+        let shape: Vec<u64> = values
+            .iter()
+            .map(|&v| u64::try_from(v).unwrap_or(0))
+            .collect();
+        let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
+        if elements.is_some_and(|n| n <= code_bytes.saturating_mul(8)) {
+            return Some(shape);
+        }
+        self.error(
+            Code::QuantMemberShape,
+            &group.name,
+            format!(
+                "`{}{member}` gives {}: more values than its {code_bytes} bytes of codes hold",
+                escape(group.module),
+                show(&shape)
+            ),
+        );
+        None
+    }
+
     fn missing(&mut self, group: &Group<'_>, member: &str, consequence: &str) {
         self.error(
             Code::QuantMemberMissing,
@@ -721,10 +752,9 @@ impl Builder<'_> {
         let declared_bits = self.declared.and_then(|d| d.bits_and_group(group.module).0);
         let shape = if let Some(index) = group.index(Role::WeightShape) {
             match self.read_ints(index) {
-                Some(values) if values.len() == packed_dims.len() => values
-                    .iter()
-                    .map(|&v| u64::try_from(v).unwrap_or(0))
-                    .collect(),
+                Some(values) if values.len() == packed_dims.len() => {
+                    self.shape_within(group, ".weight_shape", &values, packed.byte_len())?
+                }
                 Some(values) => {
                     self.error(
                         Code::QuantPackedWidth,
@@ -1031,11 +1061,9 @@ impl Builder<'_> {
             self.missing(group, ".shape", ": the logical shape is unknown");
             return None;
         };
-        let shape: Vec<u64> = self
-            .read_ints(index)?
-            .iter()
-            .map(|&v| u64::try_from(v).unwrap_or(0))
-            .collect();
+        let values = self.read_ints(index)?;
+        let code_bytes = group.get(Role::HqqCodes).map_or(0, TensorInfo::byte_len);
+        let shape = self.shape_within(group, ".shape", &values, code_bytes)?;
         let scales = group.get(Role::Scale).map_or(0, |s| numel(&dims(s)));
         let size = numel(&shape) / scales.max(1);
         // U8 packings hold 8 / bits rows of the group matrix in each row of `W_q`; the one I32

@@ -243,6 +243,83 @@ fn members_missing_or_misshapen_are_findings_on_the_weight() {
     );
 }
 
+/// A logical shape read from a member's values (HQQ's `.shape`, compressed-tensors'
+/// `.weight_shape`) that counts more values than the codes hold, up to more than `u64` counts,
+/// is an error finding on the weight, not an overflow.
+#[test]
+fn shapes_read_from_members_beyond_their_codes_are_findings() {
+    use stui::demo::{Fill, SyntheticModel};
+    use stui::format::Dtype;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hostile.safetensors");
+    let huge = 2f64.powi(40);
+    let scale = Fill::Normal {
+        mean: 0.01,
+        std: 0.0,
+    };
+    SyntheticModel::new(7)
+        .tensor("m.layers.0.q_proj.W_q", Dtype::U8, &[4, 8], Fill::Zeros)
+        .tensor(
+            "m.layers.0.q_proj.scale",
+            Dtype::Bf16,
+            &[8, 1],
+            scale.clone(),
+        )
+        .tensor("m.layers.0.q_proj.zero", Dtype::Bf16, &[8, 1], Fill::Zeros)
+        .tensor(
+            "m.layers.0.q_proj.shape",
+            Dtype::I64,
+            &[2],
+            Fill::Values(vec![huge, huge]),
+        )
+        .tensor(
+            "m.layers.0.k_proj.weight_packed",
+            Dtype::I32,
+            &[4, 2],
+            Fill::Zeros,
+        )
+        .tensor(
+            "m.layers.0.k_proj.weight_scale",
+            Dtype::Bf16,
+            &[4, 1],
+            scale,
+        )
+        .tensor(
+            "m.layers.0.k_proj.weight_shape",
+            Dtype::I64,
+            &[2],
+            Fill::Values(vec![4.0, 2f64.powi(62)]),
+        )
+        .write(&path)
+        .unwrap();
+    let (model, _) = open_reviewed(&path, None).unwrap();
+    let shapes: Vec<(Option<String>, String)> = model
+        .findings
+        .iter()
+        .filter(|f| f.code == Code::QuantMemberShape)
+        .map(|f| (f.tensor.clone(), f.message.clone()))
+        .collect();
+    for (weight, member) in [
+        (
+            "m.layers.0.q_proj.weight",
+            "`m.layers.0.q_proj.shape` gives",
+        ),
+        (
+            "m.layers.0.k_proj.weight",
+            "`m.layers.0.k_proj.weight_shape` gives",
+        ),
+    ] {
+        assert!(
+            shapes
+                .iter()
+                .any(|(tensor, message)| tensor.as_deref() == Some(weight)
+                    && message.starts_with(member)
+                    && message.ends_with("more values than its 32 bytes of codes hold")),
+            "{shapes:?}"
+        );
+    }
+}
+
 /// Runs `stui` with `args` and gives its standard output.
 fn stui(args: &[&str]) -> String {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_stui"))
