@@ -319,6 +319,14 @@ fn dtype(info: &TensorInfo) -> Option<Dtype> {
     info.dtype.known()
 }
 
+/// A shape from integers read from a member, a negative one taken as 0.
+fn from_ints(values: &[i64]) -> Vec<u64> {
+    values
+        .iter()
+        .map(|&v| u64::try_from(v).unwrap_or(0))
+        .collect()
+}
+
 fn numel(dims: &[u64]) -> u64 {
     dims.iter().product()
 }
@@ -617,21 +625,17 @@ impl Builder<'_> {
         }
     }
 
-    /// The logical shape `values` (read from the data of member `member`) give a weight whose
-    /// codes take `code_bytes`, or `None` with an error finding where they count more values
-    /// than the codes hold at one bit each: a hostile shape would otherwise overflow the
-    /// products that check it against the other members.
+    /// `shape`, a logical shape read from the data of member `member` of a weight whose codes
+    /// take `code_bytes`, or `None` with an error finding where it counts more values than the
+    /// codes hold at one bit each: a hostile shape would otherwise overflow the products that
+    /// check it against the other members.
     fn shape_within(
         &mut self,
         group: &Group<'_>,
         member: &str,
-        values: &[i64],
+        shape: Vec<u64>,
         code_bytes: u64,
     ) -> Option<Vec<u64>> {
-        let shape: Vec<u64> = values
-            .iter()
-            .map(|&v| u64::try_from(v).unwrap_or(0))
-            .collect();
         let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
         if elements.is_some_and(|n| n <= code_bytes.saturating_mul(8)) {
             return Some(shape);
@@ -752,9 +756,12 @@ impl Builder<'_> {
         let declared_bits = self.declared.and_then(|d| d.bits_and_group(group.module).0);
         let shape = if let Some(index) = group.index(Role::WeightShape) {
             match self.read_ints(index) {
-                Some(values) if values.len() == packed_dims.len() => {
-                    self.shape_within(group, ".weight_shape", &values, packed.byte_len())?
-                }
+                Some(values) if values.len() == packed_dims.len() => self.shape_within(
+                    group,
+                    ".weight_shape",
+                    from_ints(&values),
+                    packed.byte_len(),
+                )?,
                 Some(values) => {
                     self.error(
                         Code::QuantPackedWidth,
@@ -1063,7 +1070,7 @@ impl Builder<'_> {
         };
         let values = self.read_ints(index)?;
         let code_bytes = group.get(Role::HqqCodes).map_or(0, TensorInfo::byte_len);
-        let shape = self.shape_within(group, ".shape", &values, code_bytes)?;
+        let shape = self.shape_within(group, ".shape", from_ints(&values), code_bytes)?;
         let scales = group.get(Role::Scale).map_or(0, |s| numel(&dims(s)));
         let size = numel(&shape) / scales.max(1);
         // U8 packings hold 8 / bits rows of the group matrix in each row of `W_q`; the one I32
@@ -1361,6 +1368,7 @@ impl Builder<'_> {
             || vec![elements_stored],
             |dims| dims.iter().filter_map(serde_json::Value::as_u64).collect(),
         );
+        let shape = self.shape_within(group, ".weight.quant_state.*", shape, weight.byte_len())?;
         let block = state
             .get("blocksize")
             .and_then(serde_json::Value::as_u64)

@@ -244,7 +244,7 @@ fn members_missing_or_misshapen_are_findings_on_the_weight() {
 }
 
 /// A logical shape read from a member's values (HQQ's `.shape`, compressed-tensors'
-/// `.weight_shape`) that counts more values than the codes hold, up to more than `u64` counts,
+/// `.weight_shape`, the JSON of bitsandbytes' quant state) that counts more values than the codes hold, up to more than `u64` counts,
 /// is an error finding on the weight, not an overflow.
 #[test]
 fn shapes_read_from_members_beyond_their_codes_are_findings() {
@@ -253,6 +253,8 @@ fn shapes_read_from_members_beyond_their_codes_are_findings() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("hostile.safetensors");
     let huge = 2f64.powi(40);
+    let state =
+        r#"{"quant_type": "nf4", "blocksize": 64, "shape": [1099511627776, 1099511627776]}"#;
     let scale = Fill::Normal {
         mean: 0.01,
         std: 0.0,
@@ -290,6 +292,25 @@ fn shapes_read_from_members_beyond_their_codes_are_findings() {
             &[2],
             Fill::Values(vec![4.0, 2f64.powi(62)]),
         )
+        .tensor("m.layers.0.v_proj.weight", Dtype::U8, &[32, 1], Fill::Zeros)
+        .tensor(
+            "m.layers.0.v_proj.weight.absmax",
+            Dtype::F32,
+            &[1],
+            Fill::Zeros,
+        )
+        .tensor(
+            "m.layers.0.v_proj.weight.quant_map",
+            Dtype::F32,
+            &[16],
+            Fill::Zeros,
+        )
+        .tensor(
+            "m.layers.0.v_proj.weight.quant_state.bitsandbytes__nf4",
+            Dtype::U8,
+            &[state.len() as u64],
+            Fill::Values(state.bytes().map(f64::from).collect()),
+        )
         .write(&path)
         .unwrap();
     let (model, _) = open_reviewed(&path, None).unwrap();
@@ -307,6 +328,10 @@ fn shapes_read_from_members_beyond_their_codes_are_findings() {
         (
             "m.layers.0.k_proj.weight",
             "`m.layers.0.k_proj.weight_shape` gives",
+        ),
+        (
+            "m.layers.0.v_proj.weight",
+            "`m.layers.0.v_proj.weight.quant_state.*` gives",
         ),
     ] {
         assert!(
