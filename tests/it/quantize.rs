@@ -542,6 +542,38 @@ fn rows_of_subnormal_values_still_verify() {
     }
 }
 
+/// BF16 values at the top of its range: W8A8's and FP8's largest grid values round to Inf in
+/// BF16, and the save says the output did not verify (exit 1) instead of calling it valid.
+#[test]
+fn grid_values_beyond_bf16_fail_verification() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("top.safetensors");
+    SyntheticModel::new(0)
+        .tensor(
+            "layer.proj.weight",
+            Dtype::Bf16,
+            &[4, 128],
+            Fill::Values(vec![3.389_531_4e38, 1.0, -2.0]),
+        )
+        .write(&source)
+        .unwrap();
+    for scheme in ["W8A8", "FP8_DYNAMIC", "FP8_BLOCK"] {
+        let output = dir.path().join(format!("{scheme}.safetensors"));
+        let run = std::process::Command::new(env!("CARGO_BIN_EXE_stui"))
+            .args(["quantize", "--scheme", scheme, "-o"])
+            .arg(&output)
+            .arg(&source)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        assert_eq!(run.status.code(), Some(1), "{scheme}: {stdout}");
+        assert!(
+            stdout.contains("THE OUTPUT DID NOT VERIFY"),
+            "{scheme}: {stdout}"
+        );
+    }
+}
+
 /// Rows of one value, more of them than one run of rows holds, each with its own scale, read back
 /// from the file a run at a time. A weight without values is kept as it is.
 #[test]
