@@ -319,6 +319,11 @@ fn dtype(info: &TensorInfo) -> Option<Dtype> {
     info.dtype.known()
 }
 
+/// The longest dimension a shape read from a member's values may have: far beyond any weight's,
+/// and small enough that a dimension times a code's bits, or a row's 32-bit words, never
+/// overflows.
+const MAX_DIMENSION: u64 = 1 << 40;
+
 /// A shape from integers read from a member, a negative one taken as 0.
 fn from_ints(values: &[i64]) -> Vec<u64> {
     values
@@ -627,8 +632,9 @@ impl Builder<'_> {
 
     /// `shape`, a logical shape read from the data of member `member` of a weight whose codes
     /// take `code_bytes`, or `None` with an error finding where it counts more values than the
-    /// codes hold at one bit each: a hostile shape would otherwise overflow the products that
-    /// check it against the other members.
+    /// codes hold at one bit each, or has a dimension beyond [`MAX_DIMENSION`] (beside a 0): a
+    /// hostile shape would otherwise overflow the products that check it against the other
+    /// members.
     fn shape_within(
         &mut self,
         group: &Group<'_>,
@@ -637,14 +643,16 @@ impl Builder<'_> {
         code_bytes: u64,
     ) -> Option<Vec<u64>> {
         let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
-        if elements.is_some_and(|n| n <= code_bytes.saturating_mul(8)) {
+        if elements.is_some_and(|n| n <= code_bytes.saturating_mul(8))
+            && shape.iter().all(|&d| d <= MAX_DIMENSION)
+        {
             return Some(shape);
         }
         self.error(
             Code::QuantMemberShape,
             &group.name,
             format!(
-                "`{}{member}` gives {}: more values than its {code_bytes} bytes of codes hold",
+                "`{}{member}` gives {}, which its {code_bytes} bytes of codes cannot hold",
                 escape(group.module),
                 show(&shape)
             ),
