@@ -1,26 +1,43 @@
 //! A small random model (F32, BF16, F16 or F8_E4M3, so that both the f64 and the f32 row kernels
-//! run), quantized per channel or per tensor and written: the output must verify, and every value must be within half a
-//! scale (the quantizer checks it itself and reports `verified`).
+//! run), quantized under any scheme (W8A8 per channel or per tensor, the grouped int schemes
+//! with groups that divide the columns or not, FP8 per channel and in blocks, NVFP4) and written.
+//! The output must verify (the file read back is the one planned, every value finite and within
+//! half a step of its grid) unless its values reach the top of their type's range; and the
+//! comparison, which measures every scheme without writing codes, must give each weight the
+//! error the save read back, to what the `f32` measures leave out.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use stui::demo::{Fill, SyntheticModel};
 use stui::format::{Dtype, Model};
-use stui::quantize::{Control, Granularity, NonFinite, Options, quantize};
+use stui::quantize::{Control, Granularity, NonFinite, Options, Scheme, compare, quantize};
 
-fuzz_target!(|input: (u8, u8, u8, Vec<f32>)| {
-    let (kind, rows, columns, values) = input;
+fuzz_target!(|input: (u8, u8, u8, u8, Vec<f32>)| {
+    let (kind, rows, columns, choice, values) = input;
     let dtype = [Dtype::F32, Dtype::Bf16, Dtype::F16, Dtype::F8E4M3][usize::from(kind % 4)];
     let granularity = if kind & 4 == 0 {
         Granularity::PerChannel
     } else {
         Granularity::PerTensor
     };
-    let (rows, columns) = (u64::from(rows % 16) + 1, u64::from(columns % 16) + 1);
+    // Narrow tensors, and tensors in whole groups of 16 (NVFP4's) up to 192 wide: one group of
+    // 128 and part of another, and part of a second 128x128 block.
+    let columns = if kind & 8 == 0 {
+        u64::from(columns % 16) + 1
+    } else {
+        16 * (u64::from(columns % 12) + 1)
+    };
+    let rows = u64::from(rows % 48) + 1;
+    let scheme = Scheme::ALL[usize::from(choice) % Scheme::ALL.len()];
+    let group_size = [128, 16, 32, 64, 48][usize::from(choice / 16) % 5];
     if values.is_empty() {
         return;
     }
     let values: Vec<f64> = values.iter().map(|&v| f64::from(v)).collect();
+    let absmax = values
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0f64, |m, v| m.max(v.abs()));
     let model = SyntheticModel::new(0).tensor(
         "layer.proj.weight",
         dtype,
@@ -34,18 +51,57 @@ fuzz_target!(|input: (u8, u8, u8, Vec<f32>)| {
     }
     let model = Model::open(&source).expect("a written model opens");
     let options = Options {
+        scheme,
+        group_size,
         granularity,
         non_finite: NonFinite::Skip,
         ..Options::default()
     };
-    let summary = quantize(
+    let Ok(summary) = quantize(
         &model,
         &dir.join("out.safetensors"),
         &options,
         &Control::default(),
-    )
-    .expect("quantized");
-    assert!(summary.verified);
+    ) else {
+        // Nothing to quantize under this scheme (columns not in its groups, NaN skipped): said
+        // so, as an error, rather than an empty file written.
+        return;
+    };
+    // Grid values at the top of BF16's and F32's range can round to Inf in the loader's type:
+    // the save then says the output did not verify.
+    assert!(
+        summary.verified || absmax > f64::from(f32::MAX) / 2.0,
+        "{scheme} of {dtype:?} [{rows}, {columns}]"
+    );
+    let comparison = compare(&model, &options, &Control::default()).expect("compared");
+    let measured = comparison
+        .schemes
+        .iter()
+        .find(|result| result.scheme == scheme)
+        .expect("every scheme compared");
+    assert_eq!(measured.errors.len(), summary.quantized.len(), "{scheme}");
+    // The measures in `f32` leave out what falls below its range: squares under 2^-66 of the
+    // largest value's, errors under 2^-63 of it (`lanes::tensor_measured_in_f32`).
+    let elements = (rows * columns) as f64;
+    let floor = absmax * 2f64.powi(-60);
+    for (written, &(tensor, error)) in summary.quantized.iter().zip(&measured.errors) {
+        assert_eq!(written.tensor, tensor);
+        let (a, b) = (
+            written.error.relative_rms_error.powi(2),
+            error.relative_rms_error.powi(2),
+        );
+        assert!(
+            a == b || (a - b).abs() <= a.max(b) * 1e-4 + elements * 2f64.powi(-66),
+            "{scheme} of {dtype:?} [{rows}, {columns}]: SNR {} written, {} compared",
+            written.error.snr_db,
+            error.snr_db
+        );
+        let (a, b) = (written.error.max_abs_error, error.max_abs_error);
+        assert!(
+            a == b || (a - b).abs() <= a.max(b) * 1e-6 + floor,
+            "{scheme} of {dtype:?} [{rows}, {columns}]: largest error {a} written, {b} compared"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 });
 
