@@ -314,6 +314,7 @@ fn write_three_digits(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn names_fit_their_column_keeping_the_layer_and_the_end() {
@@ -337,8 +338,6 @@ mod tests {
             }
         }
     }
-
-    use proptest::prelude::*;
 
     proptest! {
         #[test]

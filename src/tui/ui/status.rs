@@ -121,7 +121,7 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
         spans.push(Span::raw(crate::text::escape(typed).into_owned()));
         spans.push(Span::styled("▏", theme.key));
     }
-    let room = usize::from(area.width).saturating_sub(Line::from(spans.clone()).width());
+    let room = usize::from(area.width).saturating_sub(spans.iter().map(Span::width).sum());
     for (key, label, _) in fitting_hints(keymap::hints(app.context()), room) {
         spans.push(Span::styled(format!(" {key}"), theme.key));
         spans.push(Span::raw(format!(" {label} ")));
