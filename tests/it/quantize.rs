@@ -558,15 +558,21 @@ fn grid_values_beyond_bf16_fail_verification() {
         .write(&source)
         .unwrap();
     for scheme in ["W8A8", "FP8_DYNAMIC", "FP8_BLOCK"] {
-        let output = dir.path().join(format!("{scheme}.safetensors"));
-        let run = std::process::Command::new(env!("CARGO_BIN_EXE_stui"))
-            .args(["quantize", "--scheme", scheme, "-o"])
-            .arg(&output)
-            .arg(&source)
-            .output()
-            .unwrap();
+        let output = format!("{scheme}.safetensors");
+        let args = [
+            "quantize",
+            "--scheme",
+            scheme,
+            "-o",
+            &output,
+            "top.safetensors",
+        ];
+        let run = support::run_within(
+            support::stui(dir.path(), args),
+            std::time::Duration::from_secs(60),
+        );
         let stdout = String::from_utf8_lossy(&run.stdout);
-        assert_eq!(run.status.code(), Some(1), "{scheme}: {stdout}");
+        assert_eq!(run.code, Some(1), "{scheme}: {stdout} {}", run.stderr);
         assert!(
             stdout.contains("THE OUTPUT DID NOT VERIFY"),
             "{scheme}: {stdout}"
