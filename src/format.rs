@@ -3,6 +3,7 @@
 
 pub mod dtype;
 pub mod file;
+pub mod folder;
 pub mod header;
 pub mod index;
 pub mod layout;

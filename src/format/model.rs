@@ -1,7 +1,8 @@
 //! A model: one `.safetensors` file, or the shards named by an index, or a folder's files, read
 //! as one set of tensors that each know their shard.
 
-use super::index::{INDEX_FILE_NAME, ShardIndex};
+use super::folder::{self, Choice, Files};
+use super::index::ShardIndex;
 use super::remote::RemoteModel;
 use super::{Rejection, SafetensorsFile, StringMap, Tensor};
 use crate::error::{Error, Result};
@@ -9,7 +10,7 @@ use crate::finding::{Code, Finding, Findings};
 use crate::source::hf_cache::{CacheDir, Snapshot};
 use crate::source::hub::Hub;
 use crate::source::{ProcessEnvironment, RepoRef};
-use crate::text::{escape, escape_path, natural_cmp};
+use crate::text::{escape, escape_path};
 use fixedbitset::FixedBitSet;
 use foldhash::{HashMap, HashSet};
 use hashbrown::HashTable;
@@ -157,38 +158,26 @@ impl Model {
     }
 
     fn open_folder(folder: &Path, hint: Hint<'_>) -> Result<Model> {
-        let index = folder.join(INDEX_FILE_NAME);
-        if index.is_file() {
-            return Model::open_index(&index, Source::Folder, hint).map(|mut model| {
-                folder.clone_into(&mut model.path);
-                model
-            });
-        }
         let entries = fs::read_dir(folder).map_err(|source| Error::io(folder, source))?;
         let mut names = Vec::new();
-        let mut indexes = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|source| Error::io(folder, source))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".safetensors.index.json") {
-                indexes.push(name);
-            } else if name.ends_with(".safetensors") {
-                names.push(name);
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+        match folder::choose(names.iter().map(String::as_str)) {
+            None => Err(Error::NoModel(folder.to_owned())),
+            Some(Choice::Index(index)) => {
+                Model::open_index(&folder.join(index), Source::Folder, hint).map(|mut model| {
+                    folder.clone_into(&mut model.path);
+                    model
+                })
+            }
+            Some(Choice::Files(files)) => {
+                let mut builder = Builder::new(folder, Source::Folder, hint);
+                builder.add_paths(folder, files.read.clone());
+                builder.finish_folder(&files)
             }
         }
-        if let [only] = &indexes[..] {
-            return Model::open_index(&folder.join(only), Source::Folder, hint).map(|mut model| {
-                folder.clone_into(&mut model.path);
-                model
-            });
-        }
-        if names.is_empty() {
-            return Err(Error::NoModel(folder.to_owned()));
-        }
-        names.sort_by(|a, b| natural_cmp(a, b));
-        let mut builder = Builder::new(folder, Source::Folder, hint);
-        builder.add_paths(folder, names);
-        Ok(builder.finish())
     }
 
     fn open_index(path: &Path, source: Source, hint: Hint<'_>) -> Result<Model> {
@@ -781,6 +770,50 @@ impl<'a> Builder<'a> {
                 .in_file(&self.shards[tensor.shard].label),
             );
         }
+    }
+
+    /// Finishes a model read from a folder's `files` with no index: notes the files passed
+    /// over, and refuses parts that hold the same tensor, which are separate models.
+    pub(super) fn finish_folder(mut self, files: &Files) -> Result<Model> {
+        if let [read] = &files.read[..]
+            && !files.left.is_empty()
+        {
+            self.findings.push(Finding::info(
+                Code::FolderOtherFiles,
+                format!(
+                    "not read beside `{}`: {} (loaders read that file alone; open another by its path)",
+                    escape(read),
+                    folder::listed(&files.left)
+                ),
+            ));
+        }
+        if files.parts
+            && let Some(twice) = self
+                .findings
+                .iter()
+                .find(|f| f.code == Code::TensorInTwoShards)
+        {
+            let name = twice.tensor.as_deref().unwrap_or_default();
+            let second = twice.file.as_deref().unwrap_or_default();
+            let hash = self.hasher.hash_one(name);
+            let first = self
+                .by_name
+                .find(hash, |&j| self.tensors[j as usize].name() == name)
+                .map_or("", |&j| {
+                    self.shards[self.tensors[j as usize].shard].label.as_str()
+                });
+            return Err(Error::Invalid(format!(
+                "{}: {} .safetensors files and no index, and they are separate models (`{}` and \
+                 `{}` both hold `{}`): open one of them by its path, e.g. {}",
+                escape_path(&self.path),
+                files.read.len(),
+                escape(first),
+                escape(second),
+                escape(name),
+                escape_path(&self.path.join(first)),
+            )));
+        }
+        Ok(self.finish())
     }
 
     pub(super) fn finish(self) -> Model {

@@ -3,13 +3,14 @@
 //! blob id; tensor data fetched only on demand, one Range request per tensor.
 
 use super::SafetensorsFile;
-use super::index::{INDEX_FILE_NAME, ShardIndex};
+use super::folder::{self, Choice, Files};
+use super::index::ShardIndex;
 use super::model::{Builder, Model, Source};
 use crate::error::{Error, Result};
 use crate::source::RepoRef;
 use crate::source::header_cache;
 use crate::source::hub::{Hub, RemoteError, RepoFile};
-use crate::text::{escape, natural_cmp};
+use crate::text::escape;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -92,6 +93,7 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
         folder,
         labels,
         index,
+        chosen,
     } = plan(repo, &hub, &commit, layout, &files, cache).map_err(fail)?;
     let in_repo = |label: &str| {
         if folder.is_empty() {
@@ -154,7 +156,10 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
         builder.add_index_findings(index, label);
         builder.check_against_index(index, label);
     }
-    let mut model = builder.finish();
+    let mut model = match &chosen {
+        Some(chosen) => builder.finish_folder(chosen)?,
+        None => builder.finish(),
+    };
     model.remote = Some(Arc::new(RemoteModel {
         hub,
         repo: repo.clone(),
@@ -174,6 +179,8 @@ struct Plan {
     folder: String,
     labels: Vec<String>,
     index: Option<(ShardIndex, String)>,
+    /// The files chosen in a folder with no index.
+    chosen: Option<Files>,
 }
 
 fn plan(
@@ -185,6 +192,7 @@ fn plan(
     cache: Option<&Path>,
 ) -> std::result::Result<Plan, RemoteError> {
     let shown = format!("hf://{}@{commit}", repo.id);
+    let mut chosen = None;
     let (model_path, source, folder, labels, index) = match layout {
         Layout::Index(index_path) => {
             let file = files[index_path.as_str()];
@@ -210,7 +218,9 @@ fn plan(
                 Some((index, index_path)),
             )
         }
-        Layout::Files(folder, labels) => {
+        Layout::Files(folder, files) => {
+            let labels = files.read.clone();
+            chosen = Some(files);
             (join(&shown, &folder), Source::Folder, folder, labels, None)
         }
         Layout::File(path) => {
@@ -231,6 +241,7 @@ fn plan(
         folder,
         labels,
         index,
+        chosen,
     })
 }
 
@@ -238,8 +249,8 @@ fn plan(
 enum Layout {
     /// An index, by its path.
     Index(String),
-    /// A folder (`""` for the top) and its `.safetensors` files, in natural order.
-    Files(String, Vec<String>),
+    /// A folder (`""` for the top) and the files of its model.
+    Files(String, Files),
     /// One file.
     File(String),
 }
@@ -266,33 +277,15 @@ fn choose(
     } else {
         format!("{folder}/")
     };
-    let conventional = format!("{prefix}{INDEX_FILE_NAME}");
-    if files.contains_key(conventional.as_str()) {
-        return Some(Layout::Index(conventional));
-    }
-    let mut indexes = Vec::new();
-    let mut names = Vec::new();
-    for file in listing {
-        let Some(name) = file.path.strip_prefix(&prefix) else {
-            continue;
-        };
-        if name.contains('/') {
-            continue;
-        }
-        if name.ends_with(".safetensors.index.json") {
-            indexes.push(file.path.clone());
-        } else if name.ends_with(".safetensors") {
-            names.push(name.to_owned());
-        }
-    }
-    if let [only] = &indexes[..] {
-        return Some(Layout::Index(only.clone()));
-    }
-    if names.is_empty() {
-        return None;
-    }
-    names.sort_by(|a, b| natural_cmp(a, b));
-    Some(Layout::Files(folder, names))
+    let in_folder = listing.iter().filter_map(|file| {
+        file.path
+            .strip_prefix(&prefix)
+            .filter(|name| !name.contains('/'))
+    });
+    Some(match folder::choose(in_folder)? {
+        Choice::Index(name) => Layout::Index(format!("{prefix}{name}")),
+        Choice::Files(chosen) => Layout::Files(folder, chosen),
+    })
 }
 
 /// The first Range request of each shard: its header's size as the index's names suggest

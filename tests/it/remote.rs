@@ -244,6 +244,53 @@ fn a_sharded_model_reads_as_it_does_locally() {
 }
 
 #[test]
+fn a_folder_of_the_repo_is_read_as_its_loader_reads_it_as_locally() {
+    let hub = FakeHub::start();
+    let names = ["conv_in.weight", "conv_in.bias"];
+    let files = [
+        (
+            "unet/diffusion_pytorch_model.safetensors",
+            safetensors_file(&names, 1.0, None),
+        ),
+        (
+            "unet/diffusion_pytorch_model.fp16.safetensors",
+            safetensors_file(&names, 2.0, None),
+        ),
+        (
+            "sd_xl_base_1.0.safetensors",
+            safetensors_file(&names, 3.0, None),
+        ),
+        (
+            "sd_xl_base_1.0_0.9vae.safetensors",
+            safetensors_file(&names, 4.0, None),
+        ),
+    ];
+    hub.add_repo("org/name", COMMIT, &files);
+    let local = local_copy(&files);
+    let scratch = Scratch::new();
+    let (code, out, err) = scratch.run(&hub, &["check", "--json", "hf://org/name/unet"], &[]);
+    assert_eq!(code, 0, "{err}");
+    let remote = without_paths(&out);
+    assert_eq!(
+        remote,
+        local_json(&local.path().join("unet"), &["check", "--json"])
+    );
+    assert!(out.contains("folder-other-files"), "{out}");
+    let variant_requests = |log: &[String]| log.iter().filter(|l| l.contains("fp16")).count();
+    assert_eq!(
+        variant_requests(&hub.take_log()),
+        0,
+        "the variant is never read"
+    );
+    let (code, _, err) = scratch.run(&hub, &["check", "hf://org/name"], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("separate models") && err.contains("hf://org/name@"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_repo_id_not_in_the_cache_is_read_from_the_hub_and_a_token_stays_on_the_hub() {
     let hub = FakeHub::start();
     hub.add_repo("org/name", COMMIT, &sharded(0));

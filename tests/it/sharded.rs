@@ -74,6 +74,146 @@ fn an_index_reads_as_one_model() {
 }
 
 #[test]
+fn a_folder_reads_the_file_its_loader_reads_and_names_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    // A diffusers variant beside the model: the same tensors again, in half precision.
+    for name in [
+        "diffusion_pytorch_model.safetensors",
+        "diffusion_pytorch_model.fp16.safetensors",
+    ] {
+        shard(&["conv_in.weight", "conv_in.bias"])
+            .write(&dir.path().join(name))
+            .unwrap();
+    }
+    let model = Model::open(dir.path()).unwrap();
+    let labels: Vec<_> = model.shards.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(labels, ["diffusion_pytorch_model.safetensors"]);
+    assert_eq!(codes(&model), ["folder-other-files"]);
+    let note = &model.findings.iter().next().unwrap().message;
+    assert!(
+        note.contains("`diffusion_pytorch_model.fp16.safetensors`"),
+        "{note}"
+    );
+    assert!(model.is_valid());
+    let check = support::run_within(
+        support::stui(dir.path(), ["check", "."]),
+        std::time::Duration::from_secs(60),
+    );
+    assert_eq!(check.code, Some(0), "{}", check.stderr);
+}
+
+/// Folders that transformers and diffusers write with a half-precision variant beside the
+/// model (`tests/fixtures/folders`): stui reads the save that the producer's own
+/// `from_pretrained(dir)` reads, the F32 one, and names the variant it passes over.
+#[test]
+fn folders_with_variants_read_the_save_their_producers_load() {
+    use stui::finding::Severity;
+    use stui::format::TensorDtype;
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/folders");
+    for (name, noted) in [
+        (
+            "diffusers_unet_fp16_variant",
+            Some("diffusion_pytorch_model.fp16.safetensors"),
+        ),
+        ("diffusers_sharded_fp16_variant", None),
+        ("transformers_fp16_variant", Some("model.fp16.safetensors")),
+    ] {
+        let producer: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(fixtures.join(name).join("producer.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            producer["reads"]["from_pretrained(dir)"], "default",
+            "{name}"
+        );
+        let default_save: Vec<&str> = producer["written"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|file| file.as_str())
+            .filter(|file| file.ends_with(".safetensors") && !file.contains(".fp16"))
+            .collect();
+        let dir = support::rebuild_folder(&fixtures.join(name), &mut |_, _| {});
+        let model = Model::open(dir.path()).unwrap();
+        let mut read: Vec<&str> = model.shards.iter().map(|s| s.label.as_str()).collect();
+        read.sort_unstable();
+        assert_eq!(read, default_save, "{name}");
+        assert!(
+            model
+                .tensors
+                .iter()
+                .all(|t| t.info.dtype == TensorDtype::Known(Dtype::F32)),
+            "{name}: a half-precision tensor was read"
+        );
+        let notes: Vec<_> = model
+            .findings
+            .iter()
+            .filter(|f| f.code == Code::FolderOtherFiles)
+            .collect();
+        match noted {
+            Some(variant) => {
+                assert_eq!(notes.len(), 1, "{name}");
+                assert!(notes[0].message.contains(&format!("`{variant}`")), "{name}");
+            }
+            None => assert!(notes.is_empty(), "{name}"),
+        }
+        assert!(
+            model.findings.iter().all(|f| f.severity == Severity::Info),
+            "{name}: {:?}",
+            model.findings
+        );
+        let check = support::run_within(
+            support::stui(dir.path(), ["check", "."]),
+            std::time::Duration::from_secs(60),
+        );
+        assert_eq!(check.code, Some(0), "{name}: {}", check.stderr);
+    }
+}
+
+#[test]
+fn files_holding_the_same_tensors_with_no_index_are_separate_models() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "sd_xl_base_1.0.safetensors",
+        "sd_xl_base_1.0_0.9vae.safetensors",
+    ] {
+        shard(&["first_stage_model.decoder.conv_in.weight", "model.x"])
+            .write(&dir.path().join(name))
+            .unwrap();
+    }
+    let error = Model::open(dir.path()).unwrap_err().to_string();
+    for part in [
+        "2 .safetensors files and no index, and they are separate models",
+        "`sd_xl_base_1.0.safetensors` and `sd_xl_base_1.0_0.9vae.safetensors` both hold \
+         `first_stage_model.decoder.conv_in.weight`",
+        "open one of them by its path",
+    ] {
+        assert!(error.contains(part), "{error}");
+    }
+    let check = support::run_within(
+        support::stui(dir.path(), ["check", "."]),
+        std::time::Duration::from_secs(60),
+    );
+    assert_eq!(check.code, Some(2), "{}", check.stderr);
+    assert!(check.stderr.contains("separate models"), "{}", check.stderr);
+    assert!(check.no_panic());
+}
+
+#[test]
+fn files_with_no_index_and_their_own_tensors_read_as_one_model() {
+    let dir = tempfile::tempdir().unwrap();
+    shard(&["decoder.conv_in.weight"])
+        .write(&dir.path().join("ae.safetensors"))
+        .unwrap();
+    shard(&["double_blocks.0.img_attn.qkv.weight"])
+        .write(&dir.path().join("flux1-dev.safetensors"))
+        .unwrap();
+    let model = Model::open(dir.path()).unwrap();
+    assert_eq!(model.shards.len(), 2);
+    assert!(model.findings.is_empty(), "{:?}", model.findings);
+}
+
+#[test]
 fn every_index_inconsistency_is_a_finding() {
     let dir = tempfile::tempdir().unwrap();
     shard(&["a", "b", "twice"])

@@ -330,8 +330,16 @@ pub fn rebuild_fixture(
     family: &str,
     change: &mut dyn FnMut(&str, &mut serde_json::Map<String, serde_json::Value>),
 ) -> tempfile::TempDir {
+    rebuild_folder(&arch_fixtures().join(family), change)
+}
+
+/// [`rebuild_fixture`] of any folder of headers.
+pub fn rebuild_folder(
+    fixture: &Path,
+    change: &mut dyn FnMut(&str, &mut serde_json::Map<String, serde_json::Value>),
+) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(arch_fixtures().join(family)).unwrap() {
+    for entry in std::fs::read_dir(fixture).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         if let Some(file) = name.strip_suffix(".header") {

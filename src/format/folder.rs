@@ -1,0 +1,252 @@
+//! Which of a folder's files make its model, as the loaders that wrote it read them back: an
+//! index first, then the one file transformers or diffusers load, then the folder's files.
+//!
+//! Repositories keep other files beside the model: diffusers' half-precision variants
+//! (`diffusion_pytorch_model.fp16.safetensors`), Mistral's `consolidated.safetensors`, a second
+//! checkpoint with another VAE. Read together they would make one model holding every tensor
+//! twice.
+
+use super::index::INDEX_FILE_NAME;
+use crate::text::{escape, natural_cmp};
+
+/// The single files the loaders look for, in the order stui prefers them: transformers', then
+/// diffusers'.
+pub const LOADERS_FILES: [&str; 2] = ["model.safetensors", "diffusion_pytorch_model.safetensors"];
+
+/// The indexes the loaders look for, in the same order.
+const LOADERS_INDEXES: [&str; 2] = [
+    INDEX_FILE_NAME,
+    "diffusion_pytorch_model.safetensors.index.json",
+];
+
+/// What a folder's model is made of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// An index, by its name in the folder.
+    Index(String),
+    /// Files with no index.
+    Files(Files),
+}
+
+/// The files read and those passed over, each in natural order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Files {
+    pub read: Vec<String>,
+    /// The folder's other `.safetensors` files, when a loader's own file was chosen among them.
+    pub left: Vec<String>,
+    /// The files read are neither one file nor one set of shards (`NAME-00001-of-00003…`):
+    /// parts read side by side, which are one model only if no two hold the same tensor.
+    pub parts: bool,
+}
+
+/// The model among `names`, a folder's file names; `None` when it holds neither an index nor a
+/// `.safetensors` file.
+pub fn choose<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<Choice> {
+    let mut indexes = Vec::new();
+    let mut files = Vec::new();
+    for name in names {
+        if name.ends_with(".safetensors.index.json") {
+            indexes.push(name);
+        } else if name.ends_with(".safetensors") {
+            files.push(name.to_owned());
+        }
+    }
+    if let Some(index) = LOADERS_INDEXES.iter().find(|i| indexes.contains(i)) {
+        return Some(Choice::Index((*index).to_owned()));
+    }
+    if let [only] = &indexes[..] {
+        return Some(Choice::Index((*only).to_owned()));
+    }
+    if files.is_empty() {
+        return None;
+    }
+    files.sort_by(|a, b| natural_cmp(a, b));
+    if let Some(own) = LOADERS_FILES.iter().find(|f| files.iter().any(|n| n == *f)) {
+        files.retain(|n| n != own);
+        return Some(Choice::Files(Files {
+            read: vec![(*own).to_owned()],
+            left: files,
+            parts: false,
+        }));
+    }
+    let parts = files.len() > 1 && !one_set_of_shards(&files);
+    Some(Choice::Files(Files {
+        read: files,
+        left: Vec::new(),
+        parts,
+    }))
+}
+
+/// Names in backticks, the first few of many with how many more.
+pub fn listed(names: &[String]) -> String {
+    const SHOWN: usize = 4;
+    let shown: Vec<String> = names
+        .iter()
+        .take(SHOWN)
+        .map(|n| format!("`{}`", escape(n)))
+        .collect();
+    match names.len().checked_sub(SHOWN) {
+        Some(more) if more > 0 => format!("{} and {more} more", shown.join(", ")),
+        _ => shown.join(", "),
+    }
+}
+
+/// True when every name is `STEM-I-of-N.safetensors` with the same `STEM` and `N`.
+fn one_set_of_shards(names: &[String]) -> bool {
+    let mut sets = names.iter().map(|name| shard_set(name));
+    let Some(Some(first)) = sets.next() else {
+        return false;
+    };
+    sets.all(|set| set == Some(first))
+}
+
+/// The stem and count of a shard's name, `("model", "00003")` for
+/// `model-00001-of-00003.safetensors`.
+fn shard_set(name: &str) -> Option<(&str, &str)> {
+    let base = name.strip_suffix(".safetensors")?;
+    let (head, count) = base.rsplit_once("-of-")?;
+    let (stem, number) = head.rsplit_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(count) && digits(number)).then_some((stem, count))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(read: &[&str], left: &[&str], parts: bool) -> Choice {
+        let owned = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
+        Choice::Files(Files {
+            read: owned(read),
+            left: owned(left),
+            parts,
+        })
+    }
+
+    #[test]
+    fn an_index_comes_first_and_the_loaders_own_before_others() {
+        let names = [
+            "consolidated.safetensors",
+            "model-00002-of-00002.safetensors",
+            "model-00001-of-00002.safetensors",
+            "model.safetensors.index.json",
+            "config.json",
+        ];
+        assert_eq!(
+            choose(names),
+            Some(Choice::Index("model.safetensors.index.json".into()))
+        );
+        let diffusers = [
+            "diffusion_pytorch_model.safetensors.index.json",
+            "other.safetensors.index.json",
+        ];
+        assert_eq!(
+            choose(diffusers),
+            Some(Choice::Index(
+                "diffusion_pytorch_model.safetensors.index.json".into()
+            ))
+        );
+        assert_eq!(
+            choose(["a.safetensors", "b.safetensors.index.json"]),
+            Some(Choice::Index("b.safetensors.index.json".into()))
+        );
+    }
+
+    #[test]
+    fn a_loaders_own_file_is_read_alone() {
+        assert_eq!(
+            choose([
+                "diffusion_pytorch_model.fp16.safetensors",
+                "diffusion_pytorch_model.safetensors",
+                "config.json",
+            ]),
+            Some(files(
+                &["diffusion_pytorch_model.safetensors"],
+                &["diffusion_pytorch_model.fp16.safetensors"],
+                false
+            ))
+        );
+        assert_eq!(
+            choose([
+                "reference.safetensors",
+                "model.safetensors",
+                "consolidated.safetensors"
+            ]),
+            Some(files(
+                &["model.safetensors"],
+                &["consolidated.safetensors", "reference.safetensors"],
+                false
+            ))
+        );
+    }
+
+    #[test]
+    fn shards_with_no_index_are_one_model_and_other_files_are_parts() {
+        assert_eq!(
+            choose([
+                "model-00010-of-00010.safetensors",
+                "model-00002-of-00010.safetensors",
+            ]),
+            Some(files(
+                &[
+                    "model-00002-of-00010.safetensors",
+                    "model-00010-of-00010.safetensors"
+                ],
+                &[],
+                false
+            ))
+        );
+        assert_eq!(
+            choose(["model.fp16-00001-of-00002.safetensors"]),
+            Some(files(
+                &["model.fp16-00001-of-00002.safetensors"],
+                &[],
+                false
+            ))
+        );
+        assert_eq!(
+            choose(["ae.safetensors", "flux1-dev.safetensors"]),
+            Some(files(
+                &["ae.safetensors", "flux1-dev.safetensors"],
+                &[],
+                true
+            ))
+        );
+        assert_eq!(
+            choose([
+                "model-00001-of-00002.safetensors",
+                "model-00001-of-00003.safetensors",
+            ]),
+            Some(files(
+                &[
+                    "model-00001-of-00002.safetensors",
+                    "model-00001-of-00003.safetensors"
+                ],
+                &[],
+                true
+            ))
+        );
+        assert_eq!(choose(["config.json", "notes.txt"]), None);
+    }
+
+    #[test]
+    fn many_names_are_listed_with_a_count() {
+        let names: Vec<String> = (1..=6).map(|i| format!("{i}.safetensors")).collect();
+        assert_eq!(listed(&names[..1]), "`1.safetensors`");
+        assert_eq!(
+            listed(&names),
+            "`1.safetensors`, `2.safetensors`, `3.safetensors`, `4.safetensors` and 2 more"
+        );
+    }
+
+    #[test]
+    fn shard_names_are_read_from_the_end() {
+        assert_eq!(
+            shard_set("a-b-00001-of-00002.safetensors"),
+            Some(("a-b", "00002"))
+        );
+        assert_eq!(shard_set("model-x-of-00002.safetensors"), None);
+        assert_eq!(shard_set("model-00001-of-.safetensors"), None);
+        assert_eq!(shard_set("model.safetensors"), None);
+    }
+}
