@@ -26,6 +26,8 @@ pub enum Choice {
     Index(String),
     /// Files with no index.
     Files(Files),
+    /// Several indexes, none of them a loader's own: which model is meant is the user's to say.
+    Indexes(Vec<String>),
 }
 
 /// The files read and those passed over, each in natural order.
@@ -54,8 +56,14 @@ pub fn choose<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<Choice> {
     if let Some(index) = LOADERS_INDEXES.iter().find(|i| indexes.contains(i)) {
         return Some(Choice::Index((*index).to_owned()));
     }
-    if let [only] = &indexes[..] {
-        return Some(Choice::Index((*only).to_owned()));
+    match &indexes[..] {
+        [] => {}
+        [only] => return Some(Choice::Index((*only).to_owned())),
+        several => {
+            let mut several: Vec<String> = several.iter().map(|&n| n.to_owned()).collect();
+            several.sort_by(|a, b| natural_cmp(a, b));
+            return Some(Choice::Indexes(several));
+        }
     }
     if files.is_empty() {
         return None;
@@ -75,6 +83,15 @@ pub fn choose<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<Choice> {
         left: Vec::new(),
         parts,
     }))
+}
+
+/// The error for a folder of several indexes, none of them a loader's own.
+pub fn several_indexes(folder: &str, indexes: &[String]) -> String {
+    format!(
+        "{folder}: {} indexes and none is `{INDEX_FILE_NAME}`: open one of them by its path ({})",
+        indexes.len(),
+        listed(indexes)
+    )
 }
 
 /// Names in backticks, the first few of many with how many more.
@@ -113,6 +130,63 @@ fn shard_set(name: &str) -> Option<(&str, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Names of the kinds folders hold, loaders' own among them.
+    fn folder_names() -> impl Strategy<Value = Vec<String>> {
+        let name = prop_oneof![
+            Just("model.safetensors".to_owned()),
+            Just("diffusion_pytorch_model.safetensors".to_owned()),
+            Just("model.fp16.safetensors".to_owned()),
+            Just("config.json".to_owned()),
+            Just("model.safetensors.index.json".to_owned()),
+            "[a-c]{1,3}\\.safetensors(\\.index\\.json)?",
+            (1u32..4, 2u32..4).prop_map(|(i, n)| format!("model-{i:05}-of-{n:05}.safetensors")),
+        ];
+        proptest::collection::btree_set(name, 0..7).prop_map(|set| set.into_iter().collect())
+    }
+
+    proptest! {
+        /// Whatever the folder's order, the choice is the same; files are read or passed over,
+        /// never both and never lost; a loader's own file is read alone; an index wins.
+        #[test]
+        fn every_file_is_read_or_named(names in folder_names(), seed in any::<u64>()) {
+            let mut shuffled = names.clone();
+            shuffled.sort_by_key(|n| {
+                n.bytes().fold(seed, |h, b| h.rotate_left(5) ^ u64::from(b))
+            });
+            let choice = choose(names.iter().map(String::as_str));
+            prop_assert_eq!(&choice, &choose(shuffled.iter().map(String::as_str)));
+            let has_index = names.iter().any(|n| n.ends_with(".safetensors.index.json"));
+            let mut files: Vec<&str> = names
+                .iter()
+                .map(String::as_str)
+                .filter(|n| n.ends_with(".safetensors"))
+                .collect();
+            match choice {
+                Some(Choice::Index(index)) => prop_assert!(names.contains(&index)),
+                Some(Choice::Files(chosen)) => {
+                    prop_assert!(!has_index || !names.contains(&INDEX_FILE_NAME.to_owned()));
+                    let mut seen: Vec<&str> =
+                        chosen.read.iter().chain(&chosen.left).map(String::as_str).collect();
+                    seen.sort_unstable();
+                    files.sort_unstable();
+                    prop_assert_eq!(seen, files);
+                    prop_assert!(!chosen.read.is_empty());
+                    if let Some(own) = LOADERS_FILES.iter().find(|f| names.iter().any(|n| n == *f)) {
+                        prop_assert_eq!(&chosen.read, &vec![(*own).to_owned()]);
+                    } else {
+                        prop_assert!(chosen.left.is_empty());
+                    }
+                }
+                Some(Choice::Indexes(several)) => {
+                    prop_assert!(several.len() > 1);
+                    prop_assert!(!names.contains(&INDEX_FILE_NAME.to_owned()));
+                }
+                None => prop_assert!(files.is_empty() && !has_index),
+            }
+        }
+    }
 
     fn files(read: &[&str], left: &[&str], parts: bool) -> Choice {
         let owned = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
@@ -149,6 +223,13 @@ mod tests {
         assert_eq!(
             choose(["a.safetensors", "b.safetensors.index.json"]),
             Some(Choice::Index("b.safetensors.index.json".into()))
+        );
+        assert_eq!(
+            choose(["b.safetensors.index.json", "a.safetensors.index.json"]),
+            Some(Choice::Indexes(vec![
+                "a.safetensors.index.json".into(),
+                "b.safetensors.index.json".into()
+            ]))
         );
     }
 

@@ -172,6 +172,10 @@ impl Model {
                     model
                 })
             }
+            Some(Choice::Indexes(indexes)) => Err(Error::Invalid(folder::several_indexes(
+                &escape_path(folder),
+                &indexes,
+            ))),
             Some(Choice::Files(files)) => {
                 let mut builder = Builder::new(folder, Source::Folder, hint);
                 builder.add_paths(folder, files.read.clone());

@@ -78,14 +78,7 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
     let commit = info.commit.clone();
     let files: HashMap<&str, &RepoFile> = info.files.iter().map(|f| (f.path.as_str(), f)).collect();
     let shown = format!("hf://{}@{commit}", repo.id);
-    let layout = choose(repo, &info.files, &files).ok_or_else(|| {
-        Error::Invalid(format!(
-            "`{repo}` at commit {commit} holds no .safetensors file or index{}: check the name and path",
-            repo.path
-                .as_deref()
-                .map_or_else(String::new, |p| format!(" at `{}`", escape(p)))
-        ))
-    })?;
+    let layout = choose(repo, &commit, &info.files, &files)?;
     let hub = Arc::new(hub);
     let Plan {
         model_path,
@@ -255,17 +248,18 @@ enum Layout {
     File(String),
 }
 
-/// The model the path names, as a local folder would be read: an index first, else its files.
+/// The model the path names at `commit`, as a local folder would be read (`format::folder`).
 fn choose(
     repo: &RepoRef,
+    commit: &str,
     listing: &[RepoFile],
     files: &HashMap<&str, &RepoFile>,
-) -> Option<Layout> {
+) -> Result<Layout> {
     if let Some(path) = &repo.path
         && files.contains_key(path.as_str())
     {
         let is_index = Path::new(path).extension().is_some_and(|ext| ext == "json");
-        return Some(if is_index {
+        return Ok(if is_index {
             Layout::Index(path.clone())
         } else {
             Layout::File(path.clone())
@@ -282,10 +276,20 @@ fn choose(
             .strip_prefix(&prefix)
             .filter(|name| !name.contains('/'))
     });
-    Some(match folder::choose(in_folder)? {
-        Choice::Index(name) => Layout::Index(format!("{prefix}{name}")),
-        Choice::Files(chosen) => Layout::Files(folder, chosen),
-    })
+    match folder::choose(in_folder) {
+        Some(Choice::Index(name)) => Ok(Layout::Index(format!("{prefix}{name}"))),
+        Some(Choice::Files(chosen)) => Ok(Layout::Files(folder, chosen)),
+        Some(Choice::Indexes(indexes)) => Err(Error::Invalid(folder::several_indexes(
+            &join(&format!("hf://{}@{commit}", repo.id), &folder),
+            &indexes,
+        ))),
+        None => Err(Error::Invalid(format!(
+            "`{repo}` at commit {commit} holds no .safetensors file or index{}: check the name and path",
+            repo.path
+                .as_deref()
+                .map_or_else(String::new, |p| format!(" at `{}`", escape(p)))
+        ))),
+    }
 }
 
 /// The first Range request of each shard: its header's size as the index's names suggest

@@ -200,6 +200,29 @@ fn files_holding_the_same_tensors_with_no_index_are_separate_models() {
 }
 
 #[test]
+fn several_indexes_none_a_loaders_own_are_named_for_the_user_to_choose() {
+    let dir = tempfile::tempdir().unwrap();
+    for stem in ["consolidated", "original"] {
+        let shard_name = format!("{stem}-00001-of-00001.safetensors");
+        shard(&["w"]).write(&dir.path().join(&shard_name)).unwrap();
+        let index = serde_json::json!({ "metadata": {}, "weight_map": { "w": shard_name } });
+        std::fs::write(
+            dir.path().join(format!("{stem}.safetensors.index.json")),
+            index.to_string(),
+        )
+        .unwrap();
+    }
+    let error = Model::open(dir.path()).unwrap_err().to_string();
+    assert!(
+        error.contains(
+            "2 indexes and none is `model.safetensors.index.json`: open one of them by its path \
+             (`consolidated.safetensors.index.json`, `original.safetensors.index.json`)"
+        ),
+        "{error}"
+    );
+}
+
+#[test]
 fn files_with_no_index_and_their_own_tensors_read_as_one_model() {
     let dir = tempfile::tempdir().unwrap();
     shard(&["decoder.conv_in.weight"])
