@@ -466,6 +466,14 @@ impl Summary {
             .min_by(|a, b| a.error.snr_db.total_cmp(&b.error.snr_db))
     }
 
+    /// The quantized tensors that read back as ±Inf (or NaN): their grid's largest value passes
+    /// the largest their scale's type holds.
+    pub fn beyond_range(&self) -> impl Iterator<Item = &Quantized> + '_ {
+        self.quantized
+            .iter()
+            .filter(|q| !q.error.max_abs_error.is_finite())
+    }
+
     /// The quantized tensors, the lowest SNR first.
     pub fn worst_first(&self) -> Vec<&Quantized> {
         let mut worst: Vec<&Quantized> = self.quantized.iter().collect();

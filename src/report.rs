@@ -1366,6 +1366,20 @@ pub fn write_quantize<W: Write>(
             "THE OUTPUT DID NOT VERIFY"
         }
     )?;
+    let beyond: Vec<String> = summary
+        .beyond_range()
+        .map(|q| model.tensors[q.tensor].name().to_owned())
+        .collect();
+    if !beyond.is_empty() {
+        writeln!(
+            out,
+            "read back as Inf, the grid's largest value beyond what the weights' dtype holds: {}; \
+             keep {} with --keep-below-snr (an SNR of -inf falls below any threshold), or choose \
+             a scheme with groups (W8A16, W4A16, NVFP4A16), whose scales stay within",
+            crate::format::folder::listed(&beyond),
+            if beyond.len() == 1 { "it" } else { "them" }
+        )?;
+    }
     let below: Vec<&str> = summary
         .kept()
         .filter(|&(_, why)| why == crate::quantize::Kept::BelowSnr)

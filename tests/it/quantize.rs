@@ -555,6 +555,12 @@ fn grid_values_beyond_bf16_fail_verification() {
             &[4, 128],
             Fill::Values(vec![3.389_531_4e38, 1.0, -2.0]),
         )
+        .tensor(
+            "layer.other.weight",
+            Dtype::Bf16,
+            &[4, 128],
+            Fill::Values(vec![0.5, 1.0, -2.0]),
+        )
         .write(&source)
         .unwrap();
     for scheme in ["W8A8", "FP8_DYNAMIC", "FP8_BLOCK"] {
@@ -575,6 +581,37 @@ fn grid_values_beyond_bf16_fail_verification() {
         assert_eq!(run.code, Some(1), "{scheme}: {stdout} {}", run.stderr);
         assert!(
             stdout.contains("THE OUTPUT DID NOT VERIFY"),
+            "{scheme}: {stdout}"
+        );
+        assert!(
+            stdout.contains(
+                "read back as Inf, the grid's largest value beyond what the weights' dtype \
+                 holds: `layer.proj.weight`; keep it with --keep-below-snr"
+            ),
+            "{scheme}: {stdout}"
+        );
+        // The remedy the message gives: the weight kept, the rest quantized and verified.
+        let kept = format!("{scheme}-kept.safetensors");
+        let run = support::run_within(
+            support::stui(
+                dir.path(),
+                [
+                    "quantize",
+                    "--scheme",
+                    scheme,
+                    "--keep-below-snr",
+                    "0",
+                    "-o",
+                    &kept,
+                    "top.safetensors",
+                ],
+            ),
+            std::time::Duration::from_secs(60),
+        );
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        assert_eq!(run.code, Some(0), "{scheme}: {stdout} {}", run.stderr);
+        assert!(
+            stdout.contains("1 kept") && stdout.contains("the output is valid"),
             "{scheme}: {stdout}"
         );
     }

@@ -235,6 +235,8 @@ fn stage_line(app: &App, dialog: &QuantizeDialog) -> Line<'static> {
                 Bytes(summary.bytes_after),
                 if summary.verified {
                     "verified"
+                } else if summary.beyond_range().next().is_some() {
+                    "VERIFICATION FAILED: weights read back as Inf (k keeps them)"
                 } else {
                     "VERIFICATION FAILED"
                 }
