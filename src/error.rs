@@ -10,8 +10,16 @@ pub enum Error {
     /// names it once.
     #[error("{}: {error}", crate::text::escape_path(.path))]
     Io { path: PathBuf, error: io::Error },
-    #[error("{}: no .safetensors file or index in this folder", crate::text::escape_path(.0))]
-    NoModel(PathBuf),
+    /// A folder without a model of its own; `inside` names its subfolders that hold one.
+    #[error(
+        "{}: no .safetensors file or index in this folder{}",
+        crate::text::escape_path(.folder),
+        crate::format::folder::models_inside(&crate::text::escape_path(.folder), .inside)
+    )]
+    NoModel {
+        folder: PathBuf,
+        inside: Vec<String>,
+    },
     #[error("{0}")]
     Invalid(String),
 }

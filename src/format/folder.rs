@@ -8,6 +8,7 @@
 
 use super::index::INDEX_FILE_NAME;
 use crate::text::{escape, natural_cmp};
+use std::collections::BTreeMap;
 
 /// The single files the loaders look for, in the order stui prefers them: transformers', then
 /// diffusers'.
@@ -83,6 +84,42 @@ pub fn choose<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<Choice> {
         left: Vec::new(),
         parts,
     }))
+}
+
+/// The most subfolders looked into for a model, when a folder holds none of its own.
+pub const SUBFOLDERS_LOOKED_AT: usize = 256;
+
+/// The subfolders among `paths` (each `SUBFOLDER/NAME`, below a folder without a model of its
+/// own) whose files make a model, in natural order: a diffusers pipeline's components.
+pub fn subfolders_with_models<'a>(paths: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut by_folder: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for path in paths {
+        if let Some((folder, name)) = path.split_once('/')
+            && !name.contains('/')
+            && (by_folder.len() < SUBFOLDERS_LOOKED_AT || by_folder.contains_key(folder))
+        {
+            by_folder.entry(folder).or_default().push(name);
+        }
+    }
+    let mut found: Vec<String> = by_folder
+        .into_iter()
+        .filter(|(_, names)| choose(names.iter().copied()).is_some())
+        .map(|(folder, _)| folder.to_owned())
+        .collect();
+    found.sort_by(|a, b| natural_cmp(a, b));
+    found
+}
+
+/// What a folder without a model says of its subfolders that hold one (nothing when none do).
+pub fn models_inside(shown: &str, inside: &[String]) -> String {
+    match inside.first() {
+        None => String::new(),
+        Some(first) => format!(
+            "; its folders {} hold models: open one by its path, e.g. {shown}/{}",
+            listed(inside),
+            escape(first)
+        ),
+    }
 }
 
 /// The error for a folder of several indexes, none of them a loader's own.
@@ -318,6 +355,29 @@ mod tests {
             listed(&names),
             "`1.safetensors`, `2.safetensors`, `3.safetensors`, `4.safetensors` and 2 more"
         );
+    }
+
+    #[test]
+    fn a_pipelines_components_are_found_one_level_down() {
+        let paths = [
+            "model_index.json",
+            "vae/diffusion_pytorch_model.safetensors",
+            "vae/config.json",
+            "transformer/diffusion_pytorch_model-00001-of-00002.safetensors",
+            "transformer/diffusion_pytorch_model.safetensors.index.json",
+            "scheduler/scheduler_config.json",
+            "text_encoder/model.safetensors",
+            "text_encoder/deeper/model.safetensors",
+        ];
+        assert_eq!(
+            subfolders_with_models(paths),
+            ["text_encoder", "transformer", "vae"]
+        );
+        assert_eq!(
+            models_inside("hf://org/name", &["vae".into()]),
+            "; its folders `vae` hold models: open one by its path, e.g. hf://org/name/vae"
+        );
+        assert_eq!(models_inside("x", &[]), "");
     }
 
     #[test]

@@ -67,6 +67,30 @@ pub struct Model {
     pub remote: Option<Arc<RemoteModel>>,
 }
 
+/// The subfolders of `folder` (a folder without a model of its own) that hold one; unreadable
+/// ones are passed over, as this only helps word an error.
+fn models_in_subfolders(folder: &Path) -> Vec<String> {
+    let Ok(entries) = fs::read_dir(folder) else {
+        return Vec::new();
+    };
+    let mut paths = Vec::new();
+    for entry in entries.flatten().take(folder::SUBFOLDERS_LOOKED_AT) {
+        if !entry
+            .file_type()
+            .is_ok_and(|t| t.is_dir() || t.is_symlink())
+        {
+            continue;
+        }
+        let sub = entry.file_name().to_string_lossy().into_owned();
+        if let Ok(inner) = fs::read_dir(entry.path()) {
+            for name in inner.flatten() {
+                paths.push(format!("{sub}/{}", name.file_name().to_string_lossy()));
+            }
+        }
+    }
+    folder::subfolders_with_models(paths.iter().map(String::as_str))
+}
+
 impl Model {
     /// The same files listing `tensors` in place of the stored ones: a quantized model as it
     /// computes, its logical weights in the place of their members.
@@ -113,7 +137,19 @@ impl Model {
                     return Model::open_local(
                         &target,
                         Some(&|missing| snapshot.explain_missing(missing)),
-                    );
+                    )
+                    .map_err(|error| match error {
+                        // Components are named as the user named the repository.
+                        Error::NoModel { folder, inside } if !inside.is_empty() => {
+                            Error::Invalid(format!(
+                                "`{repo}` in the Hugging Face cache ({}) holds no .safetensors \
+                                 file or index{}",
+                                escape_path(&folder),
+                                folder::models_inside(&repo.to_string(), &inside)
+                            ))
+                        }
+                        error => error,
+                    });
                 }
                 Err(error) if offline => {
                     return Err(Error::Invalid(format!(
@@ -165,7 +201,10 @@ impl Model {
             names.push(entry.file_name().to_string_lossy().into_owned());
         }
         match folder::choose(names.iter().map(String::as_str)) {
-            None => Err(Error::NoModel(folder.to_owned())),
+            None => Err(Error::NoModel {
+                folder: folder.to_owned(),
+                inside: models_in_subfolders(folder),
+            }),
             Some(Choice::Index(index)) => {
                 Model::open_index(&folder.join(index), Source::Folder, hint).map(|mut model| {
                     folder.clone_into(&mut model.path);

@@ -283,12 +283,24 @@ fn choose(
             &join(&format!("hf://{}@{commit}", repo.id), &folder),
             &indexes,
         ))),
-        None => Err(Error::Invalid(format!(
-            "`{repo}` at commit {commit} holds no .safetensors file or index{}: check the name and path",
-            repo.path
-                .as_deref()
-                .map_or_else(String::new, |p| format!(" at `{}`", escape(p)))
-        ))),
+        None => {
+            let below = listing
+                .iter()
+                .filter_map(|file| file.path.strip_prefix(&prefix));
+            let inside = folder::subfolders_with_models(below);
+            let advice = if inside.is_empty() {
+                ": check the name and path".to_owned()
+            } else {
+                let given = format!("{}{repo}", if repo.remote { "hf://" } else { "" });
+                folder::models_inside(&given, &inside)
+            };
+            Err(Error::Invalid(format!(
+                "`{repo}` at commit {commit} holds no .safetensors file or index{}{advice}",
+                repo.path
+                    .as_deref()
+                    .map_or_else(String::new, |p| format!(" at `{}`", escape(p)))
+            )))
+        }
     }
 }
 

@@ -322,6 +322,16 @@ fn a_subfolder() {
         err.contains("`vae` is not in the cached snapshot of `org/name`"),
         "{err}"
     );
+    // The top holds no model: its components are named as the repository was.
+    let (code, _, err) = cache.run(&["inspect", "org/name"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains(
+            "holds no .safetensors file or index; its folders `text_encoder`, `unet` hold \
+             models: open one by its path, e.g. org/name/text_encoder"
+        ),
+        "{err}"
+    );
 }
 
 #[test]

@@ -291,6 +291,36 @@ fn a_folder_of_the_repo_is_read_as_its_loader_reads_it_as_locally() {
 }
 
 #[test]
+fn a_repo_of_components_names_them_and_each_opens() {
+    let hub = FakeHub::start();
+    let files = [
+        ("model_index.json", b"{}".to_vec()),
+        (
+            "unet/diffusion_pytorch_model.safetensors",
+            safetensors_file(&["conv_in.weight"], 1.0, None),
+        ),
+        (
+            "vae/diffusion_pytorch_model.safetensors",
+            safetensors_file(&["decoder.conv_in.weight"], 2.0, None),
+        ),
+        ("scheduler/scheduler_config.json", b"{}".to_vec()),
+    ];
+    hub.add_repo("org/name", COMMIT, &files);
+    let scratch = Scratch::new();
+    let (code, _, err) = scratch.run(&hub, &["check", "hf://org/name"], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            "holds no .safetensors file or index; its folders `unet`, `vae` hold models: open \
+             one by its path, e.g. hf://org/name/unet"
+        ),
+        "{err}"
+    );
+    let (code, _, err) = scratch.run(&hub, &["check", "hf://org/name/unet"], &[]);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
 fn a_repo_id_not_in_the_cache_is_read_from_the_hub_and_a_token_stays_on_the_hub() {
     let hub = FakeHub::start();
     hub.add_repo("org/name", COMMIT, &sharded(0));

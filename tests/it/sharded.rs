@@ -170,6 +170,46 @@ fn folders_with_variants_read_the_save_their_producers_load() {
     }
 }
 
+/// A pipeline diffusers saved whole (`tests/fixtures/folders/diffusers_pipeline`) has no model
+/// at its top: the error names the components with weights, those the producer's own
+/// `DiffusionPipeline.from_pretrained` loads as modules, and each one named opens.
+#[test]
+fn a_pipelines_folder_names_its_components() {
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/folders/diffusers_pipeline");
+    let producer: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture.join("producer.json")).unwrap()).unwrap();
+    let components: Vec<&str> = producer["components_with_weights"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c.as_str())
+        .collect();
+    assert_eq!(components, ["unet", "vqvae"]);
+    let dir = support::rebuild_folder(&fixture, &mut |_, _| {});
+    let check = support::run_within(
+        support::stui(dir.path(), ["check", "."]),
+        std::time::Duration::from_secs(60),
+    );
+    assert_eq!(check.code, Some(2), "{}", check.stderr);
+    assert!(
+        check.stderr.contains(
+            "no .safetensors file or index in this folder; its folders `unet`, `vqvae` hold \
+             models: open one by its path, e.g. ./unet"
+        ),
+        "{}",
+        check.stderr
+    );
+    for component in components {
+        let model = Model::open(&dir.path().join(component)).unwrap();
+        assert!(
+            model.findings.is_empty(),
+            "{component}: {:?}",
+            model.findings
+        );
+    }
+}
+
 #[test]
 fn files_holding_the_same_tensors_with_no_index_are_separate_models() {
     let dir = tempfile::tempdir().unwrap();

@@ -333,23 +333,35 @@ pub fn rebuild_fixture(
     rebuild_folder(&arch_fixtures().join(family), change)
 }
 
-/// [`rebuild_fixture`] of any folder of headers.
+/// [`rebuild_fixture`] of any folder of headers, its subfolders rebuilt alike.
 pub fn rebuild_folder(
     fixture: &Path,
     change: &mut dyn FnMut(&str, &mut serde_json::Map<String, serde_json::Value>),
 ) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
+    rebuild_into(fixture, dir.path(), change);
+    dir
+}
+
+fn rebuild_into(
+    fixture: &Path,
+    into: &Path,
+    change: &mut dyn FnMut(&str, &mut serde_json::Map<String, serde_json::Value>),
+) {
     for entry in std::fs::read_dir(fixture).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if let Some(file) = name.strip_suffix(".header") {
+        if path.is_dir() {
+            std::fs::create_dir(into.join(&name)).unwrap();
+            rebuild_into(&path, &into.join(&name), change);
+        } else if let Some(file) = name.strip_suffix(".header") {
             let bytes = std::fs::read(&path).unwrap();
             let mut header = read_header(&path);
             let original = header.clone();
             change(file, &mut header);
             if header == original {
                 // Unchanged: the producer's exact bytes (spacing, order), data zeroed.
-                let out = dir.path().join(file);
+                let out = into.join(file);
                 std::fs::write(&out, &bytes).unwrap();
                 let end = header
                     .iter()
@@ -364,22 +376,21 @@ pub fn rebuild_folder(
                     .set_len(bytes.len() as u64 + end)
                     .unwrap();
             } else {
-                write_zeroed(&dir.path().join(file), &header);
+                write_zeroed(&into.join(file), &header);
             }
         } else if name == "config.json" {
             let mut config: serde_json::Map<String, serde_json::Value> =
                 serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
             change(&name, &mut config);
             std::fs::write(
-                dir.path().join(&name),
+                into.join(&name),
                 serde_json::to_string_pretty(&config).unwrap(),
             )
             .unwrap();
         } else if path.extension().is_some_and(|e| e == "json") && name != "producer.json" {
-            std::fs::copy(&path, dir.path().join(&name)).unwrap();
+            std::fs::copy(&path, into.join(&name)).unwrap();
         }
     }
-    dir
 }
 
 /// Every tensor of a file as `f32` values (BF16 widened, F32 as is), by name.
