@@ -2282,11 +2282,12 @@ fn copy_companions(model: &Model, output: &Path, ignore: &[&str], options: &Opti
         let small = entry
             .metadata()
             .is_ok_and(|m| m.is_file() && m.len() < 64 << 20);
-        if !small
-            || name.ends_with(".safetensors")
-            || name.ends_with(".index.json")
-            || name.starts_with('.')
-        {
+        // Indexes name shards the output does not hold, variants' too
+        // (`diffusion_pytorch_model.safetensors.index.fp16.json`).
+        let index = name.ends_with(".index.json")
+            || (name.contains(".safetensors.index.")
+                && path.extension().is_some_and(|e| e == "json"));
+        if !small || name.ends_with(".safetensors") || index || name.starts_with('.') {
             continue;
         }
         let target = output.join(&name);

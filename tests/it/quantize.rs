@@ -328,6 +328,8 @@ fn a_sharded_model_gives_sharded_output_with_its_index_and_config() {
     )
     .unwrap();
     std::fs::write(folder.join("tokenizer.json"), "{}").unwrap();
+    // A variant's index names shards the output does not hold.
+    std::fs::write(folder.join("model.safetensors.index.fp16.json"), "{}").unwrap();
     let output = dir.path().join("model-int8");
     let summary = run(&folder, &output, Granularity::PerChannel);
     assert!(summary.verified);
@@ -340,6 +342,7 @@ fn a_sharded_model_gives_sharded_output_with_its_index_and_config() {
     assert!(unwanted.is_empty(), "{unwanted:?}");
     assert_eq!(written.shards.len(), 2);
     assert!(output.join("tokenizer.json").is_file());
+    assert!(!output.join("model.safetensors.index.fp16.json").exists());
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(output.join("config.json")).unwrap())
             .unwrap();
