@@ -206,6 +206,19 @@ pub fn is_numeric_part(part: &str) -> bool {
     !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit())
 }
 
+/// `names` in backticks, escaped, the first `shown` of them and how many more.
+pub fn listed_in_backticks<S: AsRef<str>>(names: &[S], shown: usize) -> String {
+    let first: Vec<String> = names
+        .iter()
+        .take(shown)
+        .map(|n| format!("`{}`", escape(n.as_ref())))
+        .collect();
+    match names.len().saturating_sub(shown) {
+        0 => first.join(", "),
+        more => format!("{} and {more} more", first.join(", ")),
+    }
+}
+
 /// Orders names as people read them: runs of digits compare as numbers, so `layers.2` comes
 /// before `layers.10`. Equal numbers with different leading zeros fall back to byte order.
 pub fn natural_cmp(a: &str, b: &str) -> Ordering {

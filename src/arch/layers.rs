@@ -585,16 +585,7 @@ pub(super) fn spans(layers: &[u64]) -> String {
 }
 
 fn named(suffixes: &[&str]) -> String {
-    const SHOWN: usize = 8;
-    let shown: Vec<String> = suffixes
-        .iter()
-        .take(SHOWN)
-        .map(|suffix| format!("`{}`", escape(suffix)))
-        .collect();
-    match suffixes.len().saturating_sub(SHOWN) {
-        0 => shown.join(", "),
-        more => format!("{} and {more} more", shown.join(", ")),
-    }
+    crate::text::listed_in_backticks(suffixes, 8)
 }
 
 /// Whether a part the `missing` layers lack is a layout: the layers that have it are one run,

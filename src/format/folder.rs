@@ -133,16 +133,7 @@ pub fn several_indexes(folder: &str, indexes: &[String]) -> String {
 
 /// Names in backticks, the first few of many with how many more.
 pub fn listed(names: &[String]) -> String {
-    const SHOWN: usize = 4;
-    let shown: Vec<String> = names
-        .iter()
-        .take(SHOWN)
-        .map(|n| format!("`{}`", escape(n)))
-        .collect();
-    match names.len().checked_sub(SHOWN) {
-        Some(more) if more > 0 => format!("{} and {more} more", shown.join(", ")),
-        _ => shown.join(", "),
-    }
+    crate::text::listed_in_backticks(names, 4)
 }
 
 /// True when every name is `STEM-I-of-N.safetensors` with the same `STEM` and `N`.
