@@ -112,9 +112,13 @@ pub fn subfolders_with_models<'a>(paths: impl IntoIterator<Item = &'a str>) -> V
 
 /// What a folder without a model says of its subfolders that hold one (nothing when none do).
 pub fn models_inside(shown: &str, inside: &[String]) -> String {
-    match inside.first() {
-        None => String::new(),
-        Some(first) => format!(
+    match inside {
+        [] => String::new(),
+        [only] => format!(
+            "; its folder `{0}` holds a model: open it by its path, {shown}/{0}",
+            escape(only)
+        ),
+        [first, ..] => format!(
             "; its folders {} hold models: open one by its path, e.g. {shown}/{}",
             listed(inside),
             escape(first)
@@ -366,7 +370,11 @@ mod tests {
         );
         assert_eq!(
             models_inside("hf://org/name", &["vae".into()]),
-            "; its folders `vae` hold models: open one by its path, e.g. hf://org/name/vae"
+            "; its folder `vae` holds a model: open it by its path, hf://org/name/vae"
+        );
+        assert_eq!(
+            models_inside("x", &["a".into(), "b".into()]),
+            "; its folders `a`, `b` hold models: open one by its path, e.g. x/a"
         );
         assert_eq!(models_inside("x", &[]), "");
     }
