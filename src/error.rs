@@ -14,7 +14,7 @@ pub enum Error {
     #[error(
         "{}: no .safetensors file or index in this folder{}",
         crate::text::escape_path(.folder),
-        crate::format::folder::models_inside(&crate::text::escape_path(.folder), .inside)
+        models_inside(&crate::text::escape_path(.folder), .inside)
     )]
     NoModel {
         folder: PathBuf,
@@ -34,3 +34,37 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What a folder without a model says of its subfolders that hold one (nothing when none do).
+pub fn models_inside(shown: &str, inside: &[String]) -> String {
+    match inside {
+        [] => String::new(),
+        [only] => format!(
+            "; its folder `{0}` holds a model: open it by its path, {shown}/{0}",
+            crate::text::escape(only)
+        ),
+        [first, ..] => format!(
+            "; its folders {} hold models: open one by its path, e.g. {shown}/{}",
+            crate::text::listed_in_backticks(inside, 4),
+            crate::text::escape(first)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subfolders_with_models_are_named_one_or_many() {
+        assert_eq!(
+            models_inside("hf://org/name", &["vae".into()]),
+            "; its folder `vae` holds a model: open it by its path, hf://org/name/vae"
+        );
+        assert_eq!(
+            models_inside("x", &["a".into(), "b".into()]),
+            "; its folders `a`, `b` hold models: open one by its path, e.g. x/a"
+        );
+        assert_eq!(models_inside("x", &[]), "");
+    }
+}

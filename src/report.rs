@@ -1366,9 +1366,9 @@ pub fn write_quantize<W: Write>(
             "THE OUTPUT DID NOT VERIFY"
         }
     )?;
-    let beyond: Vec<String> = summary
+    let beyond: Vec<&str> = summary
         .beyond_range()
-        .map(|q| model.tensors[q.tensor].name().to_owned())
+        .map(|q| model.tensors[q.tensor].name())
         .collect();
     if !beyond.is_empty() {
         writeln!(
@@ -1376,7 +1376,7 @@ pub fn write_quantize<W: Write>(
             "read back as Inf, the grid's largest value beyond what the weights' dtype holds: {}; \
              keep {} with --keep-below-snr (an SNR of -inf falls below any threshold), or choose \
              a scheme with groups (W8A16, W4A16, NVFP4A16), whose scales stay within",
-            crate::format::folder::listed(&beyond),
+            crate::text::listed_in_backticks(&beyond, 4),
             if beyond.len() == 1 { "it" } else { "them" }
         )?;
     }

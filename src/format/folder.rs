@@ -7,7 +7,7 @@
 //! twice.
 
 use super::index::INDEX_FILE_NAME;
-use crate::text::{escape, natural_cmp};
+use crate::text::natural_cmp;
 use std::collections::BTreeMap;
 
 /// The single files the loaders look for, in the order stui prefers them: transformers', then
@@ -108,22 +108,6 @@ pub fn subfolders_with_models<'a>(paths: impl IntoIterator<Item = &'a str>) -> V
         .collect();
     found.sort_by(|a, b| natural_cmp(a, b));
     found
-}
-
-/// What a folder without a model says of its subfolders that hold one (nothing when none do).
-pub fn models_inside(shown: &str, inside: &[String]) -> String {
-    match inside {
-        [] => String::new(),
-        [only] => format!(
-            "; its folder `{0}` holds a model: open it by its path, {shown}/{0}",
-            escape(only)
-        ),
-        [first, ..] => format!(
-            "; its folders {} hold models: open one by its path, e.g. {shown}/{}",
-            listed(inside),
-            escape(first)
-        ),
-    }
 }
 
 /// The error for a folder of several indexes, none of them a loader's own.
@@ -368,15 +352,6 @@ mod tests {
             subfolders_with_models(paths),
             ["text_encoder", "transformer", "vae"]
         );
-        assert_eq!(
-            models_inside("hf://org/name", &["vae".into()]),
-            "; its folder `vae` holds a model: open it by its path, hf://org/name/vae"
-        );
-        assert_eq!(
-            models_inside("x", &["a".into(), "b".into()]),
-            "; its folders `a`, `b` hold models: open one by its path, e.g. x/a"
-        );
-        assert_eq!(models_inside("x", &[]), "");
     }
 
     #[test]

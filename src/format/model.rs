@@ -145,7 +145,7 @@ impl Model {
                                 "`{repo}` in the Hugging Face cache ({}) holds no .safetensors \
                                  file or index{}",
                                 escape_path(&folder),
-                                folder::models_inside(&repo.to_string(), &inside)
+                                crate::error::models_inside(&repo.to_string(), &inside)
                             ))
                         }
                         error => error,

@@ -292,7 +292,7 @@ fn choose(
                 ": check the name and path".to_owned()
             } else {
                 let given = format!("{}{repo}", if repo.remote { "hf://" } else { "" });
-                folder::models_inside(&given, &inside)
+                crate::error::models_inside(&given, &inside)
             };
             Err(Error::Invalid(format!(
                 "`{repo}` at commit {commit} holds no .safetensors file or index{}{advice}",
