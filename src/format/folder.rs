@@ -46,10 +46,13 @@ pub struct Files {
 /// `.safetensors` file.
 pub fn choose<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<Choice> {
     let mut indexes = Vec::new();
+    let mut variant_indexes = Vec::new();
     let mut files = Vec::new();
     for name in names {
         if name.ends_with(".safetensors.index.json") {
             indexes.push(name);
+        } else if variant_of_index(name).is_some() {
+            variant_indexes.push(name);
         } else if name.ends_with(".safetensors") {
             files.push(name.to_owned());
         }
@@ -65,6 +68,9 @@ pub fn choose<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<Choice> {
             several.sort_by(|a, b| natural_cmp(a, b));
             return Some(Choice::Indexes(several));
         }
+    }
+    if let Some(index) = only_variants_index(&variant_indexes, &files) {
+        return Some(Choice::Index(index.to_owned()));
     }
     if files.is_empty() {
         return None;
@@ -124,6 +130,32 @@ pub fn listed(names: &[String]) -> String {
     crate::text::listed_in_backticks(names, 4)
 }
 
+/// The stem and variant of a variant's index, as transformers and diffusers name it:
+/// `("model", "fp16")` for `model.safetensors.index.fp16.json`.
+fn variant_of_index(name: &str) -> Option<(&str, &str)> {
+    let (stem, rest) = name.split_once(".safetensors.index.")?;
+    let variant = rest.strip_suffix(".json")?;
+    (!variant.is_empty() && !variant.contains('.')).then_some((stem, variant))
+}
+
+/// The index of a folder that holds one variant alone, as `from_pretrained(..., variant=V)`
+/// downloads it: the only variant index, when every file is that variant's
+/// (`STEM.V-00001-of-00002.safetensors`).
+fn only_variants_index<'a>(variant_indexes: &[&'a str], files: &[String]) -> Option<&'a str> {
+    let [index] = variant_indexes else {
+        return None;
+    };
+    let (stem, variant) = variant_of_index(index)?;
+    let prefix = format!("{stem}.{variant}");
+    files
+        .iter()
+        .all(|name| {
+            name.strip_prefix(&prefix)
+                .is_some_and(|rest| rest.starts_with('-') || rest == ".safetensors")
+        })
+        .then_some(*index)
+}
+
 /// True when every name is `STEM-I-of-N.safetensors` with the same `STEM` and `N`.
 fn one_set_of_shards(names: &[String]) -> bool {
     let mut sets = names.iter().map(|name| shard_set(name));
@@ -156,6 +188,8 @@ mod tests {
             Just("model.fp16.safetensors".to_owned()),
             Just("config.json".to_owned()),
             Just("model.safetensors.index.json".to_owned()),
+            Just("model.safetensors.index.fp16.json".to_owned()),
+            Just("model.fp16-00001-of-00002.safetensors".to_owned()),
             "[a-c]{1,3}\\.safetensors(\\.index\\.json)?",
             (1u32..4, 2u32..4).prop_map(|(i, n)| format!("model-{i:05}-of-{n:05}.safetensors")),
         ];
@@ -247,6 +281,44 @@ mod tests {
                 "b.safetensors.index.json".into()
             ]))
         );
+    }
+
+    #[test]
+    fn a_variants_index_serves_a_folder_of_that_variant_alone() {
+        let variant = [
+            "diffusion_pytorch_model.fp16-00001-of-00002.safetensors",
+            "diffusion_pytorch_model.fp16-00002-of-00002.safetensors",
+            "diffusion_pytorch_model.safetensors.index.fp16.json",
+            "config.json",
+        ];
+        assert_eq!(
+            choose(variant),
+            Some(Choice::Index(
+                "diffusion_pytorch_model.safetensors.index.fp16.json".into()
+            ))
+        );
+        // Beside the default save, the variant is passed over as the loaders pass it.
+        let both = [
+            "diffusion_pytorch_model-00001-of-00001.safetensors",
+            "diffusion_pytorch_model.safetensors.index.json",
+            "diffusion_pytorch_model.fp16-00001-of-00001.safetensors",
+            "diffusion_pytorch_model.safetensors.index.fp16.json",
+        ];
+        assert_eq!(
+            choose(both),
+            Some(Choice::Index(
+                "diffusion_pytorch_model.safetensors.index.json".into()
+            ))
+        );
+        // A file of another save beside the variant's: not the variant alone.
+        let mixed = [
+            "model.fp16-00001-of-00001.safetensors",
+            "model.safetensors.index.fp16.json",
+            "other.safetensors",
+        ];
+        assert!(matches!(choose(mixed), Some(Choice::Files(_))));
+        assert_eq!(variant_of_index("model.safetensors.index.json"), None);
+        assert_eq!(variant_of_index("model.safetensors.index..json"), None);
     }
 
     #[test]

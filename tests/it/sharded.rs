@@ -210,6 +210,46 @@ fn a_pipelines_folder_names_its_components() {
     }
 }
 
+/// What `from_pretrained(dir, variant="fp16")` downloads of a sharded save: the variant's shards
+/// and its index alone. That index is followed, as diffusers follows it.
+#[test]
+fn a_folder_of_one_variant_follows_its_index() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/folders/diffusers_sharded_fp16_variant");
+    let dir = support::rebuild_folder(&fixture, &mut |_, _| {});
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("diffusion_pytorch_model") && !name.contains("fp16") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let model = Model::open(dir.path()).unwrap();
+    assert_eq!(model.source, Source::Folder);
+    assert_eq!(model.shards.len(), 6);
+    assert!(
+        model
+            .shards
+            .iter()
+            .all(|s| s.label.starts_with("diffusion_pytorch_model.fp16-")),
+        "{:?}",
+        model.shards
+    );
+    assert!(model.findings.is_empty(), "{:?}", model.findings);
+    // The index is read: a shard it names and the folder lacks is a finding.
+    std::fs::remove_file(
+        dir.path()
+            .join("diffusion_pytorch_model.fp16-00006-of-00006.safetensors"),
+    )
+    .unwrap();
+    let model = Model::open(dir.path()).unwrap();
+    assert!(
+        model.findings.iter().any(|f| f.code == Code::ShardMissing),
+        "{:?}",
+        model.findings
+    );
+}
+
 #[test]
 fn files_holding_the_same_tensors_with_no_index_are_separate_models() {
     let dir = tempfile::tempdir().unwrap();
