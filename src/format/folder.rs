@@ -8,7 +8,7 @@
 
 use super::index::INDEX_FILE_NAME;
 use crate::text::natural_cmp;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 /// The single files the loaders look for, in the order stui prefers them: transformers', then
 /// diffusers'.
@@ -90,6 +90,30 @@ pub fn choose<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<Choice> {
         left: Vec::new(),
         parts,
     }))
+}
+
+/// What a folder's model read through `index` leaves out, among the folder's `names`: its other
+/// indexes first (a variant's opens that variant), then the `.safetensors` files that are none of
+/// the index's `shards`, each in natural order.
+pub fn beside_index<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    index: &str,
+    shards: &[String],
+) -> Vec<String> {
+    let shards: HashSet<&str> = shards.iter().map(String::as_str).collect();
+    let mut indexes = Vec::new();
+    let mut files = Vec::new();
+    for name in names.into_iter().filter(|&name| name != index) {
+        if name.ends_with(".safetensors.index.json") || variant_of_index(name).is_some() {
+            indexes.push(name.to_owned());
+        } else if name.ends_with(".safetensors") && !shards.contains(name) {
+            files.push(name.to_owned());
+        }
+    }
+    indexes.sort_by(|a, b| natural_cmp(a, b));
+    files.sort_by(|a, b| natural_cmp(a, b));
+    indexes.extend(files);
+    indexes
 }
 
 /// The most subfolders looked into for a model, when a folder holds none of its own.
@@ -198,7 +222,8 @@ mod tests {
 
     proptest! {
         /// Whatever the folder's order, the choice is the same; files are read or passed over,
-        /// never both and never lost; a loader's own file is read alone; an index wins.
+        /// never both and never lost; a loader's own file is read alone; an index wins, and
+        /// beside it every other index and every file it does not name is named.
         #[test]
         fn every_file_is_read_or_named(names in folder_names(), seed in any::<u64>()) {
             let mut shuffled = names.clone();
@@ -214,7 +239,35 @@ mod tests {
                 .filter(|n| n.ends_with(".safetensors"))
                 .collect();
             match choice {
-                Some(Choice::Index(index)) => prop_assert!(names.contains(&index)),
+                Some(Choice::Index(index)) => {
+                    prop_assert!(names.contains(&index));
+                    // The index names some of the files, drawn from the seed.
+                    let shards: Vec<String> = files
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| seed >> (i % 64) & 1 == 1)
+                        .map(|(_, n)| (*n).to_owned())
+                        .collect();
+                    let left = beside_index(names.iter().map(String::as_str), &index, &shards);
+                    for name in &names {
+                        let is_index = name.ends_with(".safetensors.index.json")
+                            || variant_of_index(name).is_some();
+                        let expected_left = if *name == index {
+                            false
+                        } else if is_index {
+                            true
+                        } else {
+                            name.ends_with(".safetensors") && !shards.contains(name)
+                        };
+                        prop_assert_eq!(left.contains(name), expected_left, "{}", name);
+                    }
+                    let first_file = left.iter().position(|n| n.ends_with(".safetensors"));
+                    let indexes_first = left
+                        .iter()
+                        .skip(first_file.unwrap_or(left.len()))
+                        .all(|n| n.ends_with(".safetensors"));
+                    prop_assert!(indexes_first, "{:?}", left);
+                }
                 Some(Choice::Files(chosen)) => {
                     prop_assert!(!has_index || !names.contains(&INDEX_FILE_NAME.to_owned()));
                     let mut seen: Vec<&str> =

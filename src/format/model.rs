@@ -206,10 +206,14 @@ impl Model {
                 inside: models_in_subfolders(folder),
             }),
             Some(Choice::Index(index)) => {
-                Model::open_index(&folder.join(index), Source::Folder, hint).map(|mut model| {
-                    folder.clone_into(&mut model.path);
-                    model
-                })
+                let mut model = Model::open_index(&folder.join(&index), Source::Folder, hint)?;
+                folder.clone_into(&mut model.path);
+                let shards: Vec<String> = model.shards.iter().map(|s| s.label.clone()).collect();
+                let left = folder::beside_index(names.iter().map(String::as_str), &index, &shards);
+                if !left.is_empty() {
+                    model.findings.push(beside_index_note(&index, &left));
+                }
+                Ok(model)
             }
             Some(Choice::Indexes(indexes)) => Err(Error::Invalid(folder::several_indexes(
                 &escape_path(folder),
@@ -821,14 +825,9 @@ impl<'a> Builder<'a> {
         if let [read] = &files.read[..]
             && !files.left.is_empty()
         {
-            self.findings.push(Finding::info(
-                Code::FolderOtherFiles,
-                format!(
-                    "not read beside `{}`: {} (loaders read that file alone; open another by its path)",
-                    escape(read),
-                    folder::listed(&files.left)
-                ),
-            ));
+            let beside = format!("`{}`", escape(read));
+            self.findings
+                .push(other_files(&beside, "that file alone", &files.left));
         }
         if files.parts
             && let Some(twice) = self
@@ -859,6 +858,14 @@ impl<'a> Builder<'a> {
         Ok(self.finish())
     }
 
+    /// Notes the files and indexes of the folder that a model read through the index
+    /// `index_label` leaves out ([`folder::beside_index`]).
+    pub(super) fn note_beside_index(&mut self, index_label: &str, left: &[String]) {
+        if !left.is_empty() {
+            self.findings.push(beside_index_note(index_label, left));
+        }
+    }
+
     pub(super) fn finish(self) -> Model {
         Model {
             path: self.path,
@@ -870,4 +877,21 @@ impl<'a> Builder<'a> {
             remote: None,
         }
     }
+}
+
+/// The note naming a folder's `.safetensors` files (and indexes) that its model, read from
+/// `beside` as its loaders read it (`loaders_read`), leaves out.
+fn other_files(beside: &str, loaders_read: &str, left: &[String]) -> Finding {
+    Finding::info(
+        Code::FolderOtherFiles,
+        format!(
+            "not read beside {beside}: {} (loaders read {loaders_read}; open another by its path)",
+            folder::listed(left)
+        ),
+    )
+}
+
+fn beside_index_note(index: &str, left: &[String]) -> Finding {
+    let beside = format!("`{}` and the shards it names", escape(index));
+    other_files(&beside, "those alone", left)
 }

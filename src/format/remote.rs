@@ -87,6 +87,7 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
         labels,
         index,
         chosen,
+        beside_index,
     } = plan(repo, &hub, &commit, layout, &files, cache).map_err(fail)?;
     let in_repo = |label: &str| {
         if folder.is_empty() {
@@ -148,6 +149,7 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
         let label = index_path[folder.len()..].trim_start_matches('/');
         builder.add_index_findings(index, label);
         builder.check_against_index(index, label);
+        builder.note_beside_index(label, &beside_index);
     }
     let mut model = match &chosen {
         Some(chosen) => builder.finish_folder(chosen)?,
@@ -174,6 +176,8 @@ struct Plan {
     index: Option<(ShardIndex, String)>,
     /// The files chosen in a folder with no index.
     chosen: Option<Files>,
+    /// The folder's files and indexes left out by the index it was read through.
+    beside_index: Vec<String>,
 }
 
 fn plan(
@@ -186,6 +190,7 @@ fn plan(
 ) -> std::result::Result<Plan, RemoteError> {
     let shown = format!("hf://{}@{commit}", repo.id);
     let mut chosen = None;
+    let mut beside_index = Vec::new();
     let (model_path, source, folder, labels, index) = match layout {
         Layout::Index(index_path) => {
             let file = files[index_path.as_str()];
@@ -203,6 +208,19 @@ fn plan(
                 _ => join(&shown, &folder),
             };
             let labels = index.shards.clone();
+            if source == Source::Folder {
+                let prefix = if folder.is_empty() {
+                    String::new()
+                } else {
+                    format!("{folder}/")
+                };
+                let names = files.keys().filter_map(|path| {
+                    path.strip_prefix(&prefix)
+                        .filter(|name| !name.contains('/'))
+                });
+                let index_name = &index_path[prefix.len()..];
+                beside_index = folder::beside_index(names, index_name, &labels);
+            }
             (
                 model_path,
                 source,
@@ -235,6 +253,7 @@ fn plan(
         labels,
         index,
         chosen,
+        beside_index,
     })
 }
 

@@ -290,6 +290,47 @@ fn a_folder_of_the_repo_is_read_as_its_loader_reads_it_as_locally() {
     );
 }
 
+/// Mistral's layout, at the top of the repository and in a folder of it: the index is read, the
+/// file beside it is named as locally and never fetched.
+#[test]
+fn a_repo_read_through_its_index_names_what_it_leaves_out_as_locally() {
+    for folder in ["", "text_encoder/"] {
+        let hub = FakeHub::start();
+        let owned: Vec<(String, Vec<u8>)> = sharded(0)
+            .into_iter()
+            .chain([(
+                "consolidated.safetensors",
+                safetensors_file(&["tok_embeddings.weight"], 3.0, None),
+            )])
+            .map(|(name, bytes)| (format!("{folder}{name}"), bytes))
+            .collect();
+        let files: Vec<(&str, Vec<u8>)> = owned
+            .iter()
+            .map(|(name, bytes)| (name.as_str(), bytes.clone()))
+            .collect();
+        hub.add_repo("org/name", COMMIT, &files);
+        let local = local_copy(&files);
+        let scratch = Scratch::new();
+        let given = format!("hf://org/name/{folder}");
+        let (code, out, err) = scratch.run(&hub, &["check", "--json", &given], &[]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(
+            without_paths(&out),
+            local_json(&local.path().join(folder), &["check", "--json"]),
+            "{folder}"
+        );
+        assert!(
+            out.contains("`consolidated.safetensors`"),
+            "{folder}: {out}"
+        );
+        let log = hub.take_log();
+        assert!(
+            log.iter().all(|l| !l.contains("consolidated")),
+            "{folder}: {log:#?}"
+        );
+    }
+}
+
 #[test]
 fn a_repo_of_components_names_them_and_each_opens() {
     let hub = FakeHub::start();

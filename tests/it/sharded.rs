@@ -115,7 +115,10 @@ fn folders_with_variants_read_the_save_their_producers_load() {
             "diffusers_unet_fp16_variant",
             Some("diffusion_pytorch_model.fp16.safetensors"),
         ),
-        ("diffusers_sharded_fp16_variant", None),
+        (
+            "diffusers_sharded_fp16_variant",
+            Some("diffusion_pytorch_model.safetensors.index.fp16.json"),
+        ),
         ("transformers_fp16_variant", Some("model.fp16.safetensors")),
     ] {
         let producer: serde_json::Value = serde_json::from_slice(
@@ -168,6 +171,45 @@ fn folders_with_variants_read_the_save_their_producers_load() {
         );
         assert_eq!(check.code, Some(0), "{name}: {}", check.stderr);
     }
+}
+
+/// Mistral's repositories: `consolidated.safetensors` (the same weights under other names)
+/// beside transformers' shards and their index. The index is read and the other file named.
+#[test]
+fn a_folder_read_through_its_index_names_the_files_the_index_leaves_out() {
+    let dir = tempfile::tempdir().unwrap();
+    shard(&["model.embed_tokens.weight"])
+        .write(&dir.path().join("model-00001-of-00002.safetensors"))
+        .unwrap();
+    shard(&["lm_head.weight"])
+        .write(&dir.path().join("model-00002-of-00002.safetensors"))
+        .unwrap();
+    shard(&["tok_embeddings.weight", "output.weight"])
+        .write(&dir.path().join("consolidated.safetensors"))
+        .unwrap();
+    write_index(
+        dir.path(),
+        32,
+        &[
+            (
+                "model.embed_tokens.weight",
+                "model-00001-of-00002.safetensors",
+            ),
+            ("lm_head.weight", "model-00002-of-00002.safetensors"),
+        ],
+    );
+    let model = Model::open(dir.path()).unwrap();
+    assert_eq!(model.shards.len(), 2);
+    assert_eq!(codes(&model), ["folder-other-files"]);
+    let note = &model.findings.iter().next().unwrap().message;
+    assert_eq!(
+        note,
+        "not read beside `model.safetensors.index.json` and the shards it names: \
+         `consolidated.safetensors` (loaders read those alone; open another by its path)"
+    );
+    // Named by its index's path, the index is what the user chose: nothing is noted.
+    let model = Model::open(&dir.path().join("model.safetensors.index.json")).unwrap();
+    assert!(model.findings.is_empty(), "{:?}", model.findings);
 }
 
 /// A pipeline diffusers saved whole (`tests/fixtures/folders/diffusers_pipeline`) has no model
@@ -493,7 +535,8 @@ fn an_index_in_the_shards_order_gives_the_same_findings_as_any_other() {
             &["a"],
             &["b"],
             &[("a", one), ("b", one)],
-            &["index-tensor-missing"],
+            // `two.safetensors` is in the folder and not in the index: named, not read.
+            &["folder-other-files", "index-tensor-missing"],
         ),
     ];
     for (first, second, map, expected) in cases {
