@@ -37,17 +37,23 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What a folder without a model says of its subfolders that hold one (nothing when none do).
 pub fn models_inside(shown: &str, inside: &[String]) -> String {
+    subfolders_hold_models(shown, inside, "").map_or_else(String::new, |said| format!("; {said}"))
+}
+
+/// The subfolders `inside` the folder `shown` that hold models, `aside` said of them; `None`
+/// when there are none.
+pub fn subfolders_hold_models(shown: &str, inside: &[String], aside: &str) -> Option<String> {
     match inside {
-        [] => String::new(),
-        [only] => format!(
-            "; its folder `{0}` holds a model: open it by its path, {shown}/{0}",
+        [] => None,
+        [only] => Some(format!(
+            "its folder `{0}` holds a model{aside}: open it by its path, {shown}/{0}",
             crate::text::escape(only)
-        ),
-        [first, ..] => format!(
-            "; its folders {} hold models: open one by its path, e.g. {shown}/{}",
+        )),
+        [first, ..] => Some(format!(
+            "its folders {} hold models{aside}: open one by its path, e.g. {shown}/{}",
             crate::text::listed_in_backticks(inside, 4),
             crate::text::escape(first)
-        ),
+        )),
     }
 }
 

@@ -104,6 +104,7 @@ codes! {
     IndexPathEscapes => "index-path-escapes", "an index names a shard outside its own folder (refused)";
     ShardMissing => "shard-missing", "a shard named by the index does not exist";
     ShardUnreadable => "shard-unreadable", "a shard exists but cannot be read";
+    FolderComponents => "folder-components", "a folder with a model of its own also has subfolders that hold models (a diffusers pipeline's components; not read)";
     FolderOtherFiles => "folder-other-files", "a folder holds other .safetensors files or indexes beside the file or index its loader reads (not read)";
     IndexTensorMissing => "index-tensor-missing", "the index maps a tensor to a shard that does not hold it";
     TensorNotInIndex => "tensor-not-in-index", "a shard holds a tensor the index does not map (loaders will not find it)";

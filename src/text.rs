@@ -206,8 +206,14 @@ pub fn is_numeric_part(part: &str) -> bool {
     !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit())
 }
 
-/// `names` in backticks, escaped, the first `shown` of them and how many more.
+/// `names` in backticks, escaped, the first `shown` of them and how many more (all of them when
+/// only one more would be left: its name is as short as "and 1 more").
 pub fn listed_in_backticks<S: AsRef<str>>(names: &[S], shown: usize) -> String {
+    let shown = if names.len() == shown + 1 {
+        names.len()
+    } else {
+        shown
+    };
     let first: Vec<String> = names
         .iter()
         .take(shown)

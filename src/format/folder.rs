@@ -459,6 +459,11 @@ mod tests {
             listed(&names),
             "`1.safetensors`, `2.safetensors`, `3.safetensors`, `4.safetensors` and 2 more"
         );
+        // One more is named rather than counted.
+        assert_eq!(
+            listed(&names[..5]),
+            "`1.safetensors`, `2.safetensors`, `3.safetensors`, `4.safetensors`, `5.safetensors`"
+        );
     }
 
     #[test]

@@ -114,7 +114,7 @@ impl Model {
     pub fn open(path: &Path) -> Result<Model> {
         match crate::source::repo_named(path) {
             Some(repo) => Model::open_repo(&repo),
-            None => Model::open_local(path, None),
+            None => Model::open_local(path, None, None),
         }
     }
 
@@ -134,9 +134,11 @@ impl Model {
             match Snapshot::find(&cache, repo) {
                 Ok(snapshot) => {
                     let target = snapshot.target();
+                    let given_as = repo.to_string();
                     return Model::open_local(
                         &target,
                         Some(&|missing| snapshot.explain_missing(missing)),
+                        Some(&given_as),
                     )
                     .map_err(|error| match error {
                         // Components are named as the user named the repository.
@@ -169,7 +171,9 @@ impl Model {
         super::remote::open(repo, hub, headers.as_deref()).map_err(also)
     }
 
-    fn open_local(path: &Path, hint: Hint<'_>) -> Result<Model> {
+    /// `given_as` is how the user named `path` when it is not the path itself (a repository in
+    /// the cache), for the messages that name its subfolders.
+    fn open_local(path: &Path, hint: Hint<'_>, given_as: Option<&str>) -> Result<Model> {
         let kind = crate::paths::look_at(path).map_err(|error| match hint {
             Some(hint) if error.kind() == io::ErrorKind::NotFound => {
                 Error::Invalid(format!("{}: {}", escape_path(path), hint(path)))
@@ -177,7 +181,7 @@ impl Model {
             _ => Error::io(path, error),
         })?;
         if kind == crate::paths::Kind::Folder {
-            return Model::open_folder(path, hint);
+            return Model::open_folder(path, hint, given_as);
         }
         let is_index = path.extension().is_some_and(|ext| ext == "json");
         if is_index {
@@ -193,13 +197,17 @@ impl Model {
         Ok(builder.finish())
     }
 
-    fn open_folder(folder: &Path, hint: Hint<'_>) -> Result<Model> {
+    fn open_folder(folder: &Path, hint: Hint<'_>, given_as: Option<&str>) -> Result<Model> {
         let entries = fs::read_dir(folder).map_err(|source| Error::io(folder, source))?;
         let mut names = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|source| Error::io(folder, source))?;
             names.push(entry.file_name().to_string_lossy().into_owned());
         }
+        let components = || Components {
+            shown: given_as.map_or_else(|| escape_path(folder), str::to_owned),
+            inside: models_in_subfolders(folder),
+        };
         match folder::choose(names.iter().map(String::as_str)) {
             None => Err(Error::NoModel {
                 folder: folder.to_owned(),
@@ -213,6 +221,7 @@ impl Model {
                 if !left.is_empty() {
                     model.findings.push(beside_index_note(&index, &left));
                 }
+                model.findings.extend(components().note());
                 Ok(model)
             }
             Some(Choice::Indexes(indexes)) => Err(Error::Invalid(folder::several_indexes(
@@ -222,7 +231,7 @@ impl Model {
             Some(Choice::Files(files)) => {
                 let mut builder = Builder::new(folder, Source::Folder, hint);
                 builder.add_paths(folder, files.read.clone());
-                builder.finish_folder(&files)
+                builder.finish_folder(&files, &components())
             }
         }
     }
@@ -821,7 +830,7 @@ impl<'a> Builder<'a> {
 
     /// Finishes a model read from a folder's `files` with no index: notes the files passed
     /// over, and refuses parts that hold the same tensor, which are separate models.
-    pub(super) fn finish_folder(mut self, files: &Files) -> Result<Model> {
+    pub(super) fn finish_folder(mut self, files: &Files, components: &Components) -> Result<Model> {
         if let [read] = &files.read[..]
             && !files.left.is_empty()
         {
@@ -846,15 +855,17 @@ impl<'a> Builder<'a> {
                 });
             return Err(Error::Invalid(format!(
                 "{}: {} .safetensors files and no index, and they are separate models (`{}` and \
-                 `{}` both hold `{}`): open one of them by its path, e.g. {}",
+                 `{}` both hold `{}`): open one of them by its path, e.g. {}{}",
                 escape_path(&self.path),
                 files.read.len(),
                 escape(first),
                 escape(second),
                 escape(name),
                 escape_path(&self.path.join(first)),
+                crate::error::models_inside(&components.shown, &components.inside),
             )));
         }
+        self.note_components(components);
         Ok(self.finish())
     }
 
@@ -864,6 +875,10 @@ impl<'a> Builder<'a> {
         if !left.is_empty() {
             self.findings.push(beside_index_note(index_label, left));
         }
+    }
+
+    pub(super) fn note_components(&mut self, components: &Components) {
+        self.findings.extend(components.note());
     }
 
     pub(super) fn finish(self) -> Model {
@@ -894,4 +909,19 @@ fn other_files(beside: &str, loaders_read: &str, left: &[String]) -> Finding {
 fn beside_index_note(index: &str, left: &[String]) -> Finding {
     let beside = format!("`{}` and the shards it names", escape(index));
     other_files(&beside, "those alone", left)
+}
+
+/// A folder's subfolders that hold models of their own (a diffusers pipeline's components), and
+/// the folder as the user named it.
+pub(super) struct Components {
+    pub(super) shown: String,
+    pub(super) inside: Vec<String>,
+}
+
+impl Components {
+    /// The note naming them beside the folder's own model; `None` when there are none.
+    pub(super) fn note(&self) -> Option<Finding> {
+        crate::error::subfolders_hold_models(&self.shown, &self.inside, ", not read with this one")
+            .map(|said| Finding::info(Code::FolderComponents, said))
+    }
 }

@@ -5,7 +5,7 @@
 use super::SafetensorsFile;
 use super::folder::{self, Choice, Files};
 use super::index::ShardIndex;
-use super::model::{Builder, Model, Source};
+use super::model::{Builder, Components, Model, Source};
 use crate::error::{Error, Result};
 use crate::source::RepoRef;
 use crate::source::header_cache;
@@ -151,9 +151,19 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
         builder.check_against_index(index, label);
         builder.note_beside_index(label, &beside_index);
     }
-    let mut model = match &chosen {
-        Some(chosen) => builder.finish_folder(chosen)?,
-        None => builder.finish(),
+    let components = Components {
+        shown: as_given(repo),
+        inside: if source == Source::Folder {
+            components_below(&info.files, &folder)
+        } else {
+            Vec::new()
+        },
+    };
+    let mut model = if let Some(chosen) = &chosen {
+        builder.finish_folder(chosen, &components)?
+    } else {
+        builder.note_components(&components);
+        builder.finish()
     };
     model.remote = Some(Arc::new(RemoteModel {
         hub,
@@ -209,11 +219,7 @@ fn plan(
             };
             let labels = index.shards.clone();
             if source == Source::Folder {
-                let prefix = if folder.is_empty() {
-                    String::new()
-                } else {
-                    format!("{folder}/")
-                };
+                let prefix = in_folder_prefix(&folder);
                 let names = files.keys().filter_map(|path| {
                     path.strip_prefix(&prefix)
                         .filter(|name| !name.contains('/'))
@@ -257,6 +263,29 @@ fn plan(
     })
 }
 
+/// The subfolders of `folder` in the repository's `listing` that hold models.
+fn components_below(listing: &[RepoFile], folder: &str) -> Vec<String> {
+    let prefix = in_folder_prefix(folder);
+    let below = listing
+        .iter()
+        .filter_map(|file| file.path.strip_prefix(&prefix));
+    folder::subfolders_with_models(below)
+}
+
+/// What paths in `folder` of the repository start with (nothing at its top).
+fn in_folder_prefix(folder: &str) -> String {
+    if folder.is_empty() {
+        String::new()
+    } else {
+        format!("{folder}/")
+    }
+}
+
+/// The repository as the user named it, for the messages that tell what to open.
+fn as_given(repo: &RepoRef) -> String {
+    format!("{}{repo}", if repo.remote { "hf://" } else { "" })
+}
+
 /// Which files of the repository make the model.
 enum Layout {
     /// An index, by its path.
@@ -285,11 +314,7 @@ fn choose(
         });
     }
     let folder = repo.path.clone().unwrap_or_default();
-    let prefix = if folder.is_empty() {
-        String::new()
-    } else {
-        format!("{folder}/")
-    };
+    let prefix = in_folder_prefix(&folder);
     let in_folder = listing.iter().filter_map(|file| {
         file.path
             .strip_prefix(&prefix)
@@ -303,14 +328,11 @@ fn choose(
             &indexes,
         ))),
         None => {
-            let below = listing
-                .iter()
-                .filter_map(|file| file.path.strip_prefix(&prefix));
-            let inside = folder::subfolders_with_models(below);
+            let inside = components_below(listing, &folder);
             let advice = if inside.is_empty() {
                 ": check the name and path".to_owned()
             } else {
-                let given = format!("{}{repo}", if repo.remote { "hf://" } else { "" });
+                let given = as_given(repo);
                 crate::error::models_inside(&given, &inside)
             };
             Err(Error::Invalid(format!(

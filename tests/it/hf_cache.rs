@@ -332,6 +332,21 @@ fn a_subfolder() {
         ),
         "{err}"
     );
+    // With a checkpoint of its own at the top, the components are a note, named the same way.
+    cache.add(
+        MAIN,
+        "flux1-dev.safetensors",
+        &safetensors_file(&["img_in.weight"]),
+    );
+    let (code, out, err) = cache.run(&["check", "org/name"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "its folders `text_encoder`, `unet` hold models, not read with this one: open one \
+             by its path, e.g. org/name/text_encoder"
+        ),
+        "{out}"
+    );
 }
 
 #[test]

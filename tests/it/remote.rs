@@ -359,6 +359,26 @@ fn a_repo_of_components_names_them_and_each_opens() {
     );
     let (code, _, err) = scratch.run(&hub, &["check", "hf://org/name/unet"], &[]);
     assert_eq!(code, 0, "{err}");
+    // With a checkpoint of its own at the top, the components are a note, named the same way.
+    let with_checkpoint: Vec<(&str, Vec<u8>)> = files
+        .iter()
+        .cloned()
+        .chain([(
+            "flux1-dev.safetensors",
+            safetensors_file(&["img_in.weight"], 3.0, None),
+        )])
+        .collect();
+    let hub = FakeHub::start();
+    hub.add_repo("org/name", COMMIT, &with_checkpoint);
+    let (code, out, err) = scratch.run(&hub, &["check", "hf://org/name"], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "its folders `unet`, `vae` hold models, not read with this one: open one by its \
+             path, e.g. hf://org/name/unet"
+        ),
+        "{out}"
+    );
 }
 
 #[test]

@@ -252,6 +252,43 @@ fn a_pipelines_folder_names_its_components() {
     }
 }
 
+/// The FLUX.1 and Stable Diffusion 3.5 repositories: a single-file checkpoint at the top of a
+/// diffusers pipeline's folder. The checkpoint is read and the components are named; two
+/// checkpoints at the top (Stable Diffusion XL's, one with another VAE) are refused as separate
+/// models, naming the components too.
+#[test]
+fn a_pipeline_with_a_checkpoint_of_its_own_names_its_components() {
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/folders/diffusers_pipeline");
+    let dir = support::rebuild_folder(&fixture, &mut |_, _| {});
+    shard(&["model.diffusion_model.input_blocks.0.0.weight"])
+        .write(&dir.path().join("ldm.safetensors"))
+        .unwrap();
+    let model = Model::open(dir.path()).unwrap();
+    assert_eq!(model.shards.len(), 1);
+    assert_eq!(codes(&model), ["folder-components"]);
+    let shown = dir.path().display();
+    assert_eq!(
+        model.findings.iter().next().unwrap().message,
+        format!(
+            "its folders `unet`, `vqvae` hold models, not read with this one: open one by its \
+             path, e.g. {shown}/unet"
+        )
+    );
+    shard(&["model.diffusion_model.input_blocks.0.0.weight"])
+        .write(&dir.path().join("ldm_other_vae.safetensors"))
+        .unwrap();
+    let error = Model::open(dir.path()).unwrap_err().to_string();
+    assert!(
+        error.contains("separate models")
+            && error.ends_with(&format!(
+                "; its folders `unet`, `vqvae` hold models: open one by its path, e.g. \
+                 {shown}/unet"
+            )),
+        "{error}"
+    );
+}
+
 /// What `from_pretrained(dir, variant="fp16")` downloads of a sharded save: the variant's shards
 /// and its index alone. That index is followed, as diffusers follows it.
 #[test]
