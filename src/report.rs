@@ -10,7 +10,7 @@ use crate::format::Tensor;
 use crate::format::model::{Model, Source};
 use crate::quant::{LogicalTensors, LogicalWeight, Quantization};
 use crate::text::{
-    Bytes, Count, Shape, display_width, escape, escape_path, format_bytes, format_count,
+    Bytes, Count, Counted, Shape, display_width, escape, escape_path, format_bytes, format_count,
     is_numeric_part, natural_cmp,
 };
 use crate::tree::{DtypeMix, DtypeSet, Fingerprints, LayerTree, NodeId, ROOT};
@@ -469,10 +469,10 @@ impl Inspect<'_> {
         if let Some(quantization) = self.quantization {
             writeln!(
                 out,
-                "quantized   {}  {:.2} bits/weight  {} weights{}",
+                "quantized   {}  {:.2} bits/weight  {}{}",
                 escape(&quantization.summary()),
                 quantization.bits_per_weight(),
-                quantization.weights.len(),
+                Counted(quantization.weights.len(), "weight"),
                 quantization
                     .declared
                     .as_ref()
@@ -569,7 +569,7 @@ impl Row {
             _ => {
                 let totals = tree.totals(id, tensors);
                 self.dtype.push_str(&set_label(totals.dtypes));
-                let _ = write!(self.shape, "{} tensors", totals.tensors);
+                let _ = write!(self.shape, "{}", Counted(totals.tensors, "tensor"));
                 let _ = write!(self.parameters, "{}", Count(totals.parameters));
                 let _ = write!(self.bytes, "{}", Bytes(totals.bytes));
             }
@@ -915,20 +915,13 @@ impl Report for Check<'_> {
         let tally = Tally::of(self.findings);
         writeln!(
             out,
-            "{} finding{}: {} error{}, {} warning{}, {} info",
-            self.findings.len(),
-            plural(self.findings.len()),
-            tally.errors,
-            plural(tally.errors),
-            tally.warnings,
-            plural(tally.warnings),
+            "{}: {}, {}, {} info",
+            Counted(self.findings.len(), "finding"),
+            Counted(tally.errors, "error"),
+            Counted(tally.warnings, "warning"),
             tally.info
         )
     }
-}
-
-fn plural(count: usize) -> &'static str {
-    if count == 1 { "" } else { "s" }
 }
 
 /// One finding on one line: severity, code, where, and what.
@@ -1266,11 +1259,11 @@ impl StatsWriter {
         self.findings.copy_to(out)?;
         writeln!(
             out,
-            "{rows} tensors, {broken} with NaN or Inf; {} scanned in {seconds:.2} s; {} errors, {} \
-             warnings, {} info",
+            "{}, {broken} with NaN or Inf; {} scanned in {seconds:.2} s; {}, {}, {} info",
+            Counted(rows, "tensor"),
             format_bytes(bytes_scanned),
-            self.tally.errors,
-            self.tally.warnings,
+            Counted(self.tally.errors, "error"),
+            Counted(self.tally.warnings, "warning"),
             self.tally.info
         )
     }
@@ -1353,9 +1346,8 @@ pub fn write_quantize<W: Write>(
     }
     writeln!(
         out,
-        "{} tensor{} quantized to {}, {} kept; {} -> {}; {}",
-        summary.quantized.len(),
-        plural(summary.quantized.len()),
+        "{} quantized to {}, {} kept; {} -> {}; {}",
+        Counted(summary.quantized.len(), "tensor"),
         scheme_label(summary),
         summary.kept().count(),
         format_bytes(summary.bytes_before),
@@ -1955,7 +1947,7 @@ mod tests {
         let text = render(false, 16);
         let order: Vec<&str> = text.lines().skip(1).take(4).map(|l| &l[..8]).collect();
         assert_eq!(order, ["b.weight", "a.weight", "c.weight", "d.weight"]);
-        assert!(text.ends_with("4 tensors, 1 with NaN or Inf; 1.21 KiB scanned in 0.50 s; 1 errors, 0 warnings, 1 info\n"));
+        assert!(text.ends_with("4 tensors, 1 with NaN or Inf; 1.21 KiB scanned in 0.50 s; 1 error, 0 warnings, 1 info\n"));
         let ordered: Vec<StatsRow> = [1, 0, 2, 3]
             .into_iter()
             .map(|i| StatsRow {

@@ -167,6 +167,18 @@ impl fmt::Display for Bytes {
     }
 }
 
+/// A number of things with their noun, plural but for one: `1 tensor`, `3 tensors`.
+#[derive(Clone, Copy, Debug)]
+pub struct Counted<'a, T>(pub T, pub &'a str);
+
+impl<T: fmt::Display + PartialEq + From<u8>> fmt::Display for Counted<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Counted(count, noun) = self;
+        let plural = if *count == T::from(1) { "" } else { "s" };
+        write!(f, "{count} {noun}{plural}")
+    }
+}
+
 impl fmt::Display for Count {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const UNITS: [&str; 6] = ["K", "M", "B", "T", "P", "E"];
@@ -334,6 +346,13 @@ fn write_three_digits(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_count_of_one_is_singular() {
+        assert_eq!(Counted(1, "tensor").to_string(), "1 tensor");
+        assert_eq!(Counted(0, "tensor").to_string(), "0 tensors");
+        assert_eq!(Counted(3, "finding").to_string(), "3 findings");
+    }
 
     #[test]
     fn names_fit_their_column_keeping_the_layer_and_the_end() {

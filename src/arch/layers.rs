@@ -6,7 +6,7 @@ use super::expected::Template;
 use super::pattern::{LayerKind, LayerPattern, Mlp, Part};
 use crate::finding::{Code, Finding, Findings};
 use crate::format::TensorInfo;
-use crate::text::{Shape, escape, is_numeric_part, natural_cmp};
+use crate::text::{Counted, Shape, escape, is_numeric_part, natural_cmp};
 use foldhash::HashMap;
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -618,11 +618,7 @@ fn gap_finding(prefix: &str, missing: &[u64], suffixes: &[&str], having: &[u64])
         ),
         (_, _) => format!(
             "{} of `{escaped}.*` missing in layers {} (present in {}): {}",
-            if suffixes.len() == 1 {
-                "1 tensor".to_owned()
-            } else {
-                format!("{} tensors", suffixes.len())
-            },
+            Counted(suffixes.len(), "tensor"),
             spans(missing),
             spans(having),
             named(suffixes)

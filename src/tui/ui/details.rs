@@ -2,7 +2,7 @@
 
 use super::{block, inner};
 use crate::analysis::Moments;
-use crate::text::{Bytes, Count, Shape, escape, format_bytes};
+use crate::text::{Bytes, Count, Counted, Shape, escape, format_bytes};
 use crate::tree::ROOT;
 use crate::tui::app::{App, Outcome, ScanStatus};
 use ratatui::Frame;
@@ -270,8 +270,8 @@ fn group_lines(app: &App, node: crate::tree::NodeId) -> Vec<Line<'static>> {
     let mut lines = vec![
         Line::styled(path, theme.title),
         Line::from(format!(
-            "{} tensors  {} params  {}",
-            totals.tensors,
+            "{}  {} params  {}",
+            Counted(totals.tensors, "tensor"),
             Count(totals.parameters),
             Bytes(totals.bytes)
         )),
@@ -291,13 +291,16 @@ fn group_lines(app: &App, node: crate::tree::NodeId) -> Vec<Line<'static>> {
     }
     if marks.errors > 0 {
         lines.push(Line::styled(
-            format!("✖ {} tensors with errors (NaN, Inf, ...)", marks.errors),
+            format!(
+                "✖ {} with errors (NaN, Inf, ...)",
+                Counted(marks.errors, "tensor")
+            ),
             theme.error,
         ));
     }
     if marks.warnings > 0 {
         lines.push(Line::styled(
-            format!("⚠ {} tensors with warnings", marks.warnings),
+            format!("⚠ {} with warnings", Counted(marks.warnings, "tensor")),
             theme.warning,
         ));
     }

@@ -3,7 +3,7 @@
 
 use super::{block, inner};
 use crate::quantize::{self, Scheme};
-use crate::text::{Bytes, display_width, escape, escape_path, fit_name};
+use crate::text::{Bytes, Counted, display_width, escape, escape_path, fit_name};
 use crate::tui::app::{App, QuantizeDialog, Stage};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Flex, Layout, Rect};
@@ -80,8 +80,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, dialog: &QuantizeDialog)
         / 8;
     lines.push(Line::styled(
         format!(
-            "{} tensors chosen: {} -> {} (plus scales)",
-            dialog.chosen.len(),
+            "{} chosen: {} -> {} (plus scales)",
+            Counted(dialog.chosen.len(), "tensor"),
             Bytes(before),
             Bytes(after)
         ),

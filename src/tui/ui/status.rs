@@ -1,6 +1,6 @@
 //! The header, the scan status line and the key hints.
 
-use crate::text::{Bytes, Count, display_width, escape, escape_path};
+use crate::text::{Bytes, Count, Counted, display_width, escape, escape_path};
 use crate::tui::action::Action;
 use crate::tui::app::{App, ScanState};
 use crate::tui::keymap;
@@ -45,8 +45,8 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App) {
         Span::styled(quantized.unwrap_or_default(), theme.key),
         Span::styled(
             format!(
-                "  {} tensors · {} params · {}",
-                totals.tensors,
+                "  {} · {} params · {}",
+                Counted(totals.tensors, "tensor"),
                 Count(totals.parameters),
                 Bytes(model.file_bytes())
             ),
@@ -65,8 +65,8 @@ pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
     }
     let text = match (app.scan, app.progress) {
         (ScanState::Done, Some(p)) => format!(
-            " scan done: {} tensors, {} in {:.1} s",
-            p.tensors_done,
+            " scan done: {}, {} in {:.1} s",
+            Counted(p.tensors_done, "tensor"),
             Bytes(p.bytes_done),
             p.elapsed.as_secs_f64()
         ),
