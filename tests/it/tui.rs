@@ -260,6 +260,37 @@ fn findings_enter_jumps_to_the_tensor() {
     );
 }
 
+/// At 80 columns most findings are cut; the one selected is shown whole, however long, and the
+/// list scrolls so that all of it is on screen.
+#[test]
+fn the_finding_selected_is_read_whole_at_80_columns() {
+    let mut app = demo(false);
+    finish_scan(&mut app);
+    let message =
+        "values-all-zero model.layers.3.self_attn.o_proj.weight: all 16384 values are zero";
+    let flat = |screen: &str| -> String {
+        screen
+            .lines()
+            .map(|line| line.trim_matches(|c| c == '"' || c == '│').trim_end())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert!(!flat(&screen(&mut app, 80, 24)).contains(message));
+    app.update(Action::FocusNext);
+    app.update(Action::Last);
+    let shown = screen(&mut app, 80, 24);
+    assert!(flat(&shown).contains(message), "{shown}");
+    insta::assert_snapshot!("finding_selected_whole_80x24", shown);
+    // Moving on, the finding before it is whole and the one left is cut again.
+    app.update(Action::Up);
+    let shown = flat(&screen(&mut app, 80, 24));
+    assert!(!shown.contains(message), "{shown}");
+    assert!(
+        shown.contains("1 +Inf and 1 -Inf among 44032 values"),
+        "{shown}"
+    );
+}
+
 #[test]
 fn a_flood_of_findings_is_listed_up_to_a_bound_and_says_what_it_leaves_out() {
     use stui::finding::{Code, Finding};

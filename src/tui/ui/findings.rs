@@ -1,13 +1,13 @@
 //! The findings list, and the screen for a file with nothing readable.
 
-use super::{block, inner};
+use super::{block, inner, wrapped};
 use crate::finding::{Finding, Severity};
 use crate::text::escape;
 use crate::tui::app::{App, Focus};
 use ratatui::Frame;
 use ratatui::layout::Rect;
-use ratatui::text::{Line, Span};
-use ratatui::widgets::{List, ListState, Paragraph, Wrap};
+use ratatui::text::{Line, Span, Text};
+use ratatui::widgets::{List, ListItem, ListState, Paragraph, Wrap};
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let findings = &app.findings;
@@ -30,29 +30,42 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let focused = app.focus == Focus::Findings && app.popup.is_none();
     // Only the lines on screen are made: the list may hold tens of thousands.
     let rows = usize::from(inner(area).height).max(1);
+    let width = usize::from(inner(area).width);
     let selected = app.finding_selected.min(listed.saturating_sub(1));
+    // The finding selected is shown whole, over as many lines as it needs: a pane 80 columns
+    // wide cuts most messages.
+    let whole = focused
+        .then(|| findings.iter(app.severity).nth(selected))
+        .flatten()
+        .map(|f| wrapped(finding_line(app, f), width));
+    let selected_rows = whole.as_ref().map_or(1, Vec::len);
     // With the last finding selected, room is kept below it for the line on those left out.
     let below = usize::from(unlisted > 0 && selected + 1 == listed);
     let first = if focused {
-        selected.saturating_sub(rows.saturating_sub(1 + below))
+        selected.saturating_sub(rows.saturating_sub(selected_rows + below))
     } else {
         0
     };
-    let mut lines: Vec<Line> = findings
+    let mut whole = whole;
+    let mut items: Vec<ListItem> = findings
         .iter(app.severity)
+        .enumerate()
         .skip(first)
         .take(rows)
-        .map(|f| finding_line(app, f))
+        .map(|(i, f)| match whole.take_if(|_| i == selected) {
+            Some(lines) => ListItem::new(Text::from(lines)),
+            None => ListItem::new(finding_line(app, f)),
+        })
         .collect();
-    if lines.len() < rows && unlisted > 0 {
-        lines.push(Line::styled(
+    if items.len() < rows && unlisted > 0 {
+        items.push(ListItem::new(Line::styled(
             format!(
                 "… {unlisted} more not listed (the tree marks them; `stui check` and `stui stats` list all)"
             ),
             app.theme.dim,
-        ));
+        )));
     }
-    let list = List::new(lines)
+    let list = List::new(items)
         .block(block(&title, focused, app))
         .highlight_style(app.theme.selected);
     let mut state = ListState::default().with_selected(focused.then_some(selected - first));

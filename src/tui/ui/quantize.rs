@@ -1,9 +1,9 @@
 //! The quantize dialog: scope and choices, every scheme side by side over the scope, the chosen
 //! scheme's error preview (worst tensors first), then the save's progress and its summary.
 
-use super::{block, inner};
+use super::{block, inner, wrapped};
 use crate::quantize::{self, Scheme};
-use crate::text::{Bytes, Counted, display_width, escape, escape_path, fit_name};
+use crate::text::{Bytes, Counted, escape, escape_path, fit_name};
 use crate::tui::app::{App, QuantizeDialog, Stage};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Flex, Layout, Rect};
@@ -180,34 +180,6 @@ fn preview_name_width(width: usize) -> usize {
     width
         .saturating_sub(PREVIEW_FIGURES)
         .clamp(MIN_NAME_WIDTH, MAX_PREVIEW_NAME_WIDTH)
-}
-
-/// `line` (styled whole, as [`Line::styled`] makes it) cut at its spaces into lines of at most
-/// `width` columns, so that a long message (a save that failed says why and what to do) is read
-/// whole.
-fn wrapped(line: Line<'static>, width: usize) -> Vec<Line<'static>> {
-    let text: String = line
-        .spans
-        .iter()
-        .map(|span| span.content.as_ref())
-        .collect();
-    if display_width(&text) <= width || width == 0 {
-        return vec![line];
-    }
-    let style = line.style;
-    let mut lines = Vec::new();
-    let mut current = String::new();
-    for word in text.split(' ') {
-        if !current.is_empty() && display_width(&current) + 1 + display_width(word) > width {
-            lines.push(Line::styled(std::mem::take(&mut current), style));
-        }
-        if !current.is_empty() {
-            current.push(' ');
-        }
-        current.push_str(word);
-    }
-    lines.push(Line::styled(current, style));
-    lines
 }
 
 fn stage_line(app: &App, dialog: &QuantizeDialog) -> Line<'static> {
