@@ -132,6 +132,40 @@ fn help_and_metadata_popups() {
     both_sizes("metadata", &mut app);
 }
 
+/// At 80 columns the structural id and the architecture are shown whole, a long value (an adapter
+/// trainer's tag list) over three lines that end in "…", and the entries left out are counted.
+#[test]
+fn metadata_at_80_columns_shows_the_identity_whole_and_long_values_wrapped() {
+    use stui::format::Dtype;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lora.safetensors");
+    let tags: Vec<String> = (0..200).map(|i| format!("\"tag{i}\": {i}")).collect();
+    let mut model = stui::demo::SyntheticModel::new(0)
+        .tensor("w", Dtype::F32, &[1, 1], stui::demo::Fill::Zeros)
+        .metadata("ss_tag_frequency", &format!("{{{}}}", tags.join(", ")));
+    for i in 0..30 {
+        model = model.metadata(&format!("ss_training_{i:02}"), "x");
+    }
+    model.write(&path).unwrap();
+    let mut app = App::new(Arc::new(Model::open(&path).unwrap()), Theme::new(false));
+    app.update(Action::ShowMetadata);
+    let shown = screen(&mut app, 80, 24);
+    let id = &app.identity().structural_id;
+    assert!(shown.contains(id.as_str()), "{shown}");
+    let rows: Vec<&str> = shown
+        .lines()
+        .filter(|l| l.contains("ss_tag_frequency") || l.contains("\"tag"))
+        .collect();
+    assert_eq!(rows.len(), 3, "{shown}");
+    assert!(rows[2].contains(" …"), "{shown}");
+    let listed = shown.matches("ss_training_").count();
+    assert!(listed > 5, "{shown}");
+    assert!(
+        shown.contains(&format!("… {} more entries", 30 - listed)),
+        "{shown}"
+    );
+}
+
 /// In the layer map, the help lists the map's own keys and those that work everywhere, so that
 /// it fits 80x24 without cutting a label.
 #[test]

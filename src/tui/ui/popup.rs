@@ -1,6 +1,6 @@
 //! Popups over the middle of the screen: help (from the keymap) and `__metadata__`.
 
-use super::{block, inner};
+use super::{block, inner, wrapped};
 use crate::text::escape;
 use crate::tui::action::Action;
 use crate::tui::app::{App, Popup};
@@ -23,7 +23,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, popup: Popup) {
     let rows = usize::from(inside.height).max(1);
     let (title, lines) = match popup {
         Popup::Help => ("keys", help_lines(app)),
-        Popup::Metadata => ("__metadata__", metadata_lines(app, rows)),
+        Popup::Metadata => (
+            "__metadata__",
+            metadata_lines(app, rows, usize::from(inside.width)),
+        ),
     };
     frame.render_widget(block(title, true, app), box_area);
     // Long lists flow into as many columns as they need, each as wide as its widest line and the
@@ -107,50 +110,82 @@ fn help_lines(app: &App) -> Vec<Line<'static>> {
     lines
 }
 
-/// At most `rows` lines: the entries that fit, then how many more there are (a header can hold
+/// The lines an entry of `__metadata__` takes at most: a long value (a training run's settings,
+/// a tag list) shows its start, and `stui inspect --json` gives it whole.
+const LINES_PER_ENTRY: usize = 3;
+
+/// At most `rows` lines of `width` columns: the identity whole, then the entries that fit, each
+/// wrapped over up to [`LINES_PER_ENTRY`] lines, then how many more there are (a header can hold
 /// millions).
-fn metadata_lines(app: &App, rows: usize) -> Vec<Line<'static>> {
+fn metadata_lines(app: &App, rows: usize, width: usize) -> Vec<Line<'static>> {
     let identity = app.identity();
-    let structure = Line::from(vec![
-        Span::styled("structural id = ", app.theme.dim),
-        Span::raw(identity.structural_id.clone()),
-    ]);
-    let architecture = Line::from(vec![
-        Span::styled("architecture = ", app.theme.dim),
-        Span::raw(identity.architecture.clone()),
-    ]);
-    if app.model.metadata.is_empty() {
-        return vec![
-            structure,
-            architecture,
-            Line::styled("(no __metadata__)", app.theme.dim),
-        ];
-    }
-    let metadata = &app.model.metadata;
-    let room = rows.saturating_sub(2);
-    let shown = if metadata.len() <= room {
-        metadata.len()
-    } else {
-        room.saturating_sub(1)
-    };
-    let entries = metadata.iter().take(shown).map(|(key, value)| {
+    let mut lines = wrapped(
         Line::from(vec![
-            Span::styled(format!("{} = ", escape(key)), app.theme.key),
-            Span::raw(escape(value).into_owned()),
-        ])
-    });
-    let more = (shown < metadata.len()).then(|| {
-        Line::styled(
+            Span::styled("structural id = ", app.theme.dim),
+            Span::raw(identity.structural_id.clone()),
+        ]),
+        width,
+    );
+    lines.extend(wrapped(
+        Line::from(vec![
+            Span::styled("architecture = ", app.theme.dim),
+            Span::raw(identity.architecture.clone()),
+        ]),
+        width,
+    ));
+    let metadata = &app.model.metadata;
+    if metadata.is_empty() {
+        lines.push(Line::styled("(no __metadata__)", app.theme.dim));
+        return lines;
+    }
+    let mut shown = 0;
+    for (key, value) in metadata.iter() {
+        let mut entry = wrapped(
+            Line::from(vec![
+                Span::styled(format!("{} = ", escape(key)), app.theme.key),
+                Span::raw(escape(value).into_owned()),
+            ]),
+            width,
+        );
+        if entry.len() > LINES_PER_ENTRY {
+            entry.truncate(LINES_PER_ENTRY);
+            if let Some(last) = entry.last_mut() {
+                ended_with_ellipsis(last, width, app);
+            }
+        }
+        // The last row is kept for the line on the entries left out, unless this one is the last.
+        let reserve = usize::from(shown + 1 < metadata.len());
+        if lines.len() + entry.len() + reserve > rows {
+            break;
+        }
+        lines.extend(entry);
+        shown += 1;
+    }
+    if shown < metadata.len() {
+        lines.push(Line::styled(
             format!(
                 "… {} more entries (`stui inspect --json` lists them all)",
                 metadata.len() - shown
             ),
             app.theme.dim,
-        )
-    });
-    [structure, architecture]
-        .into_iter()
-        .chain(entries)
-        .chain(more)
-        .collect()
+        ));
+    }
+    lines
+}
+
+/// `line` cut to leave room for " …" within `width` columns, and the mark added: what follows is
+/// left out.
+fn ended_with_ellipsis(line: &mut Line<'static>, width: usize, app: &App) {
+    while line.width() + 2 > width {
+        let Some(span) = line.spans.last_mut() else {
+            break;
+        };
+        let mut text = span.content.to_string();
+        if text.pop().is_none() {
+            line.spans.pop();
+            continue;
+        }
+        span.content = text.into();
+    }
+    line.spans.push(Span::styled(" …", app.theme.dim));
 }
