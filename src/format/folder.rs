@@ -116,8 +116,12 @@ pub fn beside_index<'a>(
     indexes
 }
 
-/// The most subfolders looked into for a model, when a folder holds none of its own.
+/// The most subfolders looked into for a model.
 pub const SUBFOLDERS_LOOKED_AT: usize = 256;
+
+/// The most names read of each subfolder: a component's folder holds a few files, and a folder of
+/// a million images beside a model is not read through each time the model opens.
+pub const NAMES_LOOKED_AT: usize = 4096;
 
 /// The subfolders among `paths` (each `SUBFOLDER/NAME`, below a folder without a model of its
 /// own) whose files make a model, in natural order: a diffusers pipeline's components.

@@ -67,8 +67,8 @@ pub struct Model {
     pub remote: Option<Arc<RemoteModel>>,
 }
 
-/// The subfolders of `folder` (a folder without a model of its own) that hold one; unreadable
-/// ones are passed over, as this only helps word an error.
+/// The subfolders of `folder` that hold a model, among its first entries; unreadable ones are
+/// passed over, as this only words an error or a note.
 fn models_in_subfolders(folder: &Path) -> Vec<String> {
     let Ok(entries) = fs::read_dir(folder) else {
         return Vec::new();
@@ -83,7 +83,7 @@ fn models_in_subfolders(folder: &Path) -> Vec<String> {
         }
         let sub = entry.file_name().to_string_lossy().into_owned();
         if let Ok(inner) = fs::read_dir(entry.path()) {
-            for name in inner.flatten() {
+            for name in inner.flatten().take(folder::NAMES_LOOKED_AT) {
                 paths.push(format!("{sub}/{}", name.file_name().to_string_lossy()));
             }
         }
