@@ -16,7 +16,7 @@ pub mod scheme;
 
 use crate::finding::{Code, Finding};
 use crate::format::{Model, TensorInfo};
-use crate::text::escape;
+use crate::text::{Counted, escape};
 pub use listed::{LogicalModel, LogicalTensors};
 pub use members::Role;
 pub use recognise::{Declared, SideFiles};
@@ -282,9 +282,11 @@ impl Quantization {
             findings.push(Finding::warning(
                 Code::QuantConfig,
                 format!(
-                    "{} declares `{}`, but {count} weight(s) are stored in the {} layout",
+                    "{} declares `{}`, but {} {} stored in the {} layout",
                     escape(&declared.source),
                     escape(&declared.method),
+                    Counted(count, "weight"),
+                    if count == 1 { "is" } else { "are" },
                     layout.family()
                 ),
             ));

@@ -3,7 +3,7 @@
 use super::scanner::Scanner;
 use super::string_map::{StringMapBuilder, StringPairs};
 use crate::finding::{Code, Finding, Findings};
-use crate::text::escape;
+use crate::text::{Counted, escape};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
 use std::io;
@@ -133,8 +133,9 @@ impl ShardIndex {
                 Finding::error(
                     Code::IndexPathEscapes,
                     format!(
-                        "the index maps {count} tensor(s) to `{}`, a path outside the index's folder; \
+                        "the index maps {} to `{}`, a path outside the index's folder; \
                          refused (not opened)",
+                        Counted(count, "tensor"),
                         escape(shard)
                     ),
                 )

@@ -3,7 +3,7 @@
 use super::{Report, write_json};
 use crate::format::index::ShardIndex;
 use crate::source::hf_cache::{CacheDir, CachedRepo, CachedRevision, short};
-use crate::text::{escape, escape_path, format_bytes};
+use crate::text::{Counted, escape, escape_path, format_bytes};
 use serde::Serialize;
 use std::collections::HashSet;
 use std::io::{self, Write};
@@ -145,7 +145,7 @@ impl Report for CacheListing {
                         "{} of {listed} shards",
                         listed.saturating_sub(revision.missing.len())
                     ),
-                    None => format!("{} file(s)", revision.files),
+                    None => Counted(revision.files, "file").to_string(),
                 };
                 let state = if revision.complete {
                     "complete".to_owned()
@@ -170,8 +170,8 @@ impl Report for CacheListing {
                 let held: u64 = repo.incomplete.iter().map(|b| b.bytes).sum();
                 writeln!(
                     out,
-                    "  {} unfinished download(s) in blobs/ ({} so far)",
-                    repo.incomplete.len(),
+                    "  {} in blobs/ ({} so far)",
+                    Counted(repo.incomplete.len(), "unfinished download"),
                     format_bytes(held)
                 )?;
             }

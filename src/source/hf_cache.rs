@@ -3,7 +3,7 @@
 //! commit, the snapshot's links followed into `blobs/`.
 
 use super::{Environment, RepoRef, expand_home};
-use crate::text::{escape, escape_path, format_bytes};
+use crate::text::{Counted, escape, escape_path, format_bytes};
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -265,9 +265,10 @@ impl Snapshot {
                 .map(|(name, _)| format!("blobs/{}", escape(name)))
                 .collect();
             format!(
-                "not downloaded yet, and {} download(s) into this repository are unfinished ({}{}); \
+                "not downloaded yet, and {} into this repository {} unfinished ({}{}); \
                  finish them with `hf download {} --revision {}`",
-                incomplete.len(),
+                Counted(incomplete.len(), "download"),
+                if incomplete.len() == 1 { "is" } else { "are" },
                 names.join(", "),
                 if incomplete.len() > 3 { ", …" } else { "" },
                 self.repo.id,
