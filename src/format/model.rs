@@ -67,22 +67,12 @@ pub struct Model {
     pub remote: Option<Arc<RemoteModel>>,
 }
 
-/// The subfolders of `folder` that hold a model, among its first entries; unreadable ones are
-/// passed over, as this only words an error or a note.
-fn models_in_subfolders(folder: &Path) -> Vec<String> {
-    let Ok(entries) = fs::read_dir(folder) else {
-        return Vec::new();
-    };
+/// Those of `folder`'s `subfolders` that hold a model; unreadable ones are passed over, as this
+/// only words an error or a note.
+fn models_in_subfolders(folder: &Path, subfolders: &[String]) -> Vec<String> {
     let mut paths = Vec::new();
-    for entry in entries.flatten().take(folder::SUBFOLDERS_LOOKED_AT) {
-        if !entry
-            .file_type()
-            .is_ok_and(|t| t.is_dir() || t.is_symlink())
-        {
-            continue;
-        }
-        let sub = entry.file_name().to_string_lossy().into_owned();
-        if let Ok(inner) = fs::read_dir(entry.path()) {
+    for sub in subfolders {
+        if let Ok(inner) = fs::read_dir(folder.join(sub)) {
             for name in inner.flatten().take(folder::NAMES_LOOKED_AT) {
                 paths.push(format!("{sub}/{}", name.file_name().to_string_lossy()));
             }
@@ -200,18 +190,29 @@ impl Model {
     fn open_folder(folder: &Path, hint: Hint<'_>, given_as: Option<&str>) -> Result<Model> {
         let entries = fs::read_dir(folder).map_err(|source| Error::io(folder, source))?;
         let mut names = Vec::new();
+        // The first few subfolders (or links to folders), looked into for components. A cache
+        // snapshot's files are links: only links are followed to see what they are.
+        let mut subfolders = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|source| Error::io(folder, source))?;
-            names.push(entry.file_name().to_string_lossy().into_owned());
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if subfolders.len() < folder::SUBFOLDERS_LOOKED_AT
+                && entry
+                    .file_type()
+                    .is_ok_and(|t| t.is_dir() || (t.is_symlink() && entry.path().is_dir()))
+            {
+                subfolders.push(name.clone());
+            }
+            names.push(name);
         }
         let components = || Components {
             shown: given_as.map_or_else(|| escape_path(folder), str::to_owned),
-            inside: models_in_subfolders(folder),
+            inside: models_in_subfolders(folder, &subfolders),
         };
         match folder::choose(names.iter().map(String::as_str)) {
             None => Err(Error::NoModel {
                 folder: folder.to_owned(),
-                inside: models_in_subfolders(folder),
+                inside: components().inside,
             }),
             Some(Choice::Index(index)) => {
                 let mut model = Model::open_index(&folder.join(&index), Source::Folder, hint)?;
