@@ -289,6 +289,36 @@ fn a_pipeline_with_a_checkpoint_of_its_own_names_its_components() {
     );
 }
 
+/// A cache snapshot's files are links: links to files are not taken for subfolders, however
+/// many, and a link to a folder holding a model is a component like a folder.
+#[test]
+fn components_are_found_among_many_links() {
+    let dir = tempfile::tempdir().unwrap();
+    shard(&["x"])
+        .write(&dir.path().join("model.safetensors"))
+        .unwrap();
+    std::fs::write(dir.path().join("target.json"), "{}").unwrap();
+    for i in 0..300 {
+        std::os::unix::fs::symlink("target.json", dir.path().join(format!("link{i:03}.json")))
+            .unwrap();
+    }
+    let elsewhere = tempfile::tempdir().unwrap();
+    for folder in [dir.path().join("vae"), elsewhere.path().to_owned()] {
+        std::fs::create_dir_all(&folder).unwrap();
+        shard(&["y"])
+            .write(&folder.join("diffusion_pytorch_model.safetensors"))
+            .unwrap();
+    }
+    std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("text_encoder")).unwrap();
+    let model = Model::open(dir.path()).unwrap();
+    assert_eq!(codes(&model), ["folder-components"]);
+    let note = &model.findings.iter().next().unwrap().message;
+    assert!(
+        note.starts_with("its folders `text_encoder`, `vae` hold models"),
+        "{note}"
+    );
+}
+
 /// What `from_pretrained(dir, variant="fp16")` downloads of a sharded save: the variant's shards
 /// and its index alone. That index is followed, as diffusers follows it.
 #[test]
