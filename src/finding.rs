@@ -105,6 +105,7 @@ codes! {
     ShardMissing => "shard-missing", "a shard named by the index does not exist";
     ShardUnreadable => "shard-unreadable", "a shard exists but cannot be read";
     FolderComponents => "folder-components", "a folder with a model of its own also has subfolders that hold models (a diffusers pipeline's components; not read)";
+    FolderParts => "folder-parts", "a folder without an index holds several .safetensors files that are not one set of shards and share no tensor: they are read side by side as one model";
     FolderOtherFiles => "folder-other-files", "a folder holds other .safetensors files or indexes beside the file or index its loader reads (not read)";
     IndexTensorMissing => "index-tensor-missing", "the index maps a tensor to a shard that does not hold it";
     TensorNotInIndex => "tensor-not-in-index", "a shard holds a tensor the index does not map (loaders will not find it)";

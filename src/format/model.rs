@@ -866,6 +866,16 @@ impl<'a> Builder<'a> {
                 crate::error::models_inside(&components.shown, &components.inside),
             )));
         }
+        if files.parts {
+            self.findings.push(Finding::info(
+                Code::FolderParts,
+                format!(
+                    "read side by side as one model, with no index to say they are one: {} (each \
+                     opens alone by its path)",
+                    folder::listed(&files.read)
+                ),
+            ));
+        }
         self.note_components(components);
         Ok(self.finish())
     }

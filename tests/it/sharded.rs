@@ -422,7 +422,13 @@ fn files_with_no_index_and_their_own_tensors_read_as_one_model() {
         .unwrap();
     let model = Model::open(dir.path()).unwrap();
     assert_eq!(model.shards.len(), 2);
-    assert!(model.findings.is_empty(), "{:?}", model.findings);
+    // Read as one, and said to be: the tree shows two models' roots side by side.
+    assert_eq!(codes(&model), ["folder-parts"]);
+    assert_eq!(
+        model.findings.iter().next().unwrap().message,
+        "read side by side as one model, with no index to say they are one: `ae.safetensors`, \
+         `flux1-dev.safetensors` (each opens alone by its path)"
+    );
 }
 
 #[test]
