@@ -161,6 +161,23 @@ fn wrapped(line: Line<'static>, width: usize) -> Vec<Line<'static>> {
     lines
 }
 
+/// `line` cut to leave room for " …" within `width` columns, and the mark added: what follows is
+/// left out.
+fn ended_with_ellipsis(line: &mut Line<'static>, width: usize, style: Style) {
+    while line.width() + 2 > width {
+        let Some(span) = line.spans.last_mut() else {
+            break;
+        };
+        let mut text = span.content.to_string();
+        if text.pop().is_none() {
+            line.spans.pop();
+            continue;
+        }
+        span.content = text.into();
+    }
+    line.spans.push(Span::styled(" …", style));
+}
+
 /// The part of `area` inside a block's borders.
 fn inner(area: Rect) -> Rect {
     area.inner(ratatui::layout::Margin {

@@ -325,6 +325,30 @@ fn the_finding_selected_is_read_whole_at_80_columns() {
     );
 }
 
+/// A finding taller than the pane would not be drawn at all: its start fills the pane and ends
+/// in "…".
+#[test]
+fn a_finding_taller_than_the_pane_shows_its_start() {
+    use stui::finding::{Code, Finding};
+    let mut app = demo(false);
+    let words: Vec<String> = (0..200).map(|i| format!("word{i}")).collect();
+    let message = words.join(" ");
+    app.on_scan(ScanEvent::Finding(Finding::info(
+        Code::TensorOrder,
+        message,
+    )));
+    app.update(Action::FocusNext);
+    let shown = screen(&mut app, 80, 24);
+    let pane: Vec<&str> = shown
+        .lines()
+        .skip_while(|line| !line.contains("findings ·"))
+        .skip(1)
+        .take(4)
+        .collect();
+    assert!(pane[0].contains("tensor-order word0 word1"), "{shown}");
+    assert!(pane[3].contains(" …"), "{shown}");
+}
+
 #[test]
 fn a_flood_of_findings_is_listed_up_to_a_bound_and_says_what_it_leaves_out() {
     use stui::finding::{Code, Finding};

@@ -1,6 +1,6 @@
 //! The findings list, and the screen for a file with nothing readable.
 
-use super::{block, inner, wrapped};
+use super::{block, ended_with_ellipsis, inner, wrapped};
 use crate::finding::{Finding, Severity};
 use crate::text::escape;
 use crate::tui::app::{App, Focus};
@@ -37,7 +37,17 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let whole = focused
         .then(|| findings.iter(app.severity).nth(selected))
         .flatten()
-        .map(|f| wrapped(finding_line(app, f), width));
+        .map(|f| {
+            let mut lines = wrapped(finding_line(app, f), width);
+            // Taller than the pane, it would not be drawn at all: its start is shown.
+            if lines.len() > rows {
+                lines.truncate(rows);
+                if let Some(last) = lines.last_mut() {
+                    ended_with_ellipsis(last, width, app.theme.dim);
+                }
+            }
+            lines
+        });
     let selected_rows = whole.as_ref().map_or(1, Vec::len);
     // With the last finding selected, room is kept below it for the line on those left out.
     let below = usize::from(unlisted > 0 && selected + 1 == listed);

@@ -1,6 +1,6 @@
 //! Popups over the middle of the screen: help (from the keymap) and `__metadata__`.
 
-use super::{block, inner, wrapped};
+use super::{block, ended_with_ellipsis, inner, wrapped};
 use crate::text::escape;
 use crate::tui::action::Action;
 use crate::tui::app::{App, Popup};
@@ -150,7 +150,7 @@ fn metadata_lines(app: &App, rows: usize, width: usize) -> Vec<Line<'static>> {
         if entry.len() > LINES_PER_ENTRY {
             entry.truncate(LINES_PER_ENTRY);
             if let Some(last) = entry.last_mut() {
-                ended_with_ellipsis(last, width, app);
+                ended_with_ellipsis(last, width, app.theme.dim);
             }
         }
         // The last row is kept for the line on the entries left out, unless this one is the last.
@@ -171,21 +171,4 @@ fn metadata_lines(app: &App, rows: usize, width: usize) -> Vec<Line<'static>> {
         ));
     }
     lines
-}
-
-/// `line` cut to leave room for " …" within `width` columns, and the mark added: what follows is
-/// left out.
-fn ended_with_ellipsis(line: &mut Line<'static>, width: usize, app: &App) {
-    while line.width() + 2 > width {
-        let Some(span) = line.spans.last_mut() else {
-            break;
-        };
-        let mut text = span.content.to_string();
-        if text.pop().is_none() {
-            line.spans.pop();
-            continue;
-        }
-        span.content = text.into();
-    }
-    line.spans.push(Span::styled(" …", app.theme.dim));
 }
