@@ -331,17 +331,31 @@ fn scale_for(dtype: Dtype, absmax: f64) -> f64 {
     next_stored_up(dtype, scale)
 }
 
-/// `scale`, or the F16 value below it when `dtype` is F16 and the grid's largest value
-/// `largest_code · scale` lies beyond F16's largest (65504), which an F16 loader would turn into
-/// ±Inf. One step down brings it back within range for the codes of 127 and 448 that use this,
-/// and the largest magnitude an F16 weight can hold then lands a fraction of a step beyond the
-/// largest code: within half a step.
+/// `scale`, or the value of `dtype` below it when the grid's largest value
+/// `largest_code · scale` lies beyond the largest `dtype` holds (F16's 65504, BF16's and F32's
+/// about 3.4e38), which a loader would turn into ±Inf. That happens only to weights at the very
+/// top of their dtype's range. One step down brings the grid back within range for the codes of
+/// 127 and 448 that use this, and the largest magnitude such a weight can hold then lands within
+/// half a step of the largest code.
 fn loadable(dtype: Dtype, scale: f64, largest_code: f64) -> f64 {
-    let beyond = |scale: f64| half::f16::from_f64(largest_code * scale).is_infinite();
-    if dtype == Dtype::F16 && scale.is_finite() && scale > 0.0 && beyond(scale) {
-        half::f16::from_bits(half::f16::from_f64(scale).to_bits() - 1).to_f64()
+    if scale.is_finite() && scale > 0.0 && stored(dtype, largest_code * scale).is_infinite() {
+        next_stored_down(dtype, scale)
     } else {
         scale
+    }
+}
+
+/// The next value below `scale` (positive, as stored in `dtype`) that `dtype` holds.
+fn next_stored_down(dtype: Dtype, scale: f64) -> f64 {
+    match dtype {
+        Dtype::F64 => scale.next_down(),
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "the value is an f32 already"
+        )]
+        Dtype::F32 => f64::from((scale as f32).next_down()),
+        Dtype::Bf16 => half::bf16::from_bits(half::bf16::from_f64(scale).to_bits() - 1).to_f64(),
+        _ => half::f16::from_bits(half::f16::from_f64(scale).to_bits() - 1).to_f64(),
     }
 }
 
@@ -2515,11 +2529,38 @@ mod tests {
             assert_eq!(scale, stored(Dtype::F16, scale));
         }
         assert_eq!(scale_for(Dtype::F16, 65504.0), 515.5);
-        // BF16 holds F32's range: its scales are as they were.
+        // Far below the top of its range, a BF16 scale is as it was.
         assert_eq!(
             scale_for(Dtype::Bf16, 65504.0),
             stored(Dtype::Bf16, 65504.0 / 127.0)
         );
+    }
+
+    /// Every largest magnitude in the top binade of BF16 (and the top of F16 and F32): the int8
+    /// grid and the FP8 grid stay finite in the dtype, and the largest magnitude lands within
+    /// half a step of the largest code (127 steps of the scale, or E4M3's 448 with its spacing
+    /// of 32 there).
+    #[test]
+    fn scales_keep_the_grid_finite_at_the_top_of_every_range() {
+        let bfloat16 = (0x7F00_u16..0x7F80).map(|bits| half::bf16::from_bits(bits).to_f64());
+        let binary16 = (0x7800_u16..0x7C00).map(|bits| half::f16::from_bits(bits).to_f64());
+        let binary32 = (0..4096_u32).map(|i| f64::from(f32::from_bits(0x7F7F_FFFF - i * 997)));
+        let cases = bfloat16
+            .map(|v| (Dtype::Bf16, v))
+            .chain(binary16.map(|v| (Dtype::F16, v)))
+            .chain(binary32.map(|v| (Dtype::F32, v)));
+        for (dtype, absmax) in cases {
+            let scale = scale_for(dtype, absmax);
+            assert!(stored(dtype, 127.0 * scale).is_finite(), "{dtype} {absmax}");
+            assert!(scale * 127.5 >= absmax, "{dtype} {absmax}: {scale}");
+            let fp8 = f64::from(fp8::MAX);
+            let scale = loadable(dtype, stored_at_least(dtype, absmax / fp8), fp8);
+            assert!(stored(dtype, fp8 * scale).is_finite(), "{dtype} {absmax}");
+            assert!(
+                absmax - fp8 * scale <= 16.0 * scale,
+                "{dtype} {absmax}: {scale}"
+            );
+        }
     }
 
     /// Scales kept from the first pass and scales worked out again from the rows give the same

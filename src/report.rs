@@ -1365,9 +1365,9 @@ pub fn write_quantize<W: Write>(
     if !beyond.is_empty() {
         writeln!(
             out,
-            "read back as Inf, the grid's largest value beyond what the weights' dtype holds: {}; \
-             keep {} with --keep-below-snr (an SNR of -inf falls below any threshold), or choose \
-             a scheme with groups (W8A16, W4A16, NVFP4A16), whose scales stay within",
+            "read back as Inf, values beyond the range of the dtype they load in: {}; keep {} \
+             with --keep-below-snr (an SNR of -inf falls below any threshold), or choose a scheme \
+             that loads them in their own dtype (NVFP4A16 loads F32 weights in BF16)",
             crate::text::listed_in_backticks(&beyond, 4),
             if beyond.len() == 1 { "it" } else { "them" }
         )?;
