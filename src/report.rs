@@ -1366,8 +1366,8 @@ pub fn write_quantize<W: Write>(
         writeln!(
             out,
             "read back as Inf, values beyond the range of the dtype they load in: {}; keep {} \
-             with --keep-below-snr (an SNR of -inf falls below any threshold), or choose a scheme \
-             that loads them in their own dtype (NVFP4A16 loads F32 weights in BF16)",
+             with --keep-below-snr (an SNR of -inf falls below any threshold), or choose another \
+             scheme",
             crate::text::listed_in_backticks(&beyond, 4),
             if beyond.len() == 1 { "it" } else { "them" }
         )?;

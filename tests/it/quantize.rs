@@ -549,7 +549,8 @@ fn rows_of_subnormal_values_still_verify() {
 /// its grid within the dtype (W8A8's and FP8's one step lower than the nearest), so the save
 /// verifies and the output reads back without ±Inf. But NVFP4A16 loads weights in BF16, which
 /// cannot hold an F32 weight beyond BF16's range: that save does not verify, says why, and
-/// verifies with the weight kept as the message advises.
+/// verifies with the weight kept as the message advises. `W4A16_ASYM` fails too on a group
+/// spanning from BF16's lowest value to its highest.
 #[test]
 fn weights_at_the_top_of_their_range_quantize_and_read_back_finite() {
     let dir = tempfile::tempdir().unwrap();
@@ -594,6 +595,22 @@ fn weights_at_the_top_of_their_range_quantize_and_read_back_finite() {
         "FP8_BLOCK",
         "NVFP4A16",
     ];
+    // A W4A16_ASYM group from BF16's lowest value to its highest: its range over 15 passes BF16.
+    SyntheticModel::new(0)
+        .tensor(
+            "layer.proj.weight",
+            Dtype::Bf16,
+            &[1, 128],
+            Fill::Values(vec![3.389_531_4e38, -3.389_531_4e38]),
+        )
+        .write(&dir.path().join("span.safetensors"))
+        .unwrap();
+    let (code, stdout, _) = quantize("W4A16_ASYM", "span.safetensors", &[]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(
+        stdout.contains("values beyond the range of the dtype they load in"),
+        "{stdout}"
+    );
     for source in ["bf16.safetensors", "f32.safetensors"] {
         for scheme in schemes {
             let (code, stdout, output) = quantize(scheme, source, &[]);
