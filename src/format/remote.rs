@@ -89,13 +89,8 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
         chosen,
         beside_index,
     } = plan(repo, &hub, &commit, layout, &files, cache).map_err(fail)?;
-    let in_repo = |label: &str| {
-        if folder.is_empty() {
-            label.to_owned()
-        } else {
-            format!("{folder}/{label}")
-        }
-    };
+    let prefix = in_folder_prefix(&folder);
+    let in_repo = |label: &str| format!("{prefix}{label}");
     let likely = likely_header_sizes(index.as_ref().map(|(index, _)| index), &labels);
     // `config.json` is fetched beside the headers: one round trip less.
     let config_path = in_repo("config.json");
@@ -220,10 +215,7 @@ fn plan(
             let labels = index.shards.clone();
             if source == Source::Folder {
                 let prefix = in_folder_prefix(&folder);
-                let names = files.keys().filter_map(|path| {
-                    path.strip_prefix(&prefix)
-                        .filter(|name| !name.contains('/'))
-                });
+                let names = names_in(files.keys().copied(), &prefix);
                 let index_name = &index_path[prefix.len()..];
                 beside_index = folder::beside_index(names, index_name, &labels);
             }
@@ -281,6 +273,17 @@ fn in_folder_prefix(folder: &str) -> String {
     }
 }
 
+/// The names of the files directly in the folder whose paths start with `prefix`
+/// ([`in_folder_prefix`]), among the repository's `paths`.
+fn names_in<'a>(
+    paths: impl IntoIterator<Item = &'a str>,
+    prefix: &'a str,
+) -> impl Iterator<Item = &'a str> {
+    paths
+        .into_iter()
+        .filter_map(move |path| path.strip_prefix(prefix).filter(|name| !name.contains('/')))
+}
+
 /// The repository as the user named it, for the messages that tell what to open.
 fn as_given(repo: &RepoRef) -> String {
     format!("{}{repo}", if repo.remote { "hf://" } else { "" })
@@ -315,12 +318,8 @@ fn choose(
     }
     let folder = repo.path.clone().unwrap_or_default();
     let prefix = in_folder_prefix(&folder);
-    let in_folder = listing.iter().filter_map(|file| {
-        file.path
-            .strip_prefix(&prefix)
-            .filter(|name| !name.contains('/'))
-    });
-    match folder::choose(in_folder) {
+    let paths = listing.iter().map(|file| file.path.as_str());
+    match folder::choose(names_in(paths, &prefix)) {
         Some(Choice::Index(name)) => Ok(Layout::Index(format!("{prefix}{name}"))),
         Some(Choice::Files(chosen)) => Ok(Layout::Files(folder, chosen)),
         Some(Choice::Indexes(indexes)) => Err(Error::Invalid(folder::several_indexes(
