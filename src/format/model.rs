@@ -219,9 +219,7 @@ impl Model {
                 folder.clone_into(&mut model.path);
                 let shards: Vec<String> = model.shards.iter().map(|s| s.label.clone()).collect();
                 let left = folder::beside_index(names.iter().map(String::as_str), &index, &shards);
-                if !left.is_empty() {
-                    model.findings.push(beside_index_note(&index, &left));
-                }
+                model.findings.extend(beside_index_note(&index, &left));
                 model.findings.extend(components().note());
                 Ok(model)
             }
@@ -883,9 +881,7 @@ impl<'a> Builder<'a> {
     /// Notes the files and indexes of the folder that a model read through the index
     /// `index_label` leaves out ([`folder::beside_index`]).
     pub(super) fn note_beside_index(&mut self, index_label: &str, left: &[String]) {
-        if !left.is_empty() {
-            self.findings.push(beside_index_note(index_label, left));
-        }
+        self.findings.extend(beside_index_note(index_label, left));
     }
 
     pub(super) fn note_components(&mut self, components: &Components) {
@@ -917,9 +913,12 @@ fn other_files(beside: &str, loaders_read: &str, left: &[String]) -> Finding {
     )
 }
 
-fn beside_index_note(index: &str, left: &[String]) -> Finding {
-    let beside = format!("`{}` and the shards it names", escape(index));
-    other_files(&beside, "those alone", left)
+/// The note naming what a folder's `index` leaves out; `None` when it leaves nothing out.
+fn beside_index_note(index: &str, left: &[String]) -> Option<Finding> {
+    (!left.is_empty()).then(|| {
+        let beside = format!("`{}` and the shards it names", escape(index));
+        other_files(&beside, "those alone", left)
+    })
 }
 
 /// A folder's subfolders that hold models of their own (a diffusers pipeline's components), and
