@@ -26,7 +26,7 @@ mod pipeline;
 pub mod scheme;
 mod transpose;
 
-pub use compare::{Comparison, SchemeResult, compare};
+pub use compare::{Comparison, SchemeResult, compare, scheme_quantizes};
 pub use scheme::Scheme;
 
 use crate::analysis::simd::Lanes;

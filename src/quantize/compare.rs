@@ -47,8 +47,9 @@ pub struct Comparison {
     pub non_finite: Vec<usize>,
 }
 
-/// Whether `scheme` quantizes `tensor` (chosen by name and dtype) or keeps it whole.
-pub(super) fn fits(scheme: Scheme, group: u64, tensor: &Tensor) -> bool {
+/// Whether `scheme` quantizes `tensor` (chosen by name and dtype) or keeps it whole: its columns
+/// must divide into the scheme's groups, and `FP8_BLOCK`'s blocks must not be too wide.
+pub fn scheme_quantizes(scheme: Scheme, group: u64, tensor: &Tensor) -> bool {
     let columns = tensor.info.shape.get(1).unwrap_or(0);
     match scheme {
         Scheme::W8A16 | Scheme::W4A16 | Scheme::W4A16Asym => {
@@ -114,7 +115,7 @@ pub(super) fn evaluate(
     for &index in tensors {
         let tensor = &model.tensors[index];
         let path = &model.shard_of(tensor).path;
-        let fitting = |scheme: Scheme| fits(scheme, options.group_size, tensor);
+        let fitting = |scheme: Scheme| scheme_quantizes(scheme, options.group_size, tensor);
         let align = schemes
             .iter()
             .filter(|&&scheme| fitting(scheme))

@@ -45,7 +45,7 @@ const READ_BACK_BATCH: usize = 4096;
 const KEPT_BYTES: u64 = 32 << 20;
 
 fn fits(tensor: &Tensor, options: &Options) -> bool {
-    super::compare::fits(options.scheme, options.group_size, tensor)
+    super::compare::scheme_quantizes(options.scheme, options.group_size, tensor)
 }
 
 fn plan_of(options: &Options, tensor: &Tensor, absmax: f64) -> Plan {

@@ -493,17 +493,26 @@ fn the_quantize_dialog_previews_saves_and_reports() {
         shown.contains("output  assets/demo.w8a16.safetensors"),
         "{shown}"
     );
-    // The codes' size follows the scheme: half the int8 one for W4A16.
+    // The codes' size follows the scheme (half the int8 one for W4A16), over the weights it
+    // quantizes: the four `down_proj`s' 344 columns are not in whole groups of 128.
     assert!(
-        shown.contains("1.38 MiB -> 708 KiB (plus scales)"),
+        shown.contains("28 tensors chosen, W8A16 quantizes 24: 1.05 MiB -> 536 KiB (plus scales)"),
         "{shown}"
     );
     app.update(Action::QuantizeScheme);
     let shown = screen(&mut app, 100, 40);
     assert!(
-        shown.contains("1.38 MiB -> 354 KiB (plus scales)"),
+        shown.contains("28 tensors chosen, W4A16 quantizes 24: 1.05 MiB -> 268 KiB (plus scales)"),
         "{shown}"
     );
+    let tall = screen(&mut app, 100, 60);
+    let kept = tall
+        .lines()
+        .filter(|line| {
+            line.contains("mlp.down_proj.weight") && line.contains("kept: not in whole groups")
+        })
+        .count();
+    assert_eq!(kept, 4, "{tall}");
     the_narrow_dialog_keeps_its_figures(&mut app);
     for _ in 0..Scheme::ALL.len() - 2 {
         app.update(Action::QuantizeScheme);

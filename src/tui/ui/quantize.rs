@@ -2,6 +2,7 @@
 //! scheme's error preview (worst tensors first), then the save's progress and its summary.
 
 use super::{block, inner, wrapped};
+use crate::format::Tensor;
 use crate::quantize::{self, Scheme};
 use crate::text::{Bytes, Counted, escape, escape_path, fit_name};
 use crate::tui::app::{App, QuantizeDialog, Stage};
@@ -65,28 +66,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, dialog: &QuantizeDialog)
             Span::raw(escape_path(&dialog.output)),
         ]),
     ];
-    let before: u64 = dialog
-        .chosen
-        .iter()
-        .map(|&t| app.model.tensors[t].info.byte_len())
-        .sum();
-    // The codes of the scheme chosen (scales and weights kept out of its groups aside).
-    let after: u64 = dialog
-        .chosen
-        .iter()
-        .map(|&t| app.model.tensors[t].info.element_count().unwrap_or(0))
-        .sum::<u64>()
-        * u64::from(dialog.scheme.bits())
-        / 8;
-    lines.push(Line::styled(
-        format!(
-            "{} chosen: {} -> {} (plus scales)",
-            Counted(dialog.chosen.len(), "tensor"),
-            Bytes(before),
-            Bytes(after)
-        ),
-        theme.dim,
-    ));
+    lines.push(chosen_line(app, dialog));
     if dialog.chosen.len() > QuantizeDialog::PREVIEWED {
         lines.push(Line::styled(
             format!(
@@ -110,6 +90,39 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, dialog: &QuantizeDialog)
     let room = usize::from(inner(box_area).height).saturating_sub(lines.len());
     lines.extend(preview_lines(app, dialog, room, names));
     frame.render_widget(Paragraph::new(lines), inner(box_area));
+}
+
+/// How many weights are chosen and what the scheme chosen makes of those it quantizes (its codes
+/// alone; a weight whose columns are not in whole groups it keeps).
+fn chosen_line(app: &App, dialog: &QuantizeDialog) -> Line<'static> {
+    let group_size = dialog.options().group_size;
+    let quantized: Vec<&Tensor> = dialog
+        .chosen
+        .iter()
+        .map(|&t| &app.model.tensors[t])
+        .filter(|&tensor| quantize::scheme_quantizes(dialog.scheme, group_size, tensor))
+        .collect();
+    let before: u64 = quantized.iter().map(|tensor| tensor.info.byte_len()).sum();
+    let after: u64 = quantized
+        .iter()
+        .map(|tensor| tensor.info.element_count().unwrap_or(0))
+        .sum::<u64>()
+        * u64::from(dialog.scheme.bits())
+        / 8;
+    let chosen = Counted(dialog.chosen.len(), "tensor");
+    let sizes = format!("{} -> {} (plus scales)", Bytes(before), Bytes(after));
+    Line::styled(
+        if quantized.len() == dialog.chosen.len() {
+            format!("{chosen} chosen: {sizes}")
+        } else {
+            format!(
+                "{chosen} chosen, {} quantizes {}: {sizes}",
+                dialog.scheme,
+                quantized.len()
+            )
+        },
+        app.theme.dim,
+    )
 }
 
 /// Every scheme side by side over the scope, the chosen one marked, within `width` columns: the
@@ -235,6 +248,7 @@ fn preview_lines(
     names: usize,
 ) -> Vec<Line<'static>> {
     let theme = &app.theme;
+    let options = dialog.options();
     let rank = |tensor: usize| match dialog.previews.get(&tensor) {
         None => (1, 0.0),
         Some(Err(_) | Ok(None)) => (0, f64::NEG_INFINITY),
@@ -264,13 +278,18 @@ fn preview_lines(
         .map(|(tensor, _)| {
             let name = fit_name(&escape(app.model.tensors[tensor].name()), names).into_owned();
             match dialog.previews.get(&tensor) {
-                None if dialog.scheme != crate::quantize::Scheme::W8A8
-                    && matches!(dialog.comparison, Some(Ok(_))) =>
+                None if !quantize::scheme_quantizes(
+                    dialog.scheme,
+                    options.group_size,
+                    &app.model.tensors[tensor],
+                ) =>
                 {
-                    Line::styled(
-                        format!("{name:<names$} kept: not in whole groups"),
-                        theme.dim,
-                    )
+                    let why = if dialog.scheme == Scheme::Fp8Block {
+                        "too wide for its blocks"
+                    } else {
+                        "not in whole groups"
+                    };
+                    Line::styled(format!("{name:<names$} kept: {why}"), theme.dim)
                 }
                 None => Line::styled(format!("{name:<names$} …"), theme.dim),
                 Some(Err(error)) => Line::styled(format!("{name:<names$} {error}"), theme.error),
