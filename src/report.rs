@@ -390,11 +390,15 @@ impl Inspect<'_> {
             )?,
             shards => writeln!(
                 out,
-                "model       {}  {} in {} files, headers {}  {verdict}",
+                "model       {}  {} in {}, {}  {verdict}",
                 escape_path(&model.path),
                 format_bytes(model.file_bytes()),
-                shards.len(),
-                format_bytes(header)
+                Counted(shards.len(), "file"),
+                if shards.len() == 1 {
+                    format!("header {}", format_bytes(header))
+                } else {
+                    format!("headers {}", format_bytes(header))
+                }
             )?,
         }
         let all = model.tensors.len() as u64;

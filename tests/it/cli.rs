@@ -226,6 +226,36 @@ fn inspect_lists_what_a_truncated_file_holds() {
     assert!(text.contains("model.layers.3.self_attn.v_proj.weight"));
 }
 
+/// A folder is summed up as a model in its files, counted in the singular for one.
+#[test]
+fn inspect_counts_a_folders_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = support::small_model().to_bytes().unwrap();
+    for folder in ["one", "two"] {
+        std::fs::create_dir(dir.path().join(folder)).unwrap();
+    }
+    support::write(dir.path(), "one/model.safetensors", &bytes);
+    let (code, text) = run(dir.path(), &["inspect", "one"]);
+    assert_eq!(code, 0, "{text}");
+    let summary = text.lines().nth(2).unwrap();
+    assert!(summary.contains(" in 1 file, header "), "{text}");
+    support::write(dir.path(), "two/a.safetensors", &bytes);
+    let other = stui::demo::SyntheticModel::new(2)
+        .tensor("other.weight", Dtype::F32, &[4, 4], Fill::Zeros)
+        .to_bytes()
+        .unwrap();
+    support::write(dir.path(), "two/b.safetensors", &other);
+    let (code, text) = run(dir.path(), &["inspect", "two"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.lines()
+            .nth(2)
+            .unwrap()
+            .contains(" in 2 files, headers "),
+        "{text}"
+    );
+}
+
 #[test]
 fn strict_mode_judges_by_the_reference_verdict_only() {
     let dir = broken_files();
