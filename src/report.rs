@@ -1746,13 +1746,15 @@ impl Report for Diff<'_> {
                         let _ = write!(line, "  {reason}");
                     }
                     if let Some(change) = change {
-                        let _ = write!(line, "  {change}  {} values differ", change.changed_values);
-                        if change.nonfinite_mismatches > 0 {
-                            let _ = write!(
-                                line,
-                                " ({} NaN/Inf mismatches)",
-                                change.nonfinite_mismatches
-                            );
+                        let values = change.changed_values;
+                        let verb = if values == 1 { "differs" } else { "differ" };
+                        let _ = write!(line, "  {change}  {} {verb}", Counted(values, "value"));
+                        match change.nonfinite_mismatches {
+                            0 => {}
+                            1 => line.push_str(" (1 NaN/Inf mismatch)"),
+                            n => {
+                                let _ = write!(line, " ({n} NaN/Inf mismatches)");
+                            }
                         }
                     }
                     writeln!(out, "{line}")?;
@@ -1781,8 +1783,8 @@ impl Report for Diff<'_> {
         writeln!(
             out,
             "{verdict}: {same} same, {changed} changed, {added} added, {removed} removed, \
-             {unreadable} unreadable; {} metadata differences",
-            self.diff.metadata.len()
+             {unreadable} unreadable; {}",
+            Counted(self.diff.metadata.len(), "metadata difference")
         )?;
         if !self.diff.values_compared {
             writeln!(

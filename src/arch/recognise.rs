@@ -5,6 +5,7 @@ use super::config::ModelConfig;
 use super::family::Family;
 use crate::finding::{Code, Finding};
 use crate::format::TensorInfo;
+use crate::text::Counted;
 use std::fmt;
 
 /// What the names and shapes say about the model. Sizes the tensors do not show are `None`.
@@ -418,8 +419,8 @@ impl fmt::Display for Architecture {
         let show = |value: Option<u64>| value.map_or("?".to_string(), |v| v.to_string());
         write!(
             f,
-            "{} layers, hidden {}",
-            self.layers,
+            "{}, hidden {}",
+            Counted(self.layers, "layer"),
             show(self.hidden_size),
         )?;
         if self.intermediate_size.is_some() || self.expert_intermediate_size.is_none() {
@@ -508,6 +509,26 @@ mod tests {
             "num_key_value_heads": 32, "tie_word_embeddings": false
         }));
         assert!(arch.check_config(&config, "config.json").is_empty());
+    }
+
+    #[test]
+    fn a_single_layer_is_counted_in_the_singular() {
+        let model: Vec<TensorInfo> = bitnet_7b()
+            .into_iter()
+            .filter(|t| {
+                !t.name.starts_with("model.layers.") || t.name.starts_with("model.layers.0.")
+            })
+            .collect();
+        let arch = Architecture::recognise(&model).expect("recognised");
+        assert!(
+            arch.to_string().starts_with("1 layer, hidden 4096"),
+            "{arch}"
+        );
+        let arch = Architecture::recognise(&bitnet_7b()).expect("recognised");
+        assert!(
+            arch.to_string().starts_with("32 layers, hidden 4096"),
+            "{arch}"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@ use crate::finding::Finding;
 use crate::format::model::Model;
 use crate::layermap::analysis::Described;
 use crate::layermap::{Analysis, Glyphs, LayerMap, Measure, Problem, Row, Scale, State, Values};
-use crate::text::escape;
+use crate::text::{Counted, escape};
 use crate::text::{display_width, format_bytes};
 use serde::Serialize;
 use std::io::{self, Write};
@@ -34,11 +34,11 @@ impl MapReport<'_> {
         let scale = self.analysis.scale.as_ref();
         writeln!(
             out,
-            "{}: layer map by {}, {} layers x {} rows, {} scanned",
+            "{}: layer map by {}, {} x {}, {} scanned",
             escape(&model.path.to_string_lossy()),
             self.measure.name(),
-            map.columns.len(),
-            rows.len(),
+            Counted(map.columns.len(), "layer"),
+            Counted(rows.len(), "row"),
             format_bytes(self.bytes_scanned)
         )?;
         let labels: Vec<String> = rows

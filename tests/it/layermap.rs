@@ -337,6 +337,39 @@ fn stats_map_prints_the_grid_the_legend_and_the_outliers() {
     assert!(text.contains("expert-dead"), "{text}");
 }
 
+/// A model of one layer and one kind of tensor is counted in the singular.
+#[test]
+fn stats_map_counts_one_layer_and_one_row() {
+    use stui::demo::{Fill, SyntheticModel};
+    let dir = tempfile::tempdir().unwrap();
+    SyntheticModel::new(3)
+        .tensor(
+            "model.layers.0.mlp.down_proj.weight",
+            stui::format::Dtype::F32,
+            &[8, 8],
+            Fill::Normal {
+                mean: 0.0,
+                std: 0.02,
+            },
+        )
+        .write(&dir.path().join("one.safetensors"))
+        .unwrap();
+    let (code, printed) = crate::cli::run(dir.path(), &["stats", "--map", "one.safetensors"]);
+    assert_eq!(code, 0, "{printed}");
+    assert!(
+        printed.contains("one.safetensors: layer map by std, 1 layer x 1 row, "),
+        "{printed}"
+    );
+    let mut app = open(&dir.path().join("one.safetensors"), false);
+    scan(&mut app);
+    app.update(Action::ToggleMap);
+    let screen = text(&mut app, 80, 24);
+    assert!(
+        screen.contains("layer map · std · 1 layer x 1 row"),
+        "{screen}"
+    );
+}
+
 #[test]
 fn stats_map_json_gives_the_grid_as_numbers() {
     let dir = tempfile::tempdir().unwrap();

@@ -18,7 +18,7 @@ use super::{block, inner};
 use crate::layermap::analysis::Described;
 use crate::layermap::{Analysis, Glyphs, Problem, State};
 use crate::report::{layer_numbers, legend, value_text};
-use crate::text::escape;
+use crate::text::{Counted, escape};
 use crate::tui::app::{App, MapView, ScanState};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -172,10 +172,10 @@ fn title(view: &MapView) -> String {
         format!(" · rows matching \"{}\"", escape(&view.filter))
     };
     format!(
-        "layer map · {} · {} layers x {} rows{folding}{filter}",
+        "layer map · {} · {} x {}{folding}{filter}",
         view.measure.name(),
-        view.map.columns.len(),
-        view.rows.len()
+        Counted(view.map.columns.len(), "layer"),
+        Counted(view.rows.len(), "row")
     )
 }
 
