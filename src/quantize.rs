@@ -577,6 +577,7 @@ fn quantize_keeping(
     let (sharded, targets, files) = prepare(model, output)?;
     let mut choices = choose_all(model, &files, options, control, |_| true)?;
     let absmax = first_pass(model, &files, &mut choices, options, control, kept_scales)?;
+    quantizes_some(&choices, options)?;
     ready_folder(&targets)?;
     let ignore = ignored_modules(model, &choices);
     let config = quantization_config(options, &ignore).to_string();
@@ -631,10 +632,18 @@ fn choose_all(
         let below = compare::below_snr(model, files, &choices, options, threshold, control)?;
         compare::keep_below(&mut choices, &below);
     }
+    quantizes_some(&choices, options)?;
+    Ok(choices)
+}
+
+/// An error when `choices` quantize nothing (weights kept for their SNR, their groups, or, once
+/// read, for holding NaN or Inf): the output would be a copy declaring a quantization it does not
+/// hold.
+fn quantizes_some(choices: &[Choice], options: &Options) -> Result<()> {
     if choices.contains(&Choice::Quantize) {
-        Ok(choices)
+        Ok(())
     } else {
-        Err(Error::Invalid(nothing_to_quantize(&choices, options)))
+        Err(Error::Invalid(nothing_to_quantize(choices, options)))
     }
 }
 
@@ -642,7 +651,11 @@ fn choose_all(
 fn nothing_to_quantize(choices: &[Choice], options: &Options) -> String {
     let scheme = options.scheme;
     let kept = |why: Kept| choices.contains(&Choice::Keep(why));
-    if let (true, Some(threshold)) = (kept(Kept::BelowSnr), options.keep_below_snr) {
+    if kept(Kept::NonFinite) {
+        "every weight left to quantize holds NaN or Inf and is kept as it is (--skip-nonfinite): \
+         nothing is left to quantize (`stui stats` lists them)"
+            .into()
+    } else if let (true, Some(threshold)) = (kept(Kept::BelowSnr), options.keep_below_snr) {
         format!(
             "every weight chosen falls below {threshold} dB under {scheme}: nothing is left to \
              quantize (a lower --keep-below-snr keeps fewer)"

@@ -102,6 +102,7 @@ fn quantize_then(
             control,
         )?;
     }
+    super::quantizes_some(&choices, options)?;
     super::ready_folder(&targets)?;
     let write = |choices: &[Choice], absmax: &[f64], watch_non_finite, resume| {
         let ignore = super::ignored_modules(model, choices);
@@ -167,6 +168,7 @@ fn quantize_then(
             )?;
             watch = false;
         }
+        super::quantizes_some(&choices, options)?;
     };
     Ok(written.summary(model, targets, options, choices))
 }

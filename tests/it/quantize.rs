@@ -293,6 +293,57 @@ fn every_scheme_stops_at_a_late_nan_or_leaves_its_weight_as_it_is() {
     }
 }
 
+/// When every weight chosen holds NaN or Inf and is kept as it is, nothing is left to quantize:
+/// every scheme says so and writes nothing (the copy would declare a quantization it does not
+/// hold), into a folder of its own or beside the source.
+#[test]
+fn every_scheme_refuses_when_skipping_nan_leaves_nothing_to_quantize() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("model.safetensors");
+    let mut model = SyntheticModel::new(6);
+    for layer in 0..2 {
+        let name = format!("model.layers.{layer}.mlp.down_proj.weight");
+        model = model
+            .tensor(
+                &name,
+                Dtype::Bf16,
+                &[256, 256],
+                Fill::Normal {
+                    mean: 0.0,
+                    std: 0.02,
+                },
+            )
+            .plant(&name, 200 * 256 + layer, f64::NAN);
+    }
+    model.write(&source).unwrap();
+    let loaded = Model::open(&source).unwrap();
+    for scheme in Scheme::ALL {
+        for output in [
+            dir.path().join(format!("{scheme}.safetensors")),
+            dir.path().join(format!("{scheme}/model.safetensors")),
+        ] {
+            let skip = Options {
+                scheme,
+                non_finite: NonFinite::Skip,
+                ..Options::default()
+            };
+            let refused = quantize::quantize(&loaded, &output, &skip, &Control::default());
+            let message = refused.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                message.contains("every weight left to quantize holds NaN or Inf"),
+                "{scheme}: {message}"
+            );
+            let left: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| name != "model.safetensors")
+                .collect();
+            assert!(left.is_empty(), "{scheme}: nothing written, {left:?}");
+        }
+    }
+}
+
 #[test]
 fn a_sharded_model_gives_sharded_output_with_its_index_and_config() {
     let dir = tempfile::tempdir().unwrap();
