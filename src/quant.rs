@@ -246,12 +246,15 @@ impl Quantization {
 
     fn check_against_config(&self, model: &Model, side: &SideFiles, findings: &mut Vec<Finding>) {
         let Some(declared) = &self.declared else {
-            if side.config.is_some() {
+            // HQQ's own save (`save_to_safetensors`) keeps each layer's settings in its tensors
+            // and writes no quantization config: its loader (`from_quantized`) needs none.
+            let self_described = self.weights.iter().all(|w| w.scheme.layout == Layout::Hqq);
+            if side.config.is_some() && !self_described {
                 findings.push(Finding::warning(
                     Code::QuantConfig,
                     format!(
                         "the tensors are stored quantized ({}), but config.json declares no \
-                         quantization: loaders will read them as plain tensors",
+                         quantization: loaders will not read them as quantized weights",
                         self.summary()
                     ),
                 ));

@@ -101,6 +101,21 @@ const FIXTURES: &[(&str, Layout, &str)] = &[
     ("quanto-qint8", Layout::Quanto, "int8 per channel, quanto"),
     ("quanto-qint4", Layout::Quanto, "int4 g96 affine, quanto"),
     ("comfy-mxfp8", Layout::ComfyMxfp8, "fp8 e4m3 g32, ComfyUI"),
+    ("autoround-awq-4bit", Layout::Awq, "int4 g64 asym, AWQ"),
+    (
+        "autoround-gptq-3bit-asym",
+        Layout::GptqV1,
+        "int3 g32 asym, GPTQ v1",
+    ),
+    ("autoround-gptq-4bit", Layout::GptqV1, "int4 g64, GPTQ v1"),
+    ("autoround-native-4bit", Layout::GptqV1, "int4 g64, GPTQ v1"),
+    (
+        "fp8-block-transformers",
+        Layout::Fp8ScaleInv,
+        "fp8 e4m3 block 128x128",
+    ),
+    ("hqq-4bit-g64", Layout::Hqq, "int4 g64 affine, HQQ"),
+    ("hqq-3bit-g64", Layout::Hqq, "int3 g64 affine, HQQ"),
 ];
 
 #[test]
@@ -130,8 +145,9 @@ fn every_real_producers_checkpoint_is_recognised_without_a_finding() {
             quantization.schemes()
         );
         assert_eq!(quantization.weights[0].scheme.to_string(), scheme, "{name}");
-        // ComfyUI marks each quantized layer with a `comfy_quant` tensor, not with a config.
-        let marked_by_tensors = layout == Layout::ComfyMxfp8;
+        // ComfyUI marks each quantized layer with a `comfy_quant` tensor, and HQQ's own save
+        // keeps each layer's settings in its tensors, neither with a config.
+        let marked_by_tensors = matches!(layout, Layout::ComfyMxfp8 | Layout::Hqq);
         assert_eq!(
             quantization.declared.is_some(),
             !marked_by_tensors,
