@@ -44,13 +44,23 @@ const TOP_LEVEL: [&str; 4] = [
 
 /// The layer tensors whose first occurrence in any layer recognition reads (for the widths of
 /// dense and expert MLPs, which are in different layers of models that mix them): the name
-/// before and after an expert's number (none for dense MLPs), the axis and divisor that give
-/// the width, and whether it is an expert's.
+/// before and after an expert's number (none for the others), the axis and divisor that give
+/// the width, and which MLP it is the width of.
 struct Width {
     before: &'static str,
     after: Option<&'static str>,
     axis: usize,
     divisor: u64,
+    mlp: Mlp,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mlp {
+    Dense,
+    /// One expert, numbered in the name.
+    Expert,
+    /// Every expert in one tensor whose first axis counts them.
+    ExpertsFused,
 }
 
 const fn dense(name: &'static str, axis: usize, divisor: u64) -> Width {
@@ -59,6 +69,7 @@ const fn dense(name: &'static str, axis: usize, divisor: u64) -> Width {
         after: None,
         axis,
         divisor,
+        mlp: Mlp::Dense,
     }
 }
 
@@ -68,40 +79,33 @@ const fn expert(before: &'static str, after: &'static str) -> Width {
         after: Some(after),
         axis: 0,
         divisor: 1,
+        mlp: Mlp::Expert,
     }
 }
 
-const WIDTHS: [Width; 8] = [
+const fn experts_fused(name: &'static str, axis: usize, divisor: u64) -> Width {
+    Width {
+        mlp: Mlp::ExpertsFused,
+        ..dense(name, axis, divisor)
+    }
+}
+
+const WIDTHS: [Width; 11] = [
     dense("mlp.gate_proj.weight", 0, 1),
     dense("feed_forward.gate_proj.weight", 0, 1),
     dense("mlp.gate_up_proj.weight", 0, 2),
+    // MLPs without a gate, [width, hidden] then back: Phi's and StarCoder2's.
+    dense("mlp.fc1.weight", 0, 1),
+    dense("mlp.c_fc.weight", 0, 1),
     expert("mlp.experts.", ".gate_proj.weight"),
     expert("block_sparse_moe.experts.", ".w1.weight"),
     expert("feed_forward.experts.", ".gate_proj.weight"),
-    // Experts fused in one tensor, [experts, hidden, 2 x width].
-    Width {
-        before: "mlp.experts.gate_up_proj",
-        after: None,
-        axis: 2,
-        divisor: 2,
-    },
-    Width {
-        before: "feed_forward.experts.gate_up_proj",
-        after: None,
-        axis: 2,
-        divisor: 2,
-    },
+    // [experts, hidden, 2 x width].
+    experts_fused("mlp.experts.gate_up_proj", 2, 2),
+    experts_fused("feed_forward.experts.gate_up_proj", 2, 2),
+    // Granite MoE's, [experts, 2 x width, hidden].
+    experts_fused("block_sparse_moe.input_linear.weight", 1, 2),
 ];
-
-/// Whether a width is an expert's.
-const fn is_expert(slot: usize) -> bool {
-    slot >= 3
-}
-
-/// Whether a width is that of experts fused in one tensor.
-fn is_expert_fused(width: &Width) -> bool {
-    width.after.is_none() && width.before.contains(".experts.")
-}
 
 impl Width {
     fn matches(&self, suffix: &str) -> bool {
@@ -216,9 +220,8 @@ impl<'a> Names<'a> {
         WIDTHS
             .iter()
             .zip(&self.widths)
-            .enumerate()
-            .filter(|&(slot, _)| is_expert(slot) == expert)
-            .find_map(|(_, (width, tensor))| {
+            .filter(|&(width, _)| (width.mlp != Mlp::Dense) == expert)
+            .find_map(|(width, tensor)| {
                 Some(tensor.as_ref()?.shape.get(width.axis)? / width.divisor)
             })
     }
@@ -274,7 +277,7 @@ impl Architecture {
             WIDTHS
                 .iter()
                 .zip(&names.widths)
-                .filter(|(width, _)| is_expert_fused(width))
+                .filter(|(width, _)| width.mlp == Mlp::ExpertsFused)
                 .find_map(|(_, tensor)| tensor.as_ref()?.shape.get(0))
         });
         let family = if latent {

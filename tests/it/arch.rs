@@ -87,6 +87,33 @@ fn every_producers_checkpoint_is_clean_and_named_by_its_config() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Every decoder whose sizes are read from its tensors has them all: the hidden size, the
+/// vocabulary and the width of its MLP or of its experts, among them the MLPs without a gate
+/// (`fc1`, `c_fc`) and Granite's experts fused in `input_linear`. That the config agrees is held
+/// by the test of clean checkpoints above.
+#[test]
+fn every_decoder_read_from_its_tensors_has_its_widths() {
+    let mut read = 0;
+    for family in arch_families() {
+        let dir = rebuild_fixture(&family, &mut |_, _| {});
+        let inspect = stui_json(&["inspect"], dir.path());
+        let architecture = &inspect["architecture"];
+        if architecture["layers"].is_null() {
+            continue;
+        }
+        read += 1;
+        for key in ["hidden_size", "vocab_size"] {
+            assert!(architecture[key].is_u64(), "{family}: {key} {architecture}");
+        }
+        assert!(
+            architecture["intermediate_size"].is_u64()
+                || architecture["expert_intermediate_size"].is_u64(),
+            "{family}: no width {architecture}"
+        );
+    }
+    assert!(read >= 40, "{read}");
+}
+
 /// Each layer's kind as the tensors the producer saved show it: whether it holds experts, and
 /// what mixes tokens (attention, linear attention, Mamba).
 fn saved_kinds(family: &str, stack: &str) -> Vec<(bool, &'static str)> {
