@@ -288,6 +288,12 @@ impl Architecture {
             "phi3"
         } else if names.has_layer("pre_feedforward_layernorm.weight") {
             "gemma2"
+        } else if names.has_layer("self_attn.dense.weight") && names.has_layer("mlp.fc1.weight") {
+            "phi"
+        } else if names.has_layer("mlp.c_fc.weight") {
+            "starcoder2"
+        } else if names.has_layer("block_sparse_moe.input_linear.weight") {
+            "granitemoe"
         } else if names.has_layer("self_attn.q_proj.bias") {
             "qwen2"
         } else if names.has_layer("self_attn.q_norm.weight") {
@@ -585,6 +591,38 @@ mod tests {
                 ),
             ]),
             Some("mixtral")
+        );
+        let gateless = |attention: &'static str, mlp: &'static str| {
+            family(&[
+                ("model.layers.0.self_attn.q_proj.weight", &[8, 8]),
+                ("model.layers.0.self_attn.q_proj.bias", &[8]),
+                (attention, &[8, 8]),
+                (mlp, &[32, 8]),
+            ])
+        };
+        assert_eq!(
+            gateless(
+                "model.layers.0.self_attn.dense.weight",
+                "model.layers.0.mlp.fc1.weight"
+            ),
+            Some("phi")
+        );
+        assert_eq!(
+            gateless(
+                "model.layers.0.self_attn.o_proj.weight",
+                "model.layers.0.mlp.c_fc.weight"
+            ),
+            Some("starcoder2")
+        );
+        assert_eq!(
+            family(&[
+                ("model.layers.0.self_attn.q_proj.weight", &[8, 8]),
+                (
+                    "model.layers.0.block_sparse_moe.input_linear.weight",
+                    &[4, 32, 8]
+                ),
+            ]),
+            Some("granitemoe")
         );
         assert_eq!(family(&[("encoder.conv.weight", &[8])]), None);
     }
