@@ -42,6 +42,30 @@ struct IndexMetadata {
     total_size: Option<serde_json::Value>,
 }
 
+/// Whether a JSON file named `name` holding `bytes` sits beside a model rather than indexing it
+/// (its `config.json`, a tokenizer's, a pipeline's `model_index.json`): an object with no
+/// `weight_map`, in a file not named as an index is. Anything else given as an index is read as
+/// one, a malformed one for its finding.
+pub fn is_beside_a_model(name: &str, bytes: &[u8]) -> bool {
+    !is_named_as_an_index(name)
+        && serde_json::from_slice::<serde_json::Value>(bytes)
+            .is_ok_and(|json| json.is_object() && json.get("weight_map").is_none())
+}
+
+/// Whether `name` is that of a shard index (`model.safetensors.index.json`, a variant's
+/// `model.safetensors.index.fp16.json`).
+pub fn is_named_as_an_index(name: &str) -> bool {
+    name.contains(".index.")
+}
+
+/// What is said of `file`, a JSON file [`is_beside_a_model`], and the folder to open instead.
+pub fn beside_a_model(file: &str, folder: &str) -> String {
+    format!(
+        "{file}: not a .safetensors file or a sharded model's index (it holds no `weight_map`): \
+         open the folder of the model it belongs to, stui {folder}"
+    )
+}
+
 impl ShardIndex {
     /// Parses an index's text. A malformed index is a finding, and yields no shards.
     pub fn parse(text: &str) -> ShardIndex {

@@ -175,6 +175,9 @@ impl Model {
         }
         let is_index = path.extension().is_some_and(|ext| ext == "json");
         if is_index {
+            if let Some(error) = not_an_index(path) {
+                return Err(error);
+            }
             return Model::open_index(path, Source::Index, hint);
         }
         let file = SafetensorsFile::open(path).map_err(|source| Error::io(path, source))?;
@@ -356,6 +359,33 @@ impl Model {
 
 /// Shard files opened side by side and held until added to the model.
 const OPEN_BATCH: usize = 64;
+
+/// The error for a JSON file that sits beside a model rather than indexing it (see
+/// [`super::index::is_beside_a_model`]); `None` for one read as an index.
+fn not_an_index(path: &Path) -> Option<Error> {
+    use std::io::Read;
+    let name = path.file_name()?.to_string_lossy();
+    if super::index::is_named_as_an_index(&name) {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    crate::paths::open_file(path)
+        .ok()?
+        .take(MAPPED_INDEX as u64 + 1)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    if !super::index::is_beside_a_model(&name, &bytes) {
+        return None;
+    }
+    let folder = path
+        .parent()
+        .filter(|folder| !folder.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    Some(Error::Invalid(super::index::beside_a_model(
+        &escape_path(path),
+        &escape_path(folder),
+    )))
+}
 
 /// A shard file read, or why it could not be.
 type Opened = (PathBuf, io::Result<SafetensorsFile>);

@@ -200,6 +200,13 @@ fn plan(
         Layout::Index(index_path) => {
             let file = files[index_path.as_str()];
             let bytes = whole_file(hub, repo, commit, file, cache, MAX_INDEX_LEN)?;
+            let name = index_path.rsplit('/').next().unwrap_or_default();
+            if super::index::is_beside_a_model(name, &bytes) {
+                return Err(RemoteError(super::index::beside_a_model(
+                    &format!("{shown}/{}", escape(&index_path)),
+                    &join(&format!("hf://{}", repo.id), &escape(&parent(&index_path))),
+                )));
+            }
             let index = ShardIndex::from_slice(&bytes);
             drop(bytes);
             let folder = parent(&index_path);

@@ -256,6 +256,42 @@ fn inspect_counts_a_folders_files() {
     );
 }
 
+/// A model's `config.json` (or a tokenizer's file) given for the model is named for what it is
+/// and the folder is offered, exit code 2; a JSON file holding a `weight_map` is read as an
+/// index whatever its name, and a malformed index stays a finding.
+#[test]
+fn a_json_file_beside_a_model_is_not_taken_for_its_index() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("m")).unwrap();
+    let bytes = support::small_model().to_bytes().unwrap();
+    support::write(dir.path(), "m/model.safetensors", &bytes);
+    support::write(
+        dir.path(),
+        "m/config.json",
+        br#"{"model_type": "llama", "quantization_config": {"quant_method": "fp8"}}"#,
+    );
+    let (code, text) = run(dir.path(), &["check", "m/config.json"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains(
+            "m/config.json: not a .safetensors file or a sharded model's index (it holds no \
+             `weight_map`): open the folder of the model it belongs to, stui m"
+        ),
+        "{text}"
+    );
+    support::write(
+        dir.path(),
+        "m/weights.json",
+        br#"{"weight_map": {"model.layers.0.mlp.weight": "model.safetensors"}}"#,
+    );
+    let (_, text) = run(dir.path(), &["inspect", "--flat", "m/weights.json"]);
+    assert!(text.contains("model.layers.0.mlp.weight"), "{text}");
+    support::write(dir.path(), "m/model.safetensors.index.json", b"{}");
+    let (code, text) = run(dir.path(), &["check", "m/model.safetensors.index.json"]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("index-invalid"), "{text}");
+}
+
 #[test]
 fn strict_mode_judges_by_the_reference_verdict_only() {
     let dir = broken_files();

@@ -359,6 +359,22 @@ fn a_repo_of_components_names_them_and_each_opens() {
     );
     let (code, _, err) = scratch.run(&hub, &["check", "hf://org/name/unet"], &[]);
     assert_eq!(code, 0, "{err}");
+    // A file beside the models, given for one, is named for what it is.
+    for (file, folder) in [
+        ("model_index.json", "hf://org/name"),
+        ("scheduler/scheduler_config.json", "hf://org/name/scheduler"),
+    ] {
+        let (code, _, err) = scratch.run(&hub, &["check", &format!("hf://org/name/{file}")], &[]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains(&format!(
+                "hf://org/name@{COMMIT}/{file}: not a .safetensors file or a sharded model's \
+                 index (it holds no `weight_map`): open the folder of the model it belongs to, \
+                 stui {folder}"
+            )),
+            "{err}"
+        );
+    }
     // With a checkpoint of its own at the top, the components are a note, named the same way.
     let with_checkpoint: Vec<(&str, Vec<u8>)> = files
         .iter()
