@@ -1075,6 +1075,9 @@ impl App {
                 self.add_finding(finding);
                 true
             }
+            // After the scan, the tensors the cursor asks for again (for their histograms) are
+            // not the scan's: its summary keeps the time and bytes it ended with.
+            ScanEvent::Progress(_) if self.scan == ScanState::Done => false,
             ScanEvent::Progress(progress) => {
                 self.progress = Some(progress);
                 true

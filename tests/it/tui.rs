@@ -87,6 +87,20 @@ fn scanning_shows_progress() {
     both_sizes("scanning", &mut app);
 }
 
+/// Once the scan is done, the tensors the cursor asks for again (their histograms) leave its
+/// summary as it ended: the time was once the time of the last key pressed.
+#[test]
+fn the_scan_s_summary_keeps_the_time_it_ended_with() {
+    let mut app = demo(true);
+    finish_scan(&mut app);
+    let done = screen(&mut app, 80, 24);
+    assert!(done.contains("scan done: 39 tensors, 2.39 MiB in 0.2 s"), "{done}");
+    let mut later = progress(40, 2_600_000);
+    later.elapsed = Duration::from_secs(3);
+    assert!(!app.on_scan(ScanEvent::Progress(later)));
+    assert_eq!(screen(&mut app, 80, 24), done);
+}
+
 #[test]
 fn nan_is_marked_up_the_tree_and_n_lands_on_it() {
     let mut app = demo(true);
