@@ -239,6 +239,34 @@ impl Session {
     }
 
     /// Carries out what the app asks.
+    /// Compares every scheme over `options`' scope on a thread of its own, its progress
+    /// redrawn as it goes; a comparison cancelled (the dialog closed or compared again) says
+    /// nothing when it ends.
+    fn compare_in_background(
+        model: &Arc<Model>,
+        options: quantize::Options,
+        control: Arc<quantize::Control>,
+        sender: &SyncSender<Event>,
+    ) {
+        let model = Arc::clone(model);
+        let (reporter, ticker) = (sender.clone(), sender.clone());
+        let finished = Arc::new(AtomicBool::new(false));
+        let (done, watched) = (Arc::clone(&finished), Arc::clone(&control));
+        let _ = std::thread::Builder::new()
+            .name("stui-compare".into())
+            .spawn(move || {
+                let result =
+                    quantize::compare(&model, &options, &control).map_err(|e| e.to_string());
+                done.store(true, Ordering::Relaxed);
+                if !control.cancelled.load(Ordering::Relaxed) {
+                    let _ = reporter.send(Event::Compared(options.include, result));
+                }
+            });
+        tick_while(ticker, move || {
+            !finished.load(Ordering::Relaxed) && !watched.cancelled.load(Ordering::Relaxed)
+        });
+    }
+
     fn perform(&mut self, effect: Effect, sender: &SyncSender<Event>) {
         match effect {
             Effect::Prioritize(tensor) => self.prioritize(tensor),
@@ -255,18 +283,9 @@ impl Session {
                 self.scan = Scan::start(Arc::clone(&self.app.model), 0..0, options, events);
             }
             Effect::SetPaused(paused) => self.scan.set_paused(paused),
-            Effect::Preview(tensors, granularity, compare) => {
-                if let Some(options) = compare {
-                    let model = Arc::clone(&self.app.model);
-                    let sender = sender.clone();
-                    let _ = std::thread::Builder::new()
-                        .name("stui-compare".into())
-                        .spawn(move || {
-                            let result =
-                                quantize::compare(&model, &options, &quantize::Control::default())
-                                    .map_err(|e| e.to_string());
-                            let _ = sender.send(Event::Compared(options.include, result));
-                        });
+            Effect::Preview(tensors, granularity, previewing, compare) => {
+                if let Some((options, control)) = compare {
+                    Self::compare_in_background(&self.app.model, options, control, sender);
                 }
                 let model = Arc::clone(&self.app.model);
                 let sender = sender.clone();
@@ -274,6 +293,9 @@ impl Session {
                     .name("stui-preview".into())
                     .spawn(move || {
                         for tensor in tensors {
+                            if previewing.cancelled.load(Ordering::Relaxed) {
+                                break;
+                            }
                             let result = quantize::preview(&model, tensor, granularity)
                                 .map_err(|e| e.to_string());
                             if sender
@@ -298,14 +320,7 @@ impl Session {
                         done.store(true, Ordering::Relaxed);
                         let _ = saver.send(Event::Saved(result));
                     });
-                let _ = std::thread::Builder::new()
-                    .name("stui-ticks".into())
-                    .spawn(move || {
-                        while !finished.load(Ordering::Relaxed) && ticker.send(Event::Tick).is_ok()
-                        {
-                            std::thread::sleep(Duration::from_millis(100));
-                        }
-                    });
+                tick_while(ticker, move || !finished.load(Ordering::Relaxed));
             }
             Effect::ToggleRaw => {
                 let options = self.options();
@@ -439,4 +454,16 @@ fn handle_input(app: &mut App, input: &terminal::Event) -> (bool, Option<Effect>
         terminal::Event::Resize(..) => (true, None),
         _ => (false, None),
     }
+}
+
+/// Sends a tick ten times a second, for the progress of work in the background to be redrawn,
+/// while `running` holds and the app listens.
+fn tick_while(ticker: SyncSender<Event>, running: impl Fn() -> bool + Send + 'static) {
+    let _ = std::thread::Builder::new()
+        .name("stui-ticks".into())
+        .spawn(move || {
+            while running() && ticker.send(Event::Tick).is_ok() {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
 }

@@ -21,6 +21,7 @@ use crate::quantize::{self, Error8, Granularity};
 pub use map::MapView;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// What the app asks of the world outside it.
 #[derive(Clone, Debug)]
@@ -28,9 +29,15 @@ pub enum Effect {
     /// Scan this tensor next (with its histogram).
     Prioritize(usize),
     SetPaused(bool),
-    /// Compute the quantization preview of these tensors (W8A8), in the background, and the
-    /// comparison of every scheme over the options' scope when asked.
-    Preview(Vec<usize>, Granularity, Option<quantize::Options>),
+    /// Compute the quantization preview of these tensors (W8A8), in the background, until
+    /// the control is cancelled; and the comparison of every scheme over the options' scope
+    /// when asked, reporting through and stopped by its own control.
+    Preview(
+        Vec<usize>,
+        Granularity,
+        Arc<quantize::Control>,
+        Option<(quantize::Options, Arc<quantize::Control>)>,
+    ),
     /// Quantize and save, in the background, reporting through `control`.
     Save(quantize::Options, PathBuf, Arc<quantize::Control>),
     /// Open this file in place of the current model.
@@ -60,6 +67,18 @@ pub struct QuantizeDialog {
     /// Preview of each chosen tensor as it arrives; `None` when it holds NaN or Inf.
     pub previews: HashMap<usize, Result<Option<Error8>, String>>,
     pub stage: Stage,
+    /// The comparison under way (its progress) and the previews: each stopped when the dialog
+    /// starts it again or closes, so that a model's weights are not read for a dialog gone.
+    pub comparing: Arc<quantize::Control>,
+    previewing: Arc<quantize::Control>,
+}
+
+impl Drop for QuantizeDialog {
+    fn drop(&mut self) {
+        for work in [&self.comparing, &self.previewing] {
+            work.cancelled.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -84,14 +103,21 @@ impl QuantizeDialog {
     /// comparison of every scheme too.
     fn preview(&mut self, compare: bool) -> Effect {
         let previewed = self.chosen.len().min(Self::PREVIEWED);
+        let restart = |work: &mut Arc<quantize::Control>| {
+            work.cancelled.store(true, Ordering::Relaxed);
+            *work = Arc::default();
+        };
+        restart(&mut self.previewing);
         if compare {
             self.comparison = None;
+            restart(&mut self.comparing);
         }
         self.fill_previews();
         Effect::Preview(
             self.chosen[..previewed].to_vec(),
             self.granularity,
-            compare.then(|| self.options()),
+            Arc::clone(&self.previewing),
+            compare.then(|| (self.options(), Arc::clone(&self.comparing))),
         )
     }
 
@@ -853,6 +879,8 @@ impl App {
             chosen: Vec::new(),
             previews: HashMap::default(),
             stage: Stage::Choosing,
+            comparing: Arc::default(),
+            previewing: Arc::default(),
         };
         let options = dialog.options();
         dialog.chosen = (0..self.model.tensors.len())

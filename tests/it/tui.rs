@@ -94,7 +94,10 @@ fn the_scan_s_summary_keeps_the_time_it_ended_with() {
     let mut app = demo(true);
     finish_scan(&mut app);
     let done = screen(&mut app, 80, 24);
-    assert!(done.contains("scan done: 39 tensors, 2.39 MiB in 0.2 s"), "{done}");
+    assert!(
+        done.contains("scan done: 39 tensors, 2.39 MiB in 0.2 s"),
+        "{done}"
+    );
     let mut later = progress(40, 2_600_000);
     later.elapsed = Duration::from_secs(3);
     assert!(!app.on_scan(ScanEvent::Progress(later)));
@@ -390,7 +393,8 @@ fn a_scope_without_weights_compares_as_dashes() {
     use stui::tui::app::Effect;
     let mut app = demo(true);
     let (_, effect) = app.update(Action::Quantize);
-    let Some(Effect::Preview(chosen, Granularity::PerChannel, Some(compare))) = effect else {
+    let Some(Effect::Preview(chosen, Granularity::PerChannel, _, Some((compare, _)))) = effect
+    else {
         panic!("a preview and a comparison of the tensor selected")
     };
     assert!(chosen.is_empty());
@@ -461,7 +465,8 @@ fn the_quantize_dialog_previews_saves_and_reports() {
     let (_, effect) = app.update(Action::Quantize);
     assert!(matches!(effect, Some(Effect::Preview(..))));
     let (_, effect) = app.update(Action::QuantizeWholeModel);
-    let Some(Effect::Preview(chosen, Granularity::PerChannel, Some(compare))) = effect else {
+    let Some(Effect::Preview(chosen, Granularity::PerChannel, _, Some((compare, _)))) = effect
+    else {
         panic!("a preview and a comparison of the whole model")
     };
     assert_eq!(chosen.len(), 28);
@@ -558,6 +563,48 @@ fn the_quantize_dialog_previews_saves_and_reports() {
     assert!(matches!(effect, Some(Effect::Reopen(path)) if path == output));
 }
 
+/// The comparison shows how far it has come, and the work a dialog started in the background
+/// stops when the dialog starts it again or closes: a model's weights are not read for nothing.
+#[test]
+fn the_dialog_s_background_work_shows_its_progress_and_stops_with_it() {
+    use std::sync::atomic::Ordering;
+    use stui::tui::app::Effect;
+    let mut app = demo(true);
+    let (_, effect) = app.update(Action::Quantize);
+    let Some(Effect::Preview(_, _, first_previews, Some((_, first_comparison)))) = effect else {
+        panic!("previews and a comparison")
+    };
+    first_comparison
+        .bytes_total
+        .store(3 << 20, Ordering::Relaxed);
+    first_comparison
+        .bytes_done
+        .store(1 << 20, Ordering::Relaxed);
+    let shown = screen(&mut app, 80, 24);
+    assert!(
+        shown.contains("comparing the schemes… 1.00 MiB of 3.00 MiB"),
+        "{shown}"
+    );
+    // `g`: the previews again, the comparison goes on.
+    let (_, effect) = app.update(Action::QuantizeGranularity);
+    let Some(Effect::Preview(_, _, previews, None)) = effect else {
+        panic!("previews alone")
+    };
+    assert!(first_previews.cancelled.load(Ordering::Relaxed));
+    assert!(!first_comparison.cancelled.load(Ordering::Relaxed));
+    // `w`: another scope, compared again.
+    let (_, effect) = app.update(Action::QuantizeWholeModel);
+    let Some(Effect::Preview(_, _, _, Some((_, comparison)))) = effect else {
+        panic!("a comparison of the whole model")
+    };
+    assert!(previews.cancelled.load(Ordering::Relaxed));
+    assert!(first_comparison.cancelled.load(Ordering::Relaxed));
+    assert!(!comparison.cancelled.load(Ordering::Relaxed));
+    app.update(Action::QuantizeCancel);
+    assert!(app.quantize.is_none());
+    assert!(comparison.cancelled.load(Ordering::Relaxed));
+}
+
 /// With more tensors chosen than are previewed, the first are previewed and the dialog says so;
 /// the rows shown are the worst of those previewed, then the first not previewed yet.
 #[test]
@@ -580,7 +627,7 @@ fn the_quantize_dialog_previews_the_first_of_many() {
     model.write(&path).unwrap();
     let mut app = App::new(Arc::new(Model::open(&path).unwrap()), Theme::new(false));
     let (_, effect) = app.update(Action::Quantize);
-    let Some(Effect::Preview(previewed, granularity, _)) = effect else {
+    let Some(Effect::Preview(previewed, granularity, ..)) = effect else {
         panic!("a preview")
     };
     assert_eq!(previewed.len(), QuantizeDialog::PREVIEWED);

@@ -130,7 +130,19 @@ fn chosen_line(app: &App, dialog: &QuantizeDialog) -> Line<'static> {
 fn comparison_lines(app: &App, dialog: &QuantizeDialog, width: usize) -> Vec<Line<'static>> {
     let theme = &app.theme;
     let comparison = match &dialog.comparison {
-        None => return vec![Line::styled("comparing the schemes…", theme.dim)],
+        None => {
+            let done = dialog.comparing.bytes_done.load(Ordering::Relaxed);
+            let total = dialog.comparing.bytes_total.load(Ordering::Relaxed);
+            let progress = if total == 0 {
+                String::new()
+            } else {
+                format!(" {} of {}", Bytes(done.min(total)), Bytes(total))
+            };
+            return vec![Line::styled(
+                format!("comparing the schemes…{progress}"),
+                theme.dim,
+            )];
+        }
         Some(Err(error)) => {
             return vec![Line::styled(
                 format!("no comparison: {}", escape(error)),
