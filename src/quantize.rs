@@ -33,7 +33,9 @@ use crate::analysis::simd::Lanes;
 use crate::analysis::values;
 use crate::error::{Error, Result};
 use crate::format::mapped::with_mapped;
-use crate::format::writer::{FileLayout, Metadata, Name, Specs, write_atomically};
+use crate::format::writer::{
+    AtomicFile, FileLayout, Metadata, Name, Specs, Staged, write_atomically,
+};
 use crate::format::{Dtype, Model, Shape, StringMap, Tensor};
 use crate::paths::open_file;
 use crate::quant::Quantization;
@@ -578,7 +580,7 @@ fn quantize_keeping(
     let mut choices = choose_all(model, &files, options, control, |_| true)?;
     let absmax = first_pass(model, &files, &mut choices, options, control, kept_scales)?;
     quantizes_some(&choices, options)?;
-    ready_folder(&targets)?;
+    let _folder = ready_folder(&targets)?;
     let ignore = ignored_modules(model, &choices);
     let config = quantization_config(options, &ignore).to_string();
     let context = ShardContext {
@@ -675,14 +677,28 @@ fn nothing_to_quantize(choices: &[Choice], options: &Options) -> String {
 
 /// Creates the folder of the files to write, and removes the temporaries an interrupted save
 /// left there.
-fn ready_folder(targets: &[PathBuf]) -> Result<()> {
+fn ready_folder(targets: &[PathBuf]) -> Result<FolderMade> {
     let folder = targets[0]
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
+    let made = FolderMade((!folder.exists()).then(|| folder.to_owned()));
     std::fs::create_dir_all(folder).map_err(|e| Error::io(folder, e))?;
     remove_stale_temporaries(folder);
-    Ok(())
+    Ok(made)
+}
+
+/// The folder a save made for its output, if it made one: removed when the save ends with the
+/// folder empty (it stopped before anything was put in place).
+struct FolderMade(Option<PathBuf>);
+
+impl Drop for FolderMade {
+    fn drop(&mut self) {
+        if let Some(folder) = &self.0 {
+            // Fails, as it should, once the folder holds the output.
+            let _ = std::fs::remove_dir(folder);
+        }
+    }
 }
 
 /// Writes every file of `targets` through `writer`, then the index of a sharded output and the
@@ -699,10 +715,12 @@ fn write_outputs(
         quantized: Vec::new(),
         bytes: 0,
         verified: true,
+        staged: Vec::with_capacity(targets.len()),
     };
     for (shard, target) in targets.iter().enumerate() {
         let written = writer.write_shard(shard, target)?;
         all.bytes += written.bytes;
+        all.staged.extend(written.staged);
         // A grid value the loader's type cannot hold (at the top of BF16's range) reads back
         // as Inf, however close the grid came to the value.
         let loadable = written
@@ -715,6 +733,9 @@ fn write_outputs(
         } else {
             all.quantized.extend(written.quantized);
         }
+    }
+    for file in all.staged.drain(..) {
+        file.persist()?;
     }
     if sharded {
         let entries = writer.write_index(output)?;
@@ -1632,6 +1653,9 @@ struct Written {
     quantized: Vec<Quantized>,
     bytes: u64,
     verified: bool,
+    /// The files written and read back, put in place once every one of them is: a save that
+    /// stops part of the way leaves none of them, and an output it replaces as it was.
+    staged: Vec<Staged>,
 }
 
 impl Written {
@@ -1703,7 +1727,8 @@ impl Writer for ShardContext<'_> {
         // exactly.
         let mut digests: Vec<(usize, u64)> = Vec::with_capacity(2 * weights);
         let mut all_within = true;
-        write_atomically(target, |out| {
+        let file = AtomicFile::create(target)?;
+        file.write(|out| {
             let placement = |spec| match specs.sources[spec] {
                 Source::Copy(index) => Placement::Copied(index as usize),
                 Source::Scale(_) | Source::Weight(_) => Placement::Streamed,
@@ -1754,15 +1779,17 @@ impl Writer for ShardContext<'_> {
                 },
             );
             written
-        })?;
-        before_read_back(target);
-        let differs = layout.differences(target)?.is_some();
-        self.read_back(&layout, target, &digests)?;
+        })
+        .map_err(|e| Error::io(target, e))?;
+        before_read_back(file.temporary_path());
+        let differs = layout.differences(file.reopen()?, target)?.is_some();
+        self.read_back(&layout, &file.reopen()?, target, &digests)?;
         let verified = !differs && all_within;
         Ok(Written {
             quantized,
             bytes: layout.file_len(),
             verified,
+            staged: vec![file.stage()?],
         })
     }
 }
@@ -1774,17 +1801,17 @@ impl ShardContext<'_> {
     fn read_back<'a>(
         &self,
         layout: &FileLayout<'a, ShardSpecs<'a>, impl Metadata<'a>>,
+        written: &File,
         target: &Path,
         digests: &[(usize, u64)],
     ) -> Result<()> {
         use rayon::prelude::*;
-        let written = open_file(target).map_err(|e| Error::io(target, e))?;
         let specs = layout.specs();
         let ranges = layout.ranges_in_file();
         digests.par_iter().try_for_each(|&(spec, expected)| {
             let member = specs.name(spec);
             Digest::check_file(
-                &written,
+                written,
                 target,
                 ranges[spec],
                 expected,
@@ -2345,6 +2372,105 @@ fn copy_companions(model: &Model, output: &Path, ignore: &[&str], options: &Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a save runs on each file it wrote before reading it back.
+    pub(super) type ReadBackHook<'a> = dyn Fn(&Path) + Sync + 'a;
+
+    /// A model of two shards, `a.weight` in the first and `b.weight` in the second, with its
+    /// index, in `folder`.
+    pub(super) fn two_shards(folder: &Path) -> Model {
+        use crate::demo::{Fill, SyntheticModel};
+        std::fs::create_dir_all(folder).unwrap();
+        let mut map = serde_json::Map::new();
+        for (seed, name) in [(1, "a.weight"), (2, "b.weight")] {
+            let file = format!("model-0000{seed}-of-00002.safetensors");
+            SyntheticModel::new(seed)
+                .tensor(
+                    name,
+                    Dtype::Bf16,
+                    &[64, 256],
+                    Fill::Normal {
+                        mean: 0.0,
+                        std: 1.0,
+                    },
+                )
+                .write(&folder.join(&file))
+                .unwrap();
+            map.insert(name.into(), file.into());
+        }
+        let index = serde_json::json!({ "metadata": {}, "weight_map": map });
+        std::fs::write(
+            folder.join("model.safetensors.index.json"),
+            index.to_string(),
+        )
+        .unwrap();
+        Model::open(folder).unwrap()
+    }
+
+    /// Every file in `folder`, with its bytes, in name order; empty when there is no folder.
+    pub(super) fn files_in(folder: &Path) -> Vec<(String, Vec<u8>)> {
+        let Ok(entries) = std::fs::read_dir(folder) else {
+            return Vec::new();
+        };
+        let mut files: Vec<(String, Vec<u8>)> = entries
+            .map(|entry| {
+                let entry = entry.unwrap();
+                let name = entry.file_name().to_string_lossy().into_owned();
+                (name, std::fs::read(entry.path()).unwrap())
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    /// A sharded save that fails in its second file (`member` of `b.weight` read back differs)
+    /// puts none of its files in place, through `save(output, hook)`: a new output and its
+    /// folder are not made, and an output it replaces stays as it was.
+    pub(super) fn a_failed_sharded_save_leaves_nothing_in_place(
+        member: &str,
+        save: &dyn Fn(&Path, &ReadBackHook<'_>) -> Result<Summary>,
+    ) {
+        use std::sync::atomic::AtomicUsize;
+        let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("out");
+        let fail_in_the_second = || {
+            let calls = AtomicUsize::new(0);
+            move |path: &Path| {
+                if calls.fetch_add(1, Ordering::Relaxed) == 1 {
+                    flip_a_byte_of(path, member);
+                }
+            }
+        };
+        let error = save(&output, &fail_in_the_second())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(&format!("`{member}` read back differs")),
+            "{error}"
+        );
+        assert!(!output.exists(), "{:?}", files_in(&output));
+        assert!(save(&output, &|_| {}).unwrap().verified);
+        let before = files_in(&output);
+        assert_eq!(before.len(), 3, "two shards and the index");
+        assert!(save(&output, &fail_in_the_second()).is_err());
+        assert_eq!(files_in(&output), before);
+    }
+
+    #[test]
+    fn a_failed_sharded_w8a8_save_leaves_nothing_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = two_shards(&dir.path().join("model"));
+        a_failed_sharded_save_leaves_nothing_in_place("b.weight", &|output, hook| {
+            quantize_keeping(
+                &model,
+                output,
+                &Options::default(),
+                &Control::default(),
+                KEPT_SCALES,
+                hook,
+            )
+        });
+    }
 
     /// Flips the bits of one byte in the middle of `tensor`'s data in the file at `path`.
     pub(super) fn flip_a_byte_of(path: &Path, tensor: &str) {

@@ -16,6 +16,7 @@ use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
 use std::cmp::Ordering;
 use std::fmt;
+use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -291,12 +292,12 @@ impl<'a, S: Specs + ?Sized, M: Metadata<'a>> FileLayout<'a, S, M> {
         Ok(())
     }
 
-    /// Reads `path` back and says how it differs from this layout, `None` when it holds exactly
-    /// the planned header (every entry in order, the metadata, the padding) and is exactly as long
-    /// as planned. A planned layout is valid by construction (unique names, lengths from shapes,
-    /// offsets back to back from 0), so a file that matches it is valid too.
-    pub fn differences(&self, path: &Path) -> Result<Option<String>> {
-        let file = crate::paths::open_file(path).map_err(|e| Error::io(path, e))?;
+    /// Reads `file` (the file at `path`) back and says how it differs from this layout, `None`
+    /// when it holds exactly the planned header (every entry in order, the metadata, the
+    /// padding) and is exactly as long as planned. A planned layout is valid by construction
+    /// (unique names, lengths from shapes, offsets back to back from 0), so a file that matches
+    /// it is valid too.
+    pub fn differences(&self, file: File, path: &Path) -> Result<Option<String>> {
         let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         if file_len != self.file_len() {
             return Ok(Some(format!(
@@ -421,17 +422,49 @@ impl AtomicFile {
             .map_err(|e| Error::io(&self.path, e))
     }
 
+    /// The file as written so far, opened afresh for reading it back before it is in place.
+    pub fn reopen(&self) -> Result<File> {
+        self.temp.reopen().map_err(|e| Error::io(&self.path, e))
+    }
+
+    /// Where the file is written until it is put in place.
+    pub fn temporary_path(&self) -> &Path {
+        self.temp.path()
+    }
+
     /// Syncs the file and renames it into place.
     pub fn persist(self) -> Result<()> {
-        let path = self.path;
+        self.stage()?.persist()
+    }
+
+    /// Syncs and closes the file, to be put in place later, with others written beside it.
+    pub fn stage(self) -> Result<Staged> {
         self.temp
             .as_file()
             .sync_all()
-            .map_err(|e| Error::io(&path, e))?;
+            .map_err(|e| Error::io(&self.path, e))?;
+        Ok(Staged {
+            path: self.path,
+            temp: self.temp.into_temp_path(),
+        })
+    }
+}
+
+/// A file written and synced but not yet in place (see [`AtomicFile::stage`]): it holds no open
+/// file, so that the files of a model of many shards can wait together; dropped, its temporary
+/// file is removed.
+#[derive(Debug)]
+pub struct Staged {
+    path: PathBuf,
+    temp: tempfile::TempPath,
+}
+
+impl Staged {
+    /// Renames the file into place.
+    pub fn persist(self) -> Result<()> {
         self.temp
-            .persist(&path)
-            .map_err(|e| Error::io(&path, e.error))?;
-        Ok(())
+            .persist(&self.path)
+            .map_err(|e| Error::io(&self.path, e.error))
     }
 }
 
@@ -819,7 +852,12 @@ mod tests {
         let path = folder.path().join("m.safetensors");
         let file = bytes(&layout);
         std::fs::write(&path, &file).unwrap();
-        assert_eq!(layout.differences(&path).unwrap(), None);
+        assert_eq!(
+            layout
+                .differences(File::open(&path).unwrap(), &path)
+                .unwrap(),
+            None
+        );
         let header_end = 8 + usize::try_from(layout.header_len()).unwrap();
         let header = std::str::from_utf8(&file[8..header_end]).unwrap();
         for (from, to) in [
@@ -833,12 +871,20 @@ mod tests {
             changed[8..header_end].copy_from_slice(header.replacen(from, to, 1).as_bytes());
             std::fs::write(&path, &changed).unwrap();
             assert!(
-                layout.differences(&path).unwrap().is_some(),
+                layout
+                    .differences(File::open(&path).unwrap(), &path)
+                    .unwrap()
+                    .is_some(),
                 "{from} -> {to}"
             );
         }
         std::fs::write(&path, &file[..file.len() - 1]).unwrap();
-        assert!(layout.differences(&path).unwrap().is_some());
+        assert!(
+            layout
+                .differences(File::open(&path).unwrap(), &path)
+                .unwrap()
+                .is_some()
+        );
         let valid = crate::format::SafetensorsFile::from_bytes(&path, &file);
         assert!(valid.is_valid());
     }

@@ -71,9 +71,9 @@ pub fn quantize(
 /// only pass the measure's range, kept as it is (or everything stops), and the write goes on
 /// over what it had written, passing over what stays in place (see [`Partial`]). After
 /// [`WATCHED_STOPS`] stops, or at finite values, every weight not yet found finite is read for
-/// NaN and Inf (as NVFP4 reads it) and the write goes on without watching. Where a stopped
-/// write could leave something written (a sharded output's first files, a folder made for the
-/// output), every weight is read first as for NVFP4.
+/// NaN and Inf (as NVFP4 reads it) and the write goes on without watching. For a sharded
+/// output every weight is read first as for NVFP4: a write that stopped in a later file would
+/// make the files before it again (nothing is put in place before every file is written).
 fn quantize_then(
     model: &Model,
     output: &Path,
@@ -83,10 +83,7 @@ fn quantize_then(
 ) -> Result<Summary> {
     let (sharded, targets, files) = prepare(model, output)?;
     let mut choices = super::choose_all(model, &files, options, control, |t| fits(t, options))?;
-    let folder_made = targets[0]
-        .parent()
-        .is_none_or(|folder| folder.as_os_str().is_empty() || folder.is_dir());
-    let read_first = options.scheme == Scheme::Nvfp4A16 || targets.len() > 1 || !folder_made;
+    let read_first = options.scheme == Scheme::Nvfp4A16 || targets.len() > 1;
     control
         .bytes_total
         .fetch_add(writing(model, &choices), Ordering::Relaxed);
@@ -103,7 +100,7 @@ fn quantize_then(
         )?;
     }
     super::quantizes_some(&choices, options)?;
-    super::ready_folder(&targets)?;
+    let _folder = super::ready_folder(&targets)?;
     let write = |choices: &[Choice], absmax: &[f64], watch_non_finite, resume| {
         let ignore = super::ignored_modules(model, choices);
         let config = super::quantization_config(options, &ignore).to_string();
@@ -449,16 +446,17 @@ impl Writer for Context<'_> {
         if resumed {
             file.set_len(layout.file_len())?;
         }
-        file.persist()?;
         let mut quantized = Vec::new();
-        (self.before_read_back)(target);
-        let differs = layout.differences(target)?.is_some();
+        (self.before_read_back)(file.temporary_path());
+        let differs = layout.differences(file.reopen()?, target)?.is_some();
         measured.sort_unstable_by_key(|&(index, _)| index);
-        let read_back = self.read_back(&layout, target, &measured, &mut quantized)?;
+        let written = file.reopen()?;
+        let read_back = self.read_back(&layout, &written, target, &measured, &mut quantized)?;
         Ok(Written {
             quantized,
             bytes: layout.file_len(),
             verified: !differs && read_back,
+            staged: vec![file.stage()?],
         })
     }
 }
@@ -827,11 +825,11 @@ impl Context<'_> {
     fn read_back<'a>(
         &self,
         layout: &FileLayout<'a, ShardSpecs<'a>, impl Metadata<'a>>,
+        written: &File,
         target: &Path,
         measured: &[(u32, Measured)],
         quantized: &mut Vec<Quantized>,
     ) -> Result<bool> {
-        let written = crate::paths::open_file(target).map_err(|e| Error::io(target, e))?;
         let specs = layout.specs();
         let ranges = layout.ranges_in_file();
         let mut all_within = true;
@@ -850,7 +848,7 @@ impl Context<'_> {
             checks.par_iter().try_for_each(|&(spec, expected)| {
                 let member = self.name(specs.entries[spec]);
                 Digest::check_file(
-                    &written,
+                    written,
                     target,
                     ranges[spec],
                     expected,
@@ -966,7 +964,28 @@ mod tests {
     use super::*;
     use crate::demo::{Fill, SyntheticModel};
     use crate::quantize::Scheme;
-    use crate::quantize::tests::{cut_file, flip_a_byte_of};
+    use crate::quantize::tests::{
+        a_failed_sharded_save_leaves_nothing_in_place, cut_file, flip_a_byte_of, two_shards,
+    };
+
+    #[test]
+    fn a_failed_sharded_save_of_each_scheme_leaves_nothing_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = two_shards(&dir.path().join("model"));
+        for (scheme, member) in [
+            (Scheme::W4A16, "b.weight_packed"),
+            (Scheme::Fp8Block, "b.weight"),
+            (Scheme::Nvfp4A16, "b.weight_packed"),
+        ] {
+            let options = Options {
+                scheme,
+                ..Options::default()
+            };
+            a_failed_sharded_save_leaves_nothing_in_place(member, &|output, hook| {
+                quantize_then(&model, output, &options, &Control::default(), hook)
+            });
+        }
+    }
 
     #[test]
     fn a_file_altered_before_its_read_back_is_reported() {

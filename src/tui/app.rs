@@ -811,9 +811,7 @@ impl App {
                         ))
                     }
                     (Action::QuantizeCancel, Stage::Saving(control)) => {
-                        control
-                            .cancelled
-                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                        control.cancelled.store(true, Ordering::Relaxed);
                         None
                     }
                     (Action::QuantizeCancel, _) => {
@@ -935,8 +933,12 @@ impl App {
         let Some(dialog) = self.quantize.as_mut() else {
             return false;
         };
+        let cancelled = matches!(&dialog.stage, Stage::Saving(control)
+            if control.cancelled.load(Ordering::Relaxed));
         dialog.stage = match result {
             Ok(summary) => Stage::Saved(summary),
+            // Whatever file the save was reading when it stopped, the user stopped it.
+            Err(_) if cancelled => Stage::Failed("cancelled: nothing was written".into()),
             Err(message) => Stage::Failed(message),
         };
         true
