@@ -633,9 +633,14 @@ fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failu
             crate::text::escape_path(output)
         ))));
     }
-    let summary = with_progress(progress, || {
-        crate::quantize::quantize(&model, output, &options, &control)
+    let (summary, signal) = cancelled_by_signals(&control, || {
+        with_progress(progress, || {
+            crate::quantize::quantize(&model, output, &options, &control)
+        })
     });
+    if let Some(signal) = signal {
+        end_by_signal(signal, output);
+    }
     let summary = summary?;
     let mut out = io::BufWriter::new(out);
     crate::report::write_quantize(&mut out, &model, &summary, args.json)?;
@@ -814,6 +819,45 @@ fn print<W: Write>(out: &mut W, report: &dyn Report, json: bool) -> io::Result<(
 /// A byte progress bar on stderr, drawn only when stderr is a terminal.
 /// Runs `work` with a progress bar on stderr that shows `(total, done)` bytes as `progress`
 /// reads them, ten times a second, and goes as soon as the work ends.
+/// Runs `work` (a save through `control`) with SIGINT, SIGTERM and SIGHUP cancelling it rather
+/// than ending the process, so that the save removes what it wrote; gives the signal caught.
+fn cancelled_by_signals<T>(
+    control: &crate::quantize::Control,
+    work: impl FnOnce() -> T,
+) -> (T, Option<i32>) {
+    #[cfg(unix)]
+    {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        if let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+            let handle = signals.handle();
+            return std::thread::scope(|scope| {
+                let watcher = scope.spawn(move || {
+                    let caught = signals.forever().next();
+                    if caught.is_some() {
+                        control.cancelled.store(true, Ordering::Relaxed);
+                    }
+                    caught
+                });
+                let result = work();
+                handle.close();
+                (result, watcher.join().ok().flatten())
+            });
+        }
+    }
+    (work(), None)
+}
+
+/// Says that a save was stopped by `signal` and ends the process as the signal would have.
+fn end_by_signal(signal: i32, output: &Path) -> ! {
+    let name = signal_hook::low_level::signal_name(signal).unwrap_or("a signal");
+    eprintln!(
+        "stui: stopped by {name}: nothing was written to {}",
+        crate::text::escape_path(output)
+    );
+    let _ = signal_hook::low_level::emulate_default_handler(signal);
+    std::process::exit(128 + signal);
+}
+
 fn with_progress<T>(progress: impl Fn() -> (u64, u64) + Sync, work: impl FnOnce() -> T) -> T {
     let bar = progress_bar();
     let (finished, wait) = std::sync::mpsc::channel::<()>();

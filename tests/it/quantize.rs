@@ -771,6 +771,71 @@ fn a_save_leaves_another_saves_temporary_alone() {
     assert!(!others.exists(), "cleared once no save holds it");
 }
 
+/// SIGTERM, SIGINT (Ctrl-C) or SIGHUP during a save stops it cleanly: no temporary, no output,
+/// no folder made for it, a message, and the process ends as the signal ends it.
+#[test]
+fn a_signal_during_a_save_leaves_nothing_and_ends_the_process_as_the_signal_would() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("model.safetensors");
+    let mut model = SyntheticModel::new(4);
+    for layer in 0..16 {
+        model = model.tensor(
+            &format!("model.layers.{layer}.mlp.down_proj.weight"),
+            Dtype::F32,
+            &[1024, 1024],
+            Fill::Normal {
+                mean: 0.0,
+                std: 0.02,
+            },
+        );
+    }
+    model.write(&source).unwrap();
+    for (signal, name, scheme) in [
+        (libc::SIGTERM, "TERM", "W8A8"),
+        (libc::SIGINT, "INT", "W4A16"),
+        (libc::SIGHUP, "HUP", "FP8_BLOCK"),
+    ] {
+        let folder = dir.path().join(format!("out-{scheme}"));
+        let temporary_made = || {
+            std::fs::read_dir(&folder).is_ok_and(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .any(|e| e.file_name().to_string_lossy().starts_with(".stui-tmp-"))
+            })
+        };
+        let child = Command::new(env!("CARGO_BIN_EXE_stui"))
+            .args(["quantize", "model.safetensors", "--scheme", scheme, "-o"])
+            .arg(folder.join("model.safetensors"))
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        while !temporary_made() && started.elapsed() < std::time::Duration::from_secs(30) {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert!(temporary_made(), "{scheme}: the save began writing");
+        let sent = Command::new("kill")
+            .args(["-s", name, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let output = child.wait_with_output().unwrap();
+        assert_eq!(output.status.signal(), Some(signal), "{scheme}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("stui: stopped by SIG") && stderr.contains("nothing was written"),
+            "{scheme}: {stderr}"
+        );
+        assert!(
+            !folder.exists(),
+            "{scheme}: no folder, no temporary, no output"
+        );
+    }
+}
+
 #[test]
 fn kill_9_during_a_save_leaves_the_source_and_no_output() {
     let dir = tempfile::tempdir().unwrap();
