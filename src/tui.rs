@@ -22,7 +22,7 @@ use crate::jobs::{Scan, ScanOptions};
 use crate::quant::{LogicalModel, Quantization};
 use crate::quantize;
 use anyhow::Context as _;
-use app::Effect;
+use app::{Effect, Stage};
 use event::Event;
 use ratatui::crossterm::event::{self as terminal, KeyEventKind, MouseEventKind};
 use screen::ScreenTerminal;
@@ -70,6 +70,7 @@ pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
     let (sender, events) = event::start();
     let mut session = Session::open(opened, other, options.raw, options, &sender, 0);
     let outcome = event_loop(&mut terminal, &mut session, &sender, &events, log.as_mut());
+    session.stop_saving(&events);
     screen::give_back();
     if let Some(log) = log.as_mut() {
         let _ = log.flush();
@@ -217,6 +218,25 @@ impl Session {
             session.prioritize(tensor);
         }
         session
+    }
+
+    /// Stops a save under way and waits, ten seconds at most, for it to remove what it wrote: a
+    /// process ended under it would leave its temporary files in the output folder.
+    fn stop_saving(&self, events: &std::sync::mpsc::Receiver<Event>) {
+        let Some(dialog) = &self.app.quantize else {
+            return;
+        };
+        let Stage::Saving(control) = &dialog.stage else {
+            return;
+        };
+        control.cancelled.store(true, Ordering::Relaxed);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match events.recv_timeout(left) {
+                Ok(Event::Saved(_)) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
     }
 
     /// The options this session was opened with, as far as a session opened after it keeps them.

@@ -384,3 +384,66 @@ fn a_quantized_model_by_its_weights_and_r_lists_the_stored_tensors() {
         !s.contains("scan done") && s.contains("$ ")
     });
 }
+
+/// SIGTERM during a save in the explorer stops the save, which removes what it wrote before the
+/// process ends: no temporary and no output are left beside the model.
+#[test]
+fn a_signal_during_a_save_in_the_explorer_leaves_nothing() {
+    use stui::demo::{Fill, SyntheticModel};
+    use stui::format::Dtype;
+    let Some(tmux) = Tmux::start(80, 24) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("saving.safetensors");
+    let mut synthetic = SyntheticModel::new(5);
+    for layer in 0..16 {
+        synthetic = synthetic.tensor(
+            &format!("model.layers.{layer}.mlp.down_proj.weight"),
+            Dtype::F32,
+            &[1024, 1024],
+            Fill::Normal {
+                mean: 0.0,
+                std: 0.02,
+            },
+        );
+    }
+    synthetic.write(&model).unwrap();
+    let others = || -> Vec<String> {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|name| name != "saving.safetensors")
+            .collect()
+    };
+    tmux.send(&[
+        &format!("{} {}", env!("CARGO_BIN_EXE_stui"), model.display()),
+        "Enter",
+    ]);
+    tmux.wait_for("the explorer", |s| s.contains("scan done"));
+    tmux.send(&["Q"]);
+    tmux.wait_for("the quantize dialog", |s| s.contains("Enter saves"));
+    tmux.send(&["Enter"]);
+    let started = Instant::now();
+    while others().is_empty() && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(
+        others().iter().any(|name| name.starts_with(".stui-tmp-")),
+        "the save began writing: {:?}",
+        others()
+    );
+    let status = Command::new("pkill")
+        .args(["-TERM", "-f", &model.display().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "the explorer was found and signalled");
+    tmux.wait_for("the shell prompt", |s| {
+        !s.contains("quantize") && s.contains("$ ")
+    });
+    assert_eq!(
+        others(),
+        Vec::<String>::new(),
+        "nothing left beside the model"
+    );
+}
