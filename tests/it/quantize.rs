@@ -777,33 +777,14 @@ fn a_save_leaves_another_saves_temporary_alone() {
 fn a_signal_during_a_save_leaves_nothing_and_ends_the_process_as_the_signal_would() {
     use std::os::unix::process::ExitStatusExt;
     let dir = tempfile::tempdir().unwrap();
-    let source = dir.path().join("model.safetensors");
-    let mut model = SyntheticModel::new(4);
-    for layer in 0..16 {
-        model = model.tensor(
-            &format!("model.layers.{layer}.mlp.down_proj.weight"),
-            Dtype::F32,
-            &[1024, 1024],
-            Fill::Normal {
-                mean: 0.0,
-                std: 0.02,
-            },
-        );
-    }
-    model.write(&source).unwrap();
+    support::write_model_of_64_mib(&dir.path().join("model.safetensors"), 4);
     for (signal, name, scheme) in [
         (libc::SIGTERM, "TERM", "W8A8"),
         (libc::SIGINT, "INT", "W4A16"),
         (libc::SIGHUP, "HUP", "FP8_BLOCK"),
     ] {
         let folder = dir.path().join(format!("out-{scheme}"));
-        let temporary_made = || {
-            std::fs::read_dir(&folder).is_ok_and(|entries| {
-                entries
-                    .filter_map(Result::ok)
-                    .any(|e| e.file_name().to_string_lossy().starts_with(".stui-tmp-"))
-            })
-        };
+        let temporary_made = || !support::temporaries_in(&folder).is_empty();
         let child = Command::new(env!("CARGO_BIN_EXE_stui"))
             .args(["quantize", "model.safetensors", "--scheme", scheme, "-o"])
             .arg(folder.join("model.safetensors"))
@@ -840,29 +821,10 @@ fn a_signal_during_a_save_leaves_nothing_and_ends_the_process_as_the_signal_woul
 fn kill_9_during_a_save_leaves_the_source_and_no_output() {
     let dir = tempfile::tempdir().unwrap();
     let source = dir.path().join("model.safetensors");
-    let mut model = SyntheticModel::new(3);
-    for layer in 0..16 {
-        model = model.tensor(
-            &format!("model.layers.{layer}.mlp.down_proj.weight"),
-            Dtype::F32,
-            &[1024, 1024],
-            Fill::Normal {
-                mean: 0.0,
-                std: 0.02,
-            },
-        );
-    }
-    model.write(&source).unwrap();
+    support::write_model_of_64_mib(&source, 3);
     let before = std::fs::read(&source).unwrap();
     let output = dir.path().join("out.safetensors");
-    let is_temporary = |name: &str| name.starts_with(".stui-tmp-");
-    let temporaries = || -> Vec<String> {
-        std::fs::read_dir(dir.path())
-            .unwrap()
-            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-            .filter(|name| is_temporary(name))
-            .collect()
-    };
+    let temporaries = || support::temporaries_in(dir.path());
     let mut child = Command::new(env!("CARGO_BIN_EXE_stui"))
         .args(["quantize", "model.safetensors", "-o", "out.safetensors"])
         .current_dir(dir.path())

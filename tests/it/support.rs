@@ -69,6 +69,37 @@ pub fn raw_file(header: &str, data: &[u8]) -> Vec<u8> {
     bytes
 }
 
+/// Writes to `path` a model of 64 MiB, sixteen F32 weights of 1024 x 1024 drawn with `seed`: a
+/// save of it lasts long enough, even in a debug build, to be stopped part of the way.
+pub fn write_model_of_64_mib(path: &Path, seed: u64) {
+    let mut model = SyntheticModel::new(seed);
+    for layer in 0..16 {
+        model = model.tensor(
+            &format!("model.layers.{layer}.mlp.down_proj.weight"),
+            Dtype::F32,
+            &[1024, 1024],
+            Fill::Normal {
+                mean: 0.0,
+                std: 0.02,
+            },
+        );
+    }
+    model.write(path).unwrap();
+}
+
+/// The names in `folder` that a save's temporary files take; none when there is no folder.
+pub fn temporaries_in(folder: &Path) -> Vec<String> {
+    std::fs::read_dir(folder).map_or_else(
+        |_| Vec::new(),
+        |entries| {
+            entries
+                .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+                .filter(|name| name.starts_with(".stui-tmp-"))
+                .collect()
+        },
+    )
+}
+
 /// Writes `bytes` to `dir/name` and returns the path.
 pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     let path = dir.join(name);

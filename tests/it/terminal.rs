@@ -389,26 +389,12 @@ fn a_quantized_model_by_its_weights_and_r_lists_the_stored_tensors() {
 /// process ends: no temporary and no output are left beside the model.
 #[test]
 fn a_signal_during_a_save_in_the_explorer_leaves_nothing() {
-    use stui::demo::{Fill, SyntheticModel};
-    use stui::format::Dtype;
     let Some(tmux) = Tmux::start(80, 24) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("saving.safetensors");
-    let mut synthetic = SyntheticModel::new(5);
-    for layer in 0..16 {
-        synthetic = synthetic.tensor(
-            &format!("model.layers.{layer}.mlp.down_proj.weight"),
-            Dtype::F32,
-            &[1024, 1024],
-            Fill::Normal {
-                mean: 0.0,
-                std: 0.02,
-            },
-        );
-    }
-    synthetic.write(&model).unwrap();
+    crate::support::write_model_of_64_mib(&model, 5);
     let others = || -> Vec<String> {
         std::fs::read_dir(dir.path())
             .unwrap()
