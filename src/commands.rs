@@ -816,9 +816,6 @@ fn print<W: Write>(out: &mut W, report: &dyn Report, json: bool) -> io::Result<(
     out.flush()
 }
 
-/// A byte progress bar on stderr, drawn only when stderr is a terminal.
-/// Runs `work` with a progress bar on stderr that shows `(total, done)` bytes as `progress`
-/// reads them, ten times a second, and goes as soon as the work ends.
 /// Runs `work` (a save through `control`) with SIGINT, SIGTERM and SIGHUP cancelling it rather
 /// than ending the process, so that the save removes what it wrote; gives the signal caught.
 fn cancelled_by_signals<T>(
@@ -858,6 +855,8 @@ fn end_by_signal(signal: i32, output: &Path) -> ! {
     std::process::exit(128 + signal);
 }
 
+/// Runs `work` with a progress bar on stderr that shows `(total, done)` bytes as `progress`
+/// reads them, ten times a second, and goes as soon as the work ends.
 fn with_progress<T>(progress: impl Fn() -> (u64, u64) + Sync, work: impl FnOnce() -> T) -> T {
     let bar = progress_bar();
     let (finished, wait) = std::sync::mpsc::channel::<()>();
@@ -880,6 +879,7 @@ fn with_progress<T>(progress: impl Fn() -> (u64, u64) + Sync, work: impl FnOnce(
     result
 }
 
+/// A byte progress bar on stderr, drawn only when stderr is a terminal.
 fn progress_bar() -> indicatif::ProgressBar {
     let bar =
         indicatif::ProgressBar::with_draw_target(Some(0), indicatif::ProgressDrawTarget::stderr());

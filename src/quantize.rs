@@ -676,7 +676,7 @@ fn nothing_to_quantize(choices: &[Choice], options: &Options) -> String {
 }
 
 /// Creates the folder of the files to write, and removes the temporaries an interrupted save
-/// left there.
+/// left there; gives the folder if it made it, to be removed again should the save stop.
 fn ready_folder(targets: &[PathBuf]) -> Result<FolderMade> {
     let folder = targets[0]
         .parent()

@@ -258,7 +258,6 @@ impl Session {
         }
     }
 
-    /// Carries out what the app asks.
     /// Compares every scheme over `options`' scope on a thread of its own, its progress
     /// redrawn as it goes; a comparison cancelled (the dialog closed or compared again) says
     /// nothing when it ends.
@@ -287,6 +286,7 @@ impl Session {
         });
     }
 
+    /// Carries out what the app asks.
     fn perform(&mut self, effect: Effect, sender: &SyncSender<Event>) {
         match effect {
             Effect::Prioritize(tensor) => self.prioritize(tensor),

@@ -44,8 +44,8 @@ struct IndexMetadata {
 
 /// Whether a JSON file named `name` holding `bytes` sits beside a model rather than indexing it
 /// (its `config.json`, a tokenizer's, a pipeline's `model_index.json`): an object with no
-/// `weight_map`, in a file not named as an index is. Anything else given as an index is read as
-/// one, a malformed one for its finding.
+/// `weight_map`, in a file whose name is not an index's. Anything else given as an index is read
+/// as one, a malformed one for its finding.
 pub fn is_beside_a_model(name: &str, bytes: &[u8]) -> bool {
     !is_named_as_an_index(name)
         && serde_json::from_slice::<serde_json::Value>(bytes)
