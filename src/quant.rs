@@ -246,9 +246,10 @@ impl Quantization {
 
     fn check_against_config(&self, model: &Model, side: &SideFiles, findings: &mut Vec<Finding>) {
         let Some(declared) = &self.declared else {
-            // HQQ's own save (`save_to_safetensors`) keeps each layer's settings in its tensors
-            // and writes no quantization config: its loader (`from_quantized`) needs none.
-            let self_described = self.weights.iter().all(|w| w.scheme.layout == Layout::Hqq);
+            let self_described = self
+                .weights
+                .iter()
+                .all(|w| w.scheme.layout.described_by_its_tensors());
             if side.config.is_some() && !self_described {
                 findings.push(Finding::warning(
                     Code::QuantConfig,

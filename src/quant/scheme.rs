@@ -53,6 +53,16 @@ pub enum Layout {
 }
 
 impl Layout {
+    /// Whether the stored tensors say all their loader needs, with no quantization config
+    /// written beside them: HQQ's own saves keep each layer's settings in its tensors, and
+    /// `ComfyUI` marks each layer with a tensor (or in the file's metadata).
+    pub const fn described_by_its_tensors(self) -> bool {
+        matches!(
+            self,
+            Layout::Hqq | Layout::ComfyNvfp4 | Layout::ComfyInt8 | Layout::ComfyMxfp8
+        )
+    }
+
     /// The producer family, as the dtype mix names it ("int4 (GPTQ)").
     pub const fn family(self) -> &'static str {
         match self {

@@ -147,10 +147,9 @@ fn every_real_producers_checkpoint_is_recognised_without_a_finding() {
         assert_eq!(quantization.weights[0].scheme.to_string(), scheme, "{name}");
         // ComfyUI marks each quantized layer with a `comfy_quant` tensor, and HQQ's own save
         // keeps each layer's settings in its tensors, neither with a config.
-        let marked_by_tensors = matches!(layout, Layout::ComfyMxfp8 | Layout::Hqq);
         assert_eq!(
             quantization.declared.is_some(),
-            !marked_by_tensors,
+            !layout.described_by_its_tensors(),
             "{name}"
         );
     }
