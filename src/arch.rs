@@ -18,7 +18,7 @@ pub use recognise::Architecture;
 
 use crate::finding::{Code, Finding, Findings};
 use crate::format::{Model, TensorInfo};
-use crate::quant::{Quantization, SideFiles};
+use crate::quant::{Beside, Quantization, SideFiles};
 use crate::text::escape;
 use serde::Serialize;
 use std::fmt;
@@ -296,9 +296,13 @@ fn recognise_quantization(
             _ => model.path.parent().map(Path::to_path_buf),
         },
     };
+    let beside = match &model.remote {
+        Some(remote) => Beside::Fetched(&remote.side_files),
+        None => Beside::Folder(folder.as_deref()),
+    };
     let mut side_findings = Vec::new();
     let side = SideFiles::read(
-        folder.as_deref(),
+        &beside,
         config.map(|config| config.json.clone()),
         &mut side_findings,
     );

@@ -31,9 +31,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Bytes read at a time from the Hub, a request each: a multiple of every element size and of the
-/// 3-byte F6 group.
-const CHUNK: usize = 12 << 20;
+/// Bytes read at a time from the Hub, a request each.
+const CHUNK: usize = crate::format::remote::RANGE_BYTES;
 
 /// Bytes read at a time from a local file, a multiple of the same: a chunk copied into the
 /// reading thread's buffer is still in the core's cache (2 MiB of L2 here) when it is scanned.

@@ -19,7 +19,7 @@ use crate::format::{Model, TensorInfo};
 use crate::text::{Counted, escape};
 pub use listed::{LogicalModel, LogicalTensors};
 pub use members::Role;
-pub use recognise::{Declared, SideFiles};
+pub use recognise::{Beside, Declared, SideFiles};
 pub use scheme::{Grouping, Layout, Scheme};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -14,6 +14,15 @@ use std::collections::{BTreeMap, HashSet};
 /// diffusers'.
 pub const LOADERS_FILES: [&str; 2] = ["model.safetensors", "diffusion_pytorch_model.safetensors"];
 
+/// The files beside a model, other than `config.json`, that say how it is quantized: `AutoGPTQ`'s
+/// and `AutoAWQ`'s configs, `ModelOpt`'s, and quanto's map of its weights.
+pub const QUANT_SIDE_FILES: [&str; 4] = [
+    "quantize_config.json",
+    "quant_config.json",
+    "hf_quant_config.json",
+    "quanto_qmap.json",
+];
+
 /// The indexes the loaders look for, in the same order.
 const LOADERS_INDEXES: [&str; 2] = [
     INDEX_FILE_NAME,

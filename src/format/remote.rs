@@ -30,6 +30,18 @@ const MAX_INDEX_LEN: u64 = 512 << 20;
 /// The longest `config.json` read (as for a local one).
 const MAX_CONFIG_LEN: u64 = 16 << 20;
 
+/// Bytes of a tensor asked for in one Range request: a multiple of every element size and of
+/// the 3-byte F6 group.
+pub const RANGE_BYTES: usize = 12 << 20;
+
+/// Small ranges of one shard at most this far apart are asked for in one request, the bytes
+/// between them dropped: a writer that sorts its tensors by dtype puts a model's shape members
+/// side by side.
+const NEAR: u64 = 64 << 10;
+
+/// The longest request that gathers several small ranges.
+const GATHERED_MAX: u64 = 16 << 20;
+
 /// Where a remote model's bytes are: the Hub, the repository at its pinned commit, and each
 /// shard's path in it.
 #[derive(Debug)]
@@ -44,6 +56,12 @@ pub struct RemoteModel {
     /// The `config.json` beside the model, as shown (`hf://…/config.json`) and its text, when the
     /// repository has one there.
     pub config: Option<(PathBuf, Vec<u8>)>,
+    /// The side files beside the model that say how it is quantized
+    /// ([`super::folder::QUANT_SIDE_FILES`]) the repository has: each one's name, its path as
+    /// shown and its bytes.
+    pub side_files: Vec<(String, PathBuf, Vec<u8>)>,
+    /// stui's cache, where the small ranges read are kept by their shard's blob id.
+    pub cache: Option<PathBuf>,
 }
 
 impl RemoteModel {
@@ -69,6 +87,144 @@ impl RemoteModel {
         }
         Ok(reply.bytes)
     }
+
+    /// `len` bytes of shard `shard` from `start`, a Range request per [`RANGE_BYTES`], each
+    /// piece handed to `sink` in order.
+    pub fn read_pieces(
+        &self,
+        shard: usize,
+        (start, len): (u64, u64),
+        mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let mut done = 0;
+        while done < len {
+            let piece = (len - done).min(RANGE_BYTES as u64);
+            let bytes = self
+                .read(shard, start + done, piece)
+                .map_err(|error| std::io::Error::other(error.0))?;
+            sink(&bytes)?;
+            done += piece;
+        }
+        Ok(())
+    }
+
+    /// The bytes of each of `wanted` (shard, start, length: small tensors read whole), in
+    /// order: from stui's cache where their shard's entry holds them, else fetched, ranges of a
+    /// shard near each other in one request ([`NEAR`]), [`PARALLEL_REQUESTS`] at once, and then
+    /// kept in the cache with those it held. `None`, and nothing asked for, when that would take
+    /// more than `max_requests` requests.
+    pub fn read_small(
+        &self,
+        wanted: &[(usize, u64, u64)],
+        max_requests: usize,
+    ) -> std::result::Result<Option<Vec<Vec<u8>>>, RemoteError> {
+        let mut kept: HashMap<usize, HashMap<(u64, u64), Vec<u8>>> = HashMap::new();
+        let mut missing: Vec<(usize, u64, u64)> = Vec::new();
+        for &(shard, start, len) in wanted {
+            let ranges = kept
+                .entry(shard)
+                .or_insert_with(|| self.kept_ranges(shard).unwrap_or_default());
+            if len > 0 && !ranges.contains_key(&(start, len)) {
+                missing.push((shard, start, len));
+            }
+        }
+        missing.sort_unstable();
+        missing.dedup();
+        let spans = gathered(&missing);
+        if spans.len() > max_requests {
+            return Ok(None);
+        }
+        let fetched = fetch_all(spans.len(), |i| {
+            let (shard, start, end) = spans[i];
+            self.read(shard, start, end - start)
+        })?;
+        // The ranges in order, each inside the first request whose end it does not pass.
+        let mut next = 0;
+        for (&(shard, from, to), bytes) in spans.iter().zip(&fetched) {
+            let ranges = kept.entry(shard).or_default();
+            while let Some(&(s, start, len)) = missing.get(next)
+                && s == shard
+                && start + len <= to
+            {
+                let at = usize::try_from(start - from).unwrap_or(usize::MAX);
+                let len = usize::try_from(len).unwrap_or(usize::MAX);
+                if let Some(range) = bytes.get(at..at.saturating_add(len)) {
+                    ranges.insert((start, len as u64), range.to_vec());
+                }
+                next += 1;
+            }
+        }
+        let mut grown: Vec<usize> = spans.iter().map(|&(shard, ..)| shard).collect();
+        grown.dedup();
+        for shard in grown {
+            self.keep_ranges(shard, &kept[&shard]);
+        }
+        Ok(Some(
+            wanted
+                .iter()
+                .map(|&(shard, start, len)| {
+                    kept.get(&shard)
+                        .and_then(|ranges| ranges.get(&(start, len)))
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .collect(),
+        ))
+    }
+
+    /// The small ranges kept in stui's cache for shard `shard`'s blob.
+    fn kept_ranges(&self, shard: usize) -> Option<HashMap<(u64, u64), Vec<u8>>> {
+        let blob = self.blobs.get(shard)?.as_deref()?;
+        let (bytes, _) = header_cache::load(self.cache.as_deref()?, "ranges", blob)?;
+        let mut ranges = HashMap::new();
+        let mut rest = &bytes[..];
+        while !rest.is_empty() {
+            let (start, after) = rest.split_first_chunk::<8>()?;
+            let (len, after) = after.split_first_chunk::<8>()?;
+            let (start, len) = (u64::from_le_bytes(*start), u64::from_le_bytes(*len));
+            let range = after.get(..usize::try_from(len).ok()?)?;
+            ranges.insert((start, len), range.to_vec());
+            rest = &after[range.len()..];
+        }
+        Some(ranges)
+    }
+
+    /// Keeps `ranges` of shard `shard` in stui's cache, by its blob id.
+    fn keep_ranges(&self, shard: usize, ranges: &HashMap<(u64, u64), Vec<u8>>) {
+        let (Some(cache), Some(Some(blob))) = (self.cache.as_deref(), self.blobs.get(shard)) else {
+            return;
+        };
+        let mut bytes = Vec::new();
+        for (&(start, len), range) in ranges {
+            bytes.extend_from_slice(&start.to_le_bytes());
+            bytes.extend_from_slice(&len.to_le_bytes());
+            bytes.extend_from_slice(range);
+        }
+        header_cache::store(cache, "ranges", blob, &bytes, 0);
+    }
+}
+
+/// The requests that fetch `ranges` (shard, start, length; sorted, none empty): `(shard, start,
+/// end)`, ranges of a shard at most [`NEAR`] apart gathered into one of at most
+/// [`GATHERED_MAX`] bytes.
+fn gathered(ranges: &[(usize, u64, u64)]) -> Vec<(usize, u64, u64)> {
+    let mut spans: Vec<(usize, u64, u64)> = Vec::new();
+    for &(shard, start, len) in ranges {
+        let end = start + len;
+        match spans.last_mut() {
+            // Inside the request before it (tensors that overlap, in a broken file).
+            Some((s, _, to)) if *s == shard && end <= *to => {}
+            Some((s, from, to))
+                if *s == shard
+                    && start <= to.saturating_add(NEAR)
+                    && end.max(*to) - *from <= GATHERED_MAX =>
+            {
+                *to = end.max(*to);
+            }
+            _ => spans.push((shard, start, end)),
+        }
+    }
+    spans
 }
 
 /// Opens `repo` from the Hub. `cache` is stui's header cache, if there is one.
@@ -92,17 +248,21 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
     let prefix = in_folder_prefix(&folder);
     let in_repo = |label: &str| format!("{prefix}{label}");
     let likely = likely_header_sizes(index.as_ref().map(|(index, _)| index), &labels);
-    // `config.json` is fetched beside the headers: one round trip less.
-    let config_path = in_repo("config.json");
+    // `config.json` and the side files are fetched beside the headers: one round trip less.
     let (headers, config) = std::thread::scope(|scope| {
         let config = scope.spawn(|| {
-            files
-                .get(config_path.as_str())
-                .map(|file| whole_file(&hub, repo, &commit, file, cache, MAX_CONFIG_LEN))
-                .transpose()
+            let fetched = |name: &str| {
+                let path = in_repo(name);
+                let bytes = files
+                    .get(path.as_str())
+                    .map(|file| whole_file(&hub, repo, &commit, file, cache, MAX_CONFIG_LEN))
+                    .transpose()?;
+                Ok(bytes.map(|bytes| (PathBuf::from(format!("{shown}/{path}")), bytes)))
+            };
+            beside_files(fetched)
         });
-        let headers = fetch_headers(&labels, |i, label| {
-            let path = in_repo(label);
+        let headers = fetch_all(labels.len(), |i| {
+            let path = in_repo(&labels[i]);
             let Some(file) = files.get(path.as_str()) else {
                 return Ok(None);
             };
@@ -117,9 +277,7 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
         (headers, config)
     });
     let headers = headers.map_err(fail)?;
-    let config = config
-        .map_err(fail)?
-        .map(|bytes| (PathBuf::from(format!("{shown}/{config_path}")), bytes));
+    let (config, side_files) = config.map_err(fail)?;
     let model_path = PathBuf::from(model_path);
     let mut builder = Builder::new(&model_path, source, None);
     let mut blobs = Vec::new();
@@ -167,8 +325,27 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
         files: paths,
         blobs,
         config,
+        side_files,
+        cache: cache.map(Path::to_path_buf),
     }));
     Ok(model)
+}
+
+/// `config.json` and the quantization side files there are beside the model, each as shown and
+/// its bytes, from `fetched` (`None` for a file the repository does not have).
+type Beside = (Option<(PathBuf, Vec<u8>)>, Vec<(String, PathBuf, Vec<u8>)>);
+
+fn beside_files(
+    fetched: impl Fn(&str) -> std::result::Result<Option<(PathBuf, Vec<u8>)>, RemoteError>,
+) -> std::result::Result<Beside, RemoteError> {
+    let config = fetched("config.json")?;
+    let mut side_files = Vec::new();
+    for name in super::folder::QUANT_SIDE_FILES {
+        if let Some((path, bytes)) = fetched(name)? {
+            side_files.push((name.to_owned(), path, bytes));
+        }
+    }
+    Ok((config, side_files))
 }
 
 /// What the chosen files make: where the model is shown, how it was given, its folder in the
@@ -370,25 +547,25 @@ fn likely_header_sizes(index: Option<&ShardIndex>, labels: &[String]) -> Vec<u64
         .collect()
 }
 
-/// Runs `fetch` for every label on [`PARALLEL_REQUESTS`] threads, keeping the order; stops at
-/// the first error.
-fn fetch_headers<T: Send>(
-    labels: &[String],
-    fetch: impl Fn(usize, &str) -> std::result::Result<T, RemoteError> + Sync,
+/// Runs `fetch` for each of `count` requests on [`PARALLEL_REQUESTS`] threads, keeping the
+/// order; stops at the first error.
+fn fetch_all<T: Send>(
+    count: usize,
+    fetch: impl Fn(usize) -> std::result::Result<T, RemoteError> + Sync,
 ) -> std::result::Result<Vec<T>, RemoteError> {
     let next = AtomicUsize::new(0);
     let failed = std::sync::atomic::AtomicBool::new(false);
     let results: Vec<std::sync::Mutex<Option<std::result::Result<T, RemoteError>>>> =
-        labels.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        (0..count).map(|_| std::sync::Mutex::new(None)).collect();
     std::thread::scope(|scope| {
-        for _ in 0..PARALLEL_REQUESTS.min(labels.len()) {
+        for _ in 0..PARALLEL_REQUESTS.min(count) {
             scope.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= labels.len() || failed.load(Ordering::Relaxed) {
+                    if i >= count || failed.load(Ordering::Relaxed) {
                         break;
                     }
-                    let result = fetch(i, &labels[i]);
+                    let result = fetch(i);
                     failed.fetch_or(result.is_err(), Ordering::Relaxed);
                     if let Ok(mut slot) = results[i].lock() {
                         *slot = Some(result);
@@ -397,7 +574,7 @@ fn fetch_headers<T: Send>(
             });
         }
     });
-    let mut done = Vec::with_capacity(labels.len());
+    let mut done = Vec::with_capacity(count);
     for slot in results {
         match slot.into_inner().ok().flatten() {
             Some(Ok(value)) => done.push(value),
@@ -456,5 +633,67 @@ fn join(base: &str, folder: &str) -> String {
         base.to_owned()
     } else {
         format!("{base}/{folder}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Every range (tensors of a file, which do not overlap) lies whole inside one request
+        /// of its shard; no request is longer than [`GATHERED_MAX`] unless it is one range
+        /// alone; the requests of a shard do not overlap, and two ranges are asked for apart
+        /// only when they are more than [`NEAR`] apart or together they would pass the limit.
+        #[test]
+        fn requests_cover_every_range_within_their_limits(
+            steps in prop::collection::vec(
+                (
+                    0usize..3,
+                    prop_oneof![0u64..64, 0u64..(1 << 20)],
+                    prop_oneof![1u64..64, 1u64..(20 << 20)],
+                ),
+                1..60,
+            ),
+        ) {
+            let mut ends = [0u64; 3];
+            let mut ranges: Vec<(usize, u64, u64)> = steps
+                .iter()
+                .map(|&(shard, gap, len)| {
+                    let start = ends[shard] + gap;
+                    ends[shard] = start + len;
+                    (shard, start, len)
+                })
+                .collect();
+            ranges.sort_unstable();
+            let spans = gathered(&ranges);
+            for &(shard, start, len) in &ranges {
+                let inside = spans
+                    .iter()
+                    .any(|&(s, from, to)| s == shard && from <= start && start + len <= to);
+                prop_assert!(inside);
+            }
+            for pair in spans.windows(2) {
+                let [(a, _, a_end), (b, b_start, b_end)] = [pair[0], pair[1]];
+                if a == b {
+                    prop_assert!(a_end <= b_start || b_end <= a_end);
+                    let near = b_start <= a_end + NEAR;
+                    prop_assert!(!near || b_end.max(a_end) - pair[0].1 > GATHERED_MAX);
+                }
+            }
+            for &(_, from, to) in &spans {
+                let alone = ranges.iter().any(|&(_, start, len)| start == from && start + len == to);
+                prop_assert!(to - from <= GATHERED_MAX || alone);
+            }
+        }
+    }
+
+    #[test]
+    fn ranges_side_by_side_make_one_request_and_far_ones_two() {
+        let side_by_side = [(0, 100, 16), (0, 116, 16), (0, 140, 16), (1, 100, 16)];
+        assert_eq!(gathered(&side_by_side), [(0, 100, 156), (1, 100, 116)]);
+        let far = [(0, 0, 16), (0, NEAR + 17, 16)];
+        assert_eq!(gathered(&far), [(0, 0, 16), (0, NEAR + 17, NEAR + 33)]);
     }
 }

@@ -8,10 +8,12 @@ use super::recognise::Declared;
 use super::scheme::{Grouping, Layout, Scheme};
 use super::{LogicalWeight, Member};
 use crate::finding::{Code, Finding};
+use crate::format::remote::RemoteModel;
 use crate::format::{Dtype, Model, Shape, TensorInfo, read_exact_at};
 use crate::text::escape;
 use compact_str::CompactString;
 use hashbrown::{HashTable, hash_table};
+use std::collections::HashMap;
 use std::fs::File;
 use std::hash::BuildHasher;
 
@@ -37,6 +39,15 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
             findings: Vec::new(),
         };
     }
+    let mut findings = Vec::new();
+    let fetched = match &model.remote {
+        Some(remote) => fetch_read_members(model, remote, &entries, &mut findings),
+        None => HashMap::new(),
+    };
+    let small = || match model.remote {
+        Some(_) => Small::Fetched(&fetched),
+        None => Small::Local(Vec::new()),
+    };
     let runs = runs_by_group(&entries);
     // The groups are worked out in two halves side by side, cut between two groups.
     let middle = runs.len() / 2;
@@ -49,9 +60,10 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
     // The first half has room for every member, so that the second's are moved in after it.
     let members = |runs: &[Run]| -> usize { runs.iter().map(|run| run.len()).sum() };
     let (mut built, tail) = rayon::join(
-        || build_groups(model, declared, &entries, head, members(&runs)),
-        || build_groups(model, declared, &entries, tail, members(tail)),
+        || build_groups((model, small()), declared, &entries, head, members(&runs)),
+        || build_groups((model, small()), declared, &entries, tail, members(tail)),
     );
+    built.findings.splice(0..0, findings);
     let offset = u32::try_from(built.members.len()).unwrap_or(u32::MAX);
     // Moved on both cores: the copy is mostly first touches of fresh pages.
     built
@@ -65,6 +77,93 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
     built.weights.shrink_to_fit();
     built.members.shrink_to_fit();
     built
+}
+
+/// The most requests to the Hub for the members [`Builder::read`] reads, when a model is opened:
+/// sixteen rounds of [`crate::format::remote::PARALLEL_REQUESTS`].
+const MAX_MEMBER_REQUESTS: usize = 1024;
+
+/// The bytes of the members a model on the Hub has that [`Builder::read`] reads (see
+/// [`Role::read_for_values`]), fetched together before the weights are worked out, by tensor.
+/// Group orders (`g_idx`), which only name the weights' act order and check it (the values read
+/// them with the weight), are left out where they would take more than [`MAX_MEMBER_REQUESTS`]
+/// requests, a model of thousands of experts, and everything where the others would; each is a
+/// finding, as is a fetch that fails, and the members not fetched are then read as missing.
+fn fetch_read_members(
+    model: &Model,
+    remote: &RemoteModel,
+    entries: &[Option<Entry<'_>>],
+    findings: &mut Vec<Finding>,
+) -> HashMap<u32, Vec<u8>> {
+    let read: Vec<(u32, Role)> = entries
+        .iter()
+        .flatten()
+        .filter(|entry| entry.3.read_for_values())
+        .map(|entry| (entry.2, entry.3))
+        .filter(|&(tensor, _)| {
+            let entry = &model.tensors[tensor as usize];
+            entry.info.byte_len() <= READ_LIMIT && model.shard_of(entry).readable
+        })
+        .collect();
+    let fetch = |read: &[u32]| {
+        let ranges: Vec<(usize, u64, u64)> = read
+            .iter()
+            .map(|&tensor| {
+                let entry = &model.tensors[tensor as usize];
+                let (start, len) = model.file_range(entry);
+                (entry.shard, start, len)
+            })
+            .collect();
+        remote
+            .read_small(&ranges, MAX_MEMBER_REQUESTS)
+            .map(|bytes| bytes.map(|bytes| read.iter().copied().zip(bytes).collect()))
+    };
+    let all: Vec<u32> = read.iter().map(|&(tensor, _)| tensor).collect();
+    let shapes: Vec<u32> = read
+        .iter()
+        .filter(|(_, role)| !matches!(role, Role::GIdx | Role::WeightGIdx))
+        .map(|&(tensor, _)| tensor)
+        .collect();
+    let fetched = fetch(&all).and_then(|fetched| {
+        if fetched.is_some() {
+            return Ok(fetched);
+        }
+        findings.push(Finding::info(
+            Code::QuantGroupIndex,
+            format!(
+                "the group orders (`g_idx`) of {} weights were not read from the Hub: they would \
+                 take more than {MAX_MEMBER_REQUESTS} requests; act order is neither shown nor \
+                 checked (it is in a downloaded copy)",
+                all.len() - shapes.len()
+            ),
+        ));
+        fetch(&shapes)
+    });
+    match fetched {
+        Ok(Some(fetched)) => fetched,
+        Ok(None) => {
+            findings.push(Finding::warning(
+                Code::DataUnreadable,
+                format!(
+                    "the shapes and quant states of {} quantized weights were not read from the \
+                     Hub: they would take more than {MAX_MEMBER_REQUESTS} requests (open a \
+                     downloaded copy)",
+                    shapes.len()
+                ),
+            ));
+            HashMap::new()
+        }
+        Err(error) => {
+            findings.push(Finding::error(
+                Code::DataUnreadable,
+                format!(
+                    "the members that describe the quantized weights (their shapes, quant states \
+                     and group orders) could not be read from the Hub: {error}"
+                ),
+            ));
+            HashMap::new()
+        }
+    }
 }
 
 /// A member's entry: its weight's prefix, whether that weight's name is dotted, the tensor and
@@ -247,7 +346,7 @@ fn for_each_group(
 
 /// The logical weights of the groups of `runs`, with room for those of `room` members.
 fn build_groups(
-    model: &Model,
+    (model, small): (&Model, Small<'_>),
     declared: Option<&Declared>,
     entries: &[Option<Entry<'_>>],
     runs: &[Run],
@@ -256,7 +355,7 @@ fn build_groups(
     let mut builder = Builder {
         model,
         declared,
-        files: Vec::new(),
+        small,
         built: Built {
             weights: Vec::new(),
             members: Vec::new(),
@@ -275,8 +374,16 @@ fn build_groups(
 struct Builder<'a> {
     model: &'a Model,
     declared: Option<&'a Declared>,
-    files: Vec<Option<File>>,
+    small: Small<'a>,
     built: Built,
+}
+
+/// Where the small members [`Builder::read`] reads come from.
+enum Small<'a> {
+    /// The model's files, each opened when first read from.
+    Local(Vec<Option<File>>),
+    /// Fetched from the Hub before the weights are worked out, by tensor.
+    Fetched(&'a HashMap<u32, Vec<u8>>),
 }
 
 /// One group of members under way: what its weight is called and its members' entries.
@@ -381,13 +488,17 @@ impl Builder<'_> {
         if len > READ_LIMIT || !shard.readable {
             return None;
         }
-        if self.files.len() < self.model.shards.len() {
-            self.files.resize_with(self.model.shards.len(), || None);
+        let files = match &mut self.small {
+            Small::Fetched(fetched) => return fetched.get(&u32::try_from(tensor).ok()?).cloned(),
+            Small::Local(files) => files,
+        };
+        if files.len() < self.model.shards.len() {
+            files.resize_with(self.model.shards.len(), || None);
         }
-        if self.files[entry.shard].is_none() {
-            self.files[entry.shard] = File::open(&shard.path).ok();
+        if files[entry.shard].is_none() {
+            files[entry.shard] = File::open(&shard.path).ok();
         }
-        let file = self.files[entry.shard].as_ref()?;
+        let file = files[entry.shard].as_ref()?;
         let mut bytes = vec![0u8; usize::try_from(len).ok()?];
         read_exact_at(
             file,

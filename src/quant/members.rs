@@ -83,6 +83,15 @@ impl Role {
         )
     }
 
+    /// Members whose values, not only their shapes, say what the weight is (its logical shape,
+    /// its quant state, its order of groups): read whole as the weights are worked out.
+    pub const fn read_for_values(self) -> bool {
+        matches!(
+            self,
+            Role::WeightShape | Role::GIdx | Role::WeightGIdx | Role::QuantState | Role::HqqShape
+        )
+    }
+
     /// Whether the name alone says a model is quantized (a plain `.weight` or `.scale` does not).
     pub const fn marks_quantized(self) -> bool {
         self.needs_codes()

@@ -1,9 +1,12 @@
 //! A logical weight's members read from the model's files and handed to its kernel: the codes
-//! member through a map, the others (scales, zero points: a small fraction of it) copied.
+//! member through a map, the others (scales, zero points: a small fraction of it) copied. A
+//! model on the Hub has each member fetched into a temporary file first, a Range request per
+//! 12 MiB, and mapped from there: no more than a request's bytes are held in memory.
 
 use super::kernels::{Dequantize, Stored};
 use super::{Quantization, Role};
 use crate::format::mapped::with_mapped;
+use crate::format::remote::RemoteModel;
 use crate::format::{Dtype, Model};
 use crate::text::escape;
 
@@ -28,7 +31,7 @@ pub fn with_kernel<T>(
     for member in members.iter().filter(|m| m.tensor != codes.tensor) {
         let tensor = member.tensor as usize;
         let (dtype, shape) = described(model, tensor)?;
-        let bytes = read(model, tensor, <[u8]>::to_vec)?;
+        let bytes = copied(model, tensor)?;
         others.push((member.role, dtype, shape, bytes));
     }
     let (codes_dtype, codes_shape) = described(model, codes.tensor as usize)?;
@@ -71,12 +74,51 @@ fn described(model: &Model, tensor: usize) -> Result<(Dtype, Vec<u64>), String> 
     Ok((dtype, info.shape.iter().collect()))
 }
 
+/// A copy of the bytes of stored tensor `tensor` (a small member: scales, zero points).
+fn copied(model: &Model, tensor: usize) -> Result<Vec<u8>, String> {
+    let Some(remote) = &model.remote else {
+        return read(model, tensor, <[u8]>::to_vec);
+    };
+    let entry = &model.tensors[tensor];
+    let mut bytes = Vec::new();
+    remote
+        .read_pieces(entry.shard, model.file_range(entry), |piece| {
+            bytes.extend_from_slice(piece);
+            Ok(())
+        })
+        .map_err(|e| format!("{}: {e}", escape(&entry.info.name)))?;
+    Ok(bytes)
+}
+
 /// Runs `work` on the bytes of stored tensor `tensor`.
 fn read<T>(model: &Model, tensor: usize, work: impl FnOnce(&[u8]) -> T) -> Result<T, String> {
     let tensor = &model.tensors[tensor];
     let shard = model.shard_of(tensor);
-    let file = crate::paths::open_file(&shard.path).map_err(|e| format!("{}: {e}", shard.label))?;
+    let name = || escape(&tensor.info.name);
     let (start, len) = model.file_range(tensor);
+    let (file, start) = match &model.remote {
+        Some(remote) => (
+            fetched(remote, tensor.shard, (start, len)).map_err(|e| format!("{}: {e}", name()))?,
+            0,
+        ),
+        None => (
+            crate::paths::open_file(&shard.path).map_err(|e| format!("{}: {e}", shard.label))?,
+            start,
+        ),
+    };
     let len = usize::try_from(len).map_err(|e| e.to_string())?;
-    with_mapped(&file, start, len, work).map_err(|e| format!("{}: {e}", escape(&tensor.info.name)))
+    with_mapped(&file, start, len, work).map_err(|e| format!("{}: {e}", name()))
+}
+
+/// `len` bytes of shard `shard` of a model on the Hub from `start`, fetched into a temporary
+/// file that is gone once closed.
+fn fetched(
+    remote: &RemoteModel,
+    shard: usize,
+    (start, len): (u64, u64),
+) -> std::io::Result<std::fs::File> {
+    use std::io::Write;
+    let mut file = tempfile::tempfile()?;
+    remote.read_pieces(shard, (start, len), |piece| file.write_all(piece))?;
+    Ok(file)
 }

@@ -6,11 +6,12 @@
 
 use crate::finding::{Code, Finding};
 use crate::format::StringMap;
+use crate::format::folder::QUANT_SIDE_FILES;
 use crate::text::escape;
 use regex::Regex;
 use serde_json::Value;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The quantization a model's files declare.
 #[derive(Debug)]
@@ -66,24 +67,15 @@ pub struct SideFiles {
 }
 
 impl SideFiles {
-    /// Reads the quantization side files in `folder` (`config` is `config.json`, read by the
-    /// caller); a side file that cannot be read or parsed is a finding.
-    pub fn read(folder: Option<&Path>, config: Option<Value>, findings: &mut Vec<Finding>) -> Self {
-        let mut side = SideFiles {
-            config,
-            ..SideFiles::default()
-        };
-        let Some(folder) = folder else {
-            return side;
-        };
+    /// Reads the quantization side files ([`QUANT_SIDE_FILES`]) from `beside` (`config` is
+    /// `config.json`, read by the caller); a side file that cannot be read or parsed is a
+    /// finding.
+    pub fn read(beside: &Beside<'_>, config: Option<Value>, findings: &mut Vec<Finding>) -> Self {
         let mut read = |name: &str| -> Option<Value> {
-            let path = folder.join(name);
-            if !path.is_file() {
-                return None;
-            }
-            let parsed = std::fs::read_to_string(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|text| serde_json::from_str::<Value>(&text).map_err(|e| e.to_string()));
+            let (path, bytes) = beside.file(name)?;
+            let parsed = bytes.map_err(|e| e.to_string()).and_then(|bytes| {
+                serde_json::from_slice::<Value>(&bytes).map_err(|e| e.to_string())
+            });
             match parsed {
                 Ok(value) => Some(value),
                 Err(error) => {
@@ -95,12 +87,43 @@ impl SideFiles {
                 }
             }
         };
-        side.quantize_config = ["quantize_config.json", "quant_config.json"]
-            .into_iter()
-            .find_map(|name| read(name).map(|value| (name.to_string(), value)));
-        side.hf_quant_config = read("hf_quant_config.json");
-        side.quanto_qmap = read("quanto_qmap.json");
-        side
+        let [quantize_config, quant_config, hf_quant_config, quanto_qmap] = QUANT_SIDE_FILES;
+        SideFiles {
+            config,
+            quantize_config: [quantize_config, quant_config]
+                .into_iter()
+                .find_map(|name| read(name).map(|value| (name.to_string(), value))),
+            hf_quant_config: read(hf_quant_config),
+            quanto_qmap: read(quanto_qmap),
+        }
+    }
+}
+
+/// Where a model's side files are.
+#[derive(Debug)]
+pub enum Beside<'a> {
+    /// In this folder, when there is one.
+    Folder(Option<&'a Path>),
+    /// Fetched with a model read from the Hub: each file's name, its path as shown and its bytes.
+    Fetched(&'a [(String, PathBuf, Vec<u8>)]),
+}
+
+impl Beside<'_> {
+    /// The side file `name`, as shown, and its bytes; `None` when there is none.
+    fn file(&self, name: &str) -> Option<(PathBuf, std::io::Result<Vec<u8>>)> {
+        match self {
+            Beside::Folder(folder) => {
+                let path = (*folder)?.join(name);
+                path.is_file().then(|| {
+                    let bytes = std::fs::read(&path);
+                    (path, bytes)
+                })
+            }
+            Beside::Fetched(files) => files
+                .iter()
+                .find(|(file, ..)| file == name)
+                .map(|(_, path, bytes)| (path.clone(), Ok(bytes.clone()))),
+        }
     }
 }
 

@@ -735,3 +735,183 @@ fn broken_replies_are_errors_never_a_wrong_header() {
         );
     }
 }
+
+/// A folder's files: each one's name and bytes.
+type Files = Vec<(String, Vec<u8>)>;
+
+/// Each of `tests/fixtures/quant`'s checkpoints (a real producer's output each, and their source
+/// model), as `(name, files)`.
+fn quantized_checkpoints() -> Vec<(String, Files)> {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/quant");
+    let mut checkpoints: Vec<_> = std::fs::read_dir(&fixtures)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.is_dir())
+        .map(|folder| {
+            let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&folder)
+                .unwrap()
+                .map(|entry| entry.unwrap().path())
+                .map(|path| {
+                    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                    (name, std::fs::read(&path).unwrap())
+                })
+                .collect();
+            files.sort();
+            let name = folder.file_name().unwrap().to_string_lossy().into_owned();
+            (name, files)
+        })
+        .collect();
+    checkpoints.sort();
+    checkpoints
+}
+
+/// A quantized checkpoint on the Hub is the model it is locally: its logical weights, its
+/// findings (members whose values say what the weight is, such as compressed-tensors'
+/// `weight_shape` or bitsandbytes' quant state, are fetched for it) and its dequantized
+/// statistics. Those members come in one request per shard where they lie side by side, and a
+/// second open asks the Hub for nothing but the metadata call.
+#[test]
+fn quantized_checkpoints_read_from_the_hub_as_locally() {
+    let hub = FakeHub::start();
+    let scratch = Scratch::new();
+    let checkpoints = quantized_checkpoints();
+    assert!(checkpoints.len() >= 29, "{}", checkpoints.len());
+    for (name, files) in &checkpoints {
+        let files: Vec<(&str, Vec<u8>)> = files
+            .iter()
+            .map(|(path, bytes)| (path.as_str(), bytes.clone()))
+            .collect();
+        hub.add_repo(&format!("quant/{name}"), COMMIT, &files);
+    }
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/quant");
+    for (name, _) in &checkpoints {
+        let repo = format!("hf://quant/{name}");
+        for command in [&["inspect", "--json"][..], &["check", "--json"]] {
+            let args: Vec<&str> = command.iter().copied().chain([repo.as_str()]).collect();
+            let (_, out, err) = scratch.run(&hub, &args, &[]);
+            let (remote, local) = (
+                without_paths(&out),
+                local_json(&fixtures.join(name), command),
+            );
+            assert!(
+                remote == local,
+                "{name} {command:?}: {err}\n{}",
+                differences(&remote, &local)
+            );
+        }
+        let (_, out, err) = scratch.run(&hub, &["stats", "--json", &repo], &[]);
+        let (remote, local) = (
+            without_paths(&out),
+            local_json(&fixtures.join(name), &["stats", "--json"]),
+        );
+        for field in ["tensors", "findings", "summary"] {
+            assert!(
+                remote[field] == local[field],
+                "{name} stats {field}: {err}\n{}",
+                differences(&remote, &local)
+            );
+        }
+    }
+    hub.take_log();
+    let (code, _, err) = scratch.run(&hub, &["check", "hf://quant/ct-w4a16"], &[]);
+    assert_eq!(code, 0, "{err}");
+    let log = hub.take_log();
+    assert_eq!(log.len(), 1, "{log:#?}");
+    assert!(log[0].contains("/api/models/"), "{log:#?}");
+}
+
+/// The seven `weight_shape` members of a compressed-tensors W4A16 checkpoint, side by side in
+/// its file, come in one Range request beside the header's.
+#[test]
+fn members_side_by_side_come_in_one_request() {
+    let hub = FakeHub::start();
+    let scratch = Scratch::new();
+    let (_, files) = quantized_checkpoints()
+        .into_iter()
+        .find(|(name, _)| name == "ct-w4a16")
+        .unwrap();
+    let files: Vec<(&str, Vec<u8>)> = files
+        .iter()
+        .map(|(path, bytes)| (path.as_str(), bytes.clone()))
+        .collect();
+    hub.add_repo("org/w4a16", COMMIT, &files);
+    let (code, out, err) = scratch.run(&hub, &["inspect", "hf://org/w4a16"], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("int4 g128, compressed-tensors"), "{out}");
+    let log = hub.take_log();
+    let ranges: Vec<_> = log
+        .iter()
+        .filter(|l| l.contains("/cdn/") && !l.contains("bytes=0-"))
+        .collect();
+    assert_eq!(ranges.len(), 1, "{log:#?}");
+}
+
+/// A GPTQ checkpoint of 1,100 weights (the experts of a large mixture), each `g_idx` apart from
+/// the next by its weight's codes: the group orders would take more requests than an open
+/// spends on members. They are left unread, which a finding says, and nothing is an error.
+#[test]
+fn group_orders_of_thousands_of_weights_are_left_unread() {
+    use safetensors::Dtype::{F16, I32};
+    const WEIGHTS: usize = 1100;
+    let (rows, columns, group) = (256usize, 512usize, 128usize);
+    let zeros = |bytes: usize| vec![0u8; bytes];
+    let sequential: Vec<u8> = (0..columns)
+        .flat_map(|column| i32::try_from(column / group).unwrap().to_le_bytes())
+        .collect();
+    let scales: Vec<u8> = (0..columns / group * rows)
+        .flat_map(|_| half::f16::from_f32(0.01).to_le_bytes())
+        .collect();
+    let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    for weight in 0..WEIGHTS {
+        let prefix = format!("model.layers.0.mlp.experts.{weight}.down_proj");
+        let member = |name: &str| format!("{prefix}.{name}");
+        tensors.push((member("g_idx"), I32, vec![columns], sequential.clone()));
+        let codes = vec![columns / 8, rows];
+        tensors.push((member("qweight"), I32, codes, zeros(columns / 8 * rows * 4)));
+        let zero_points = vec![columns / group, rows / 8];
+        let zero_bytes = columns / group * rows / 8 * 4;
+        tensors.push((member("qzeros"), I32, zero_points, zeros(zero_bytes)));
+        let scale_shape = vec![columns / group, rows];
+        tensors.push((member("scales"), F16, scale_shape, scales.clone()));
+    }
+    let views = tensors.iter().map(|(name, dtype, shape, bytes)| {
+        let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes).unwrap();
+        (name.clone(), view)
+    });
+    let file = safetensors::serialize(views, None).unwrap();
+    let config = br#"{"model_type":"llama","quantization_config":{"quant_method":"gptq","bits":4,"group_size":128,"desc_act":false,"sym":true}}"#;
+    let files = [
+        ("model.safetensors", file),
+        ("config.json", config.to_vec()),
+    ];
+    let hub = FakeHub::start();
+    hub.add_repo("org/experts", COMMIT, &files);
+    let scratch = Scratch::new();
+    let (code, out, err) = scratch.run(&hub, &["check", "--json", "hf://org/experts"], &[]);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    let findings = report["findings"].as_array().cloned().unwrap_or_default();
+    let summary: Vec<String> = findings
+        .iter()
+        .map(|f| format!("{} {} {}", f["severity"], f["code"], f["message"]))
+        .collect();
+    assert_eq!(code, 0, "{err}{summary:#?}");
+    assert!(
+        summary.iter().any(|f| f.contains("quant-group-index")
+            && f.contains("group orders (`g_idx`) of 1100 weights were not read")),
+        "{summary:#?}"
+    );
+    assert!(
+        summary.iter().all(|f| !f.starts_with("\"error\"")),
+        "{summary:#?}"
+    );
+    // The header's two Range requests (it is longer than the first brings), nothing more.
+    let log = hub.take_log();
+    let ranges = log.iter().filter(|l| l.contains("/cdn/")).count();
+    assert_eq!(ranges, 2, "{:#?}", hub_requests(&log));
+    let local = local_copy(&files);
+    let local = local_json(local.path(), &["check", "--json"]);
+    assert_eq!(
+        local["findings"].as_array().map(Vec::len),
+        Some(findings.len() - 1)
+    );
+}
