@@ -1,7 +1,7 @@
 //! The tensor list a quantized model is shown as: each logical weight in place of its members.
 
 use super::Quantization;
-use crate::format::{Model, Tensor, TensorDtype, TensorInfo};
+use crate::format::{Model, Tensor, TensorInfo};
 use std::sync::Arc;
 
 /// A quantized model shown by the weights it encodes: [`LogicalModel::open`] gives the model
@@ -38,7 +38,7 @@ impl LogicalModel {
 
 /// A quantized model's tensors as the model computes with them: every tensor that is no member,
 /// and each logical weight, named `P.weight`, in the place of its first member, with its logical
-/// shape, its scheme as dtype ([`TensorDtype::Quantized`]) and its members' bytes. Built only
+/// shape, its scheme as dtype ([`crate::format::TensorDtype::quantized`]) and its members' bytes. Built only
 /// for a quantized model, so a plain model costs nothing.
 #[derive(Debug)]
 pub struct LogicalTensors {
@@ -51,8 +51,6 @@ pub struct LogicalTensors {
 
 impl LogicalTensors {
     pub fn new(model: &Model, quantization: &Quantization) -> LogicalTensors {
-        // One shared label per scheme: a model has a handful.
-        let mut labels: Vec<(super::Scheme, TensorDtype)> = Vec::new();
         let mut tensors = Vec::with_capacity(
             model.tensors.len() + quantization.weights.len()
                 - quantization.by_tensor.len().min(model.tensors.len()),
@@ -70,19 +68,12 @@ impl LogicalTensors {
                 continue;
             }
             let w = &quantization.weights[weight as usize];
-            let label = if let Some((_, label)) = labels.iter().find(|(s, _)| *s == w.scheme) {
-                label.clone()
-            } else {
-                let label = TensorDtype::quantized(&w.scheme.label());
-                labels.push((w.scheme, label.clone()));
-                label
-            };
             weights.push((u32::try_from(tensors.len()).unwrap_or(u32::MAX), weight));
             stored.push(u32::MAX);
             tensors.push(Tensor {
                 info: TensorInfo {
                     name: w.info.name.clone(),
-                    dtype: label,
+                    dtype: w.info.dtype.clone(),
                     shape: w.info.shape.clone(),
                     data_offsets: [0, w.stored_bytes()],
                 },

@@ -9,7 +9,7 @@ use super::scheme::{Grouping, Layout, Scheme};
 use super::{LogicalWeight, Member};
 use crate::finding::{Code, Finding};
 use crate::format::remote::RemoteModel;
-use crate::format::{Dtype, Model, Shape, TensorInfo, read_exact_at};
+use crate::format::{Dtype, Model, Shape, TensorDtype, TensorInfo, read_exact_at};
 use crate::text::escape;
 use compact_str::CompactString;
 use hashbrown::{HashTable, hash_table};
@@ -356,6 +356,7 @@ fn build_groups(
         model,
         declared,
         small,
+        labels: Vec::new(),
         built: Built {
             weights: Vec::new(),
             members: Vec::new(),
@@ -375,6 +376,7 @@ struct Builder<'a> {
     model: &'a Model,
     declared: Option<&'a Declared>,
     small: Small<'a>,
+    labels: Vec<(Scheme, TensorDtype)>,
     built: Built,
 }
 
@@ -470,6 +472,19 @@ impl Builder<'_> {
         self.built
             .findings
             .push(Finding::new(severity, code, message).for_tensor(escape(tensor).into_owned()));
+    }
+
+    /// The dtype a weight of `scheme` is listed with (see [`TensorDtype::quantized`]), one
+    /// shared by the weights of each scheme: a model has a handful. Never its members' dtypes,
+    /// which the layer checks would compare: whichever member came first in the files, which
+    /// changes where a shard ends between a weight's members, made a false mismatch.
+    fn label(&mut self, scheme: Scheme) -> TensorDtype {
+        if let Some((_, label)) = self.labels.iter().find(|(s, _)| *s == scheme) {
+            return label.clone();
+        }
+        let label = TensorDtype::quantized(&scheme.label());
+        self.labels.push((scheme, label.clone()));
+        label
     }
 
     fn error(&mut self, code: Code, tensor: &str, message: String) {
@@ -585,15 +600,11 @@ impl Builder<'_> {
         self.cross_check(&group, &scheme);
         let first = u32::try_from(self.built.members.len()).unwrap_or(u32::MAX);
         self.built.members.extend_from_slice(members);
-        let first_stored = members
-            .iter()
-            .map(|m| m.tensor)
-            .min()
-            .unwrap_or(codes.tensor);
+        let dtype = self.label(scheme);
         self.built.weights.push(LogicalWeight {
             info: TensorInfo {
                 name: group.name,
-                dtype: self.model.tensors[first_stored as usize].info.dtype.clone(),
+                dtype,
                 shape: Shape::from_slice(&shape),
                 data_offsets: [0, stored],
             },
