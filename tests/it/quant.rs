@@ -14,8 +14,11 @@ fn fixtures() -> PathBuf {
 }
 
 fn open(name: &str) -> (Model, Quantization) {
-    let (model, quantization) =
-        open_reviewed(&fixtures().join(name).join("model.safetensors"), None).unwrap();
+    let folder = fixtures().join(name);
+    let single = folder.join("model.safetensors");
+    let index = folder.join("model.safetensors.index.json");
+    let path = if single.exists() { single } else { index };
+    let (model, quantization) = open_reviewed(&path, None).unwrap();
     (
         model,
         quantization.unwrap_or_else(|| panic!("{name}: not recognised")),
@@ -26,6 +29,11 @@ fn open(name: &str) -> (Model, Quantization) {
 const FIXTURES: &[(&str, Layout, &str)] = &[
     (
         "ct-w4a16",
+        Layout::CompressedPacked,
+        "int4 g128, compressed-tensors",
+    ),
+    (
+        "ct-w4a16-sharded",
         Layout::CompressedPacked,
         "int4 g128, compressed-tensors",
     ),
@@ -355,7 +363,7 @@ fn stui(args: &[&str]) -> String {
 fn a_quantized_checkpoint_is_not_quantized_again() {
     let out = tempfile::tempdir().unwrap();
     for &(name, ..) in FIXTURES {
-        let path = fixtures().join(name).join("model.safetensors");
+        let path = fixtures().join(name);
         let summary = open(name).1.summary();
         let target = out.path().join(format!("{name}.safetensors"));
         for args in [
