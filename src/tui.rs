@@ -187,6 +187,7 @@ impl Session {
         let (model, logical) = opened.listed(raw);
         let mut app = App::new(Arc::clone(&model), Theme::new(options.color));
         app.set_quantization(opened.quantization.clone(), logical.clone());
+        app.fetch_limit = model.remote.is_some().then_some(options.fetch_limit);
         if let Some(other) = &other {
             start_diff(&opened, other, raw, sender, scan_number);
         }

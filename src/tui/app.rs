@@ -10,6 +10,7 @@ use crate::format::Model;
 use crate::jobs::{Progress, ScanEvent};
 use crate::quant::kernels::CodeCounts;
 use crate::quant::{LogicalModel, Quantization};
+use crate::text::Bytes;
 use crate::tree::{LayerTree, NodeId, ROOT};
 use foldhash::HashMap;
 
@@ -403,6 +404,8 @@ pub struct App {
     pub map_open: bool,
     /// A few numbers a tensor for the layer map, as the scan reports them.
     pub values: Values,
+    /// For a model read from the Hub, the most bytes one tensor's statistics fetch.
+    pub fetch_limit: Option<u64>,
     /// The dtype mix of each group shown so far, which takes a walk over its tensors to compute.
     mixes: std::cell::RefCell<HashMap<NodeId, crate::tree::DtypeMix>>,
     /// The structural id and the architecture recognised, worked out when first shown: each
@@ -453,6 +456,7 @@ impl App {
             diff: None,
             map: None,
             map_open: false,
+            fetch_limit: None,
             values: Values::for_names(
                 model.tensors.len(),
                 model.tensors.iter().map(crate::format::Tensor::name),
@@ -543,6 +547,20 @@ impl App {
     pub fn selected_tensor(&self) -> Option<usize> {
         self.selected_node()
             .and_then(|node| self.tree.node(node).tensor())
+    }
+
+    /// For a model read from the Hub, why `tensor`'s statistics are not fetched: its bytes
+    /// pass the fetch limit.
+    pub fn not_fetched(&self, tensor: usize) -> Option<String> {
+        let limit = self.fetch_limit?;
+        let len = self.model.tensors[tensor].info.byte_len();
+        (len > limit).then(|| {
+            format!(
+                "not fetched: {} is more than --fetch-limit {}",
+                Bytes(len),
+                Bytes(limit)
+            )
+        })
     }
 
     /// Each dtype's share of the tensors below `node`, computed once per node shown.

@@ -766,3 +766,32 @@ fn the_header_names_the_model_and_the_layers_show_their_pattern() {
         assert!(text.contains(run), "{run}: {text}");
     }
 }
+
+/// A tensor of a model read from the Hub whose bytes pass `--fetch-limit` says it is not
+/// fetched, and why, in both panes, rather than that its statistics are on their way; one within
+/// the limit waits for them.
+#[test]
+fn a_tensor_past_the_fetch_limit_says_it_is_not_fetched() {
+    let mut app = demo(false);
+    let large = (0..app.model.tensors.len())
+        .max_by_key(|&t| app.model.tensors[t].info.byte_len())
+        .unwrap();
+    let small = (0..app.model.tensors.len())
+        .min_by_key(|&t| app.model.tensors[t].info.byte_len())
+        .unwrap();
+    app.fetch_limit = Some(app.model.tensors[small].info.byte_len());
+    app.select_tensor(large);
+    let shown = screen(&mut app, 120, 40);
+    assert!(
+        shown.contains("not fetched: ") && shown.contains("more than --fetch-limit"),
+        "{shown}"
+    );
+    assert!(!shown.contains("computing…"), "{shown}");
+    app.select_tensor(small);
+    let shown = screen(&mut app, 120, 40);
+    assert!(!shown.contains("not fetched"), "{shown}");
+    assert!(
+        shown.contains("statistics pending") && shown.contains("computing…"),
+        "{shown}"
+    );
+}

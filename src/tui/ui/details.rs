@@ -68,6 +68,9 @@ fn tensor_lines(app: &App, tensor: usize) -> Vec<Line<'static>> {
             lines.push(Line::styled(format!("not scanned: {why}"), theme.error));
         }
         (None, ScanStatus::Scanning) => lines.push(Line::styled("scanning…", theme.dim)),
+        (None, _) if let Some(why) = app.not_fetched(tensor) => {
+            lines.push(Line::styled(why, theme.dim));
+        }
         // Pending, or scanned and let go of on a large model: it is being read (again).
         (None, _) => lines.push(Line::styled("statistics pending", theme.dim)),
     }

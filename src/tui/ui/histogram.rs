@@ -26,10 +26,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(block(&title, false, app), area);
     let inside = inner(area);
     let Some(histogram) = histogram else {
-        let note = if app.selected_tensor().is_some() {
-            "computing…"
-        } else {
-            "select a tensor"
+        let note = match app.selected_tensor() {
+            Some(tensor) if app.not_fetched(tensor).is_some() => "not fetched",
+            Some(_) => "computing…",
+            None => "select a tensor",
         };
         frame.render_widget(Paragraph::new(Line::styled(note, app.theme.dim)), inside);
         return;
