@@ -40,12 +40,15 @@ pub(super) fn build(model: &Model, declared: Option<&Declared>) -> Built {
         };
     }
     let mut findings = Vec::new();
-    let fetched = match &model.remote {
+    let (fetched, complete) = match &model.remote {
         Some(remote) => fetch_read_members(model, remote, &entries, &mut findings),
-        None => HashMap::new(),
+        None => (HashMap::new(), true),
     };
     let small = || match model.remote {
-        Some(_) => Small::Fetched(&fetched),
+        Some(_) => Small::Fetched {
+            bytes: &fetched,
+            complete,
+        },
         None => Small::Local(Vec::new()),
     };
     let runs = runs_by_group(&entries);
@@ -88,13 +91,15 @@ const MAX_MEMBER_REQUESTS: usize = 1024;
 /// Group orders (`g_idx`), which only name the weights' act order and check it (the values read
 /// them with the weight), are left out where they would take more than [`MAX_MEMBER_REQUESTS`]
 /// requests, a model of thousands of experts, and everything where the others would; each is a
-/// finding, as is a fetch that fails, and the members not fetched are then read as missing.
+/// finding, as is a fetch that fails. Comes back with whether every member was fetched: the
+/// weights whose members were not are then worked out without them, and no finding of theirs
+/// repeats the one that says why.
 fn fetch_read_members(
     model: &Model,
     remote: &RemoteModel,
     entries: &[Option<Entry<'_>>],
     findings: &mut Vec<Finding>,
-) -> HashMap<u32, Vec<u8>> {
+) -> (HashMap<u32, Vec<u8>>, bool) {
     let read: Vec<(u32, Role)> = entries
         .iter()
         .flatten()
@@ -116,7 +121,9 @@ fn fetch_read_members(
             .collect();
         remote
             .read_small(&ranges, MAX_MEMBER_REQUESTS)
-            .map(|bytes| bytes.map(|bytes| read.iter().copied().zip(bytes).collect()))
+            .map(|bytes| {
+                bytes.map(|bytes| read.iter().copied().zip(bytes).collect::<HashMap<_, _>>())
+            })
     };
     let all: Vec<u32> = read.iter().map(|&(tensor, _)| tensor).collect();
     let shapes: Vec<u32> = read
@@ -124,34 +131,37 @@ fn fetch_read_members(
         .filter(|(_, role)| !matches!(role, Role::GIdx | Role::WeightGIdx))
         .map(|&(tensor, _)| tensor)
         .collect();
-    let fetched = fetch(&all).and_then(|fetched| {
-        if fetched.is_some() {
-            return Ok(fetched);
+    let fetched = match fetch(&all) {
+        Ok(None) if shapes.len() < all.len() => {
+            findings.push(Finding::info(
+                Code::QuantGroupIndex,
+                format!(
+                    "the group orders (`g_idx`) of {} weights were not read from the Hub: they \
+                     would take more than {MAX_MEMBER_REQUESTS} requests; act order is neither \
+                     shown nor checked (it is in a downloaded copy)",
+                    all.len() - shapes.len()
+                ),
+            ));
+            fetch(&shapes)
         }
-        findings.push(Finding::info(
-            Code::QuantGroupIndex,
-            format!(
-                "the group orders (`g_idx`) of {} weights were not read from the Hub: they would \
-                 take more than {MAX_MEMBER_REQUESTS} requests; act order is neither shown nor \
-                 checked (it is in a downloaded copy)",
-                all.len() - shapes.len()
-            ),
-        ));
-        fetch(&shapes)
-    });
+        fetched => fetched,
+    };
     match fetched {
-        Ok(Some(fetched)) => fetched,
+        Ok(Some(fetched)) => {
+            let complete = fetched.len() == all.len();
+            (fetched, complete)
+        }
         Ok(None) => {
             findings.push(Finding::warning(
                 Code::DataUnreadable,
                 format!(
                     "the shapes and quant states of {} quantized weights were not read from the \
-                     Hub: they would take more than {MAX_MEMBER_REQUESTS} requests (open a \
-                     downloaded copy)",
+                     Hub: they would take more than {MAX_MEMBER_REQUESTS} requests; those \
+                     weights are listed by their element count (open a downloaded copy)",
                     shapes.len()
                 ),
             ));
-            HashMap::new()
+            (HashMap::new(), false)
         }
         Err(error) => {
             findings.push(Finding::error(
@@ -161,7 +171,7 @@ fn fetch_read_members(
                      and group orders) could not be read from the Hub: {error}"
                 ),
             ));
-            HashMap::new()
+            (HashMap::new(), false)
         }
     }
 }
@@ -384,8 +394,12 @@ struct Builder<'a> {
 enum Small<'a> {
     /// The model's files, each opened when first read from.
     Local(Vec<Option<File>>),
-    /// Fetched from the Hub before the weights are worked out, by tensor.
-    Fetched(&'a HashMap<u32, Vec<u8>>),
+    /// Fetched from the Hub before the weights are worked out, by tensor; a member not there
+    /// was not fetched (see [`fetch_read_members`]) when `complete` is false.
+    Fetched {
+        bytes: &'a HashMap<u32, Vec<u8>>,
+        complete: bool,
+    },
 }
 
 /// One group of members under way: what its weight is called and its members' entries.
@@ -504,7 +518,9 @@ impl Builder<'_> {
             return None;
         }
         let files = match &mut self.small {
-            Small::Fetched(fetched) => return fetched.get(&u32::try_from(tensor).ok()?).cloned(),
+            Small::Fetched { bytes, .. } => {
+                return bytes.get(&u32::try_from(tensor).ok()?).cloned();
+            }
             Small::Local(files) => files,
         };
         if files.len() < self.model.shards.len() {
@@ -522,6 +538,17 @@ impl Builder<'_> {
         )
         .ok()?;
         Some(bytes)
+    }
+
+    /// Whether member `tensor` of a model on the Hub was left unread, the requests it would
+    /// take being too many: a finding says so once, and no weight reports it again.
+    fn unfetched(&self, tensor: usize) -> bool {
+        match &self.small {
+            Small::Fetched { bytes, complete } => {
+                !complete && u32::try_from(tensor).is_ok_and(|t| !bytes.contains_key(&t))
+            }
+            Small::Local(_) => false,
+        }
     }
 
     /// The integers of a small I64 or I32 member.
@@ -884,7 +911,15 @@ impl Builder<'_> {
             return Some((shape, Scheme::new(layout, 4, Grouping::Group(size))));
         }
         let declared_bits = self.declared.and_then(|d| d.bits_and_group(group.module).0);
-        let shape = if let Some(index) = group.index(Role::WeightShape) {
+        let width_from_bits = |bits: u64| {
+            let mut shape = lead.clone();
+            shape.push(width * 32 / bits);
+            shape
+        };
+        let shape_member = group
+            .index(Role::WeightShape)
+            .filter(|&index| !self.unfetched(index));
+        let shape = if let Some(index) = shape_member {
             match self.read_ints(index) {
                 Some(values) if values.len() == packed_dims.len() => self.shape_within(
                     group,
@@ -919,14 +954,14 @@ impl Builder<'_> {
             }
         } else {
             let bits = u64::from(declared_bits.unwrap_or(4));
-            self.missing(
-                group,
-                ".weight_shape",
-                &format!(": the width is taken from {bits} bit codes"),
-            );
-            let mut shape = lead.clone();
-            shape.push(width * 32 / bits);
-            shape
+            if !group.has(Role::WeightShape) {
+                self.missing(
+                    group,
+                    ".weight_shape",
+                    &format!(": the width is taken from {bits} bit codes"),
+                );
+            }
+            width_from_bits(bits)
         };
         let (shape_lead, columns) = split_last(&shape);
         if shape_lead != lead.as_slice() {
@@ -1473,21 +1508,24 @@ impl Builder<'_> {
             serde_json::from_slice::<serde_json::Value>(&bytes).ok()
         });
         let Some(state) = state else {
-            if group.has(Role::QuantState) {
-                self.error(
+            let unfetched = group
+                .index(Role::QuantState)
+                .is_some_and(|index| self.unfetched(index));
+            match (group.has(Role::QuantState), unfetched) {
+                (_, true) => {}
+                (true, false) => self.error(
                     Code::QuantMemberShape,
                     &group.name,
                     format!(
                         "`{}.weight.quant_state.*` is not the JSON bitsandbytes writes",
                         escape(group.module)
                     ),
-                );
-            } else {
-                self.missing(
+                ),
+                (false, false) => self.missing(
                     group,
                     ".weight.quant_state.bitsandbytes__nf4",
                     ": the logical shape and block size are unknown",
-                );
+                ),
             }
             return Some((
                 vec![elements_stored],

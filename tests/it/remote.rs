@@ -915,3 +915,93 @@ fn group_orders_of_thousands_of_weights_are_left_unread() {
         Some(findings.len() - 1)
     );
 }
+
+/// A bitsandbytes NF4 checkpoint of 1,100 weights, each quant state apart from the next by its
+/// weight's codes: the states would take more requests than an open spends on members. One
+/// warning says they were not read, the weights are listed by their element count, and no
+/// weight has an error or a finding of its own about them.
+#[test]
+fn quant_states_of_thousands_of_weights_are_left_unread_with_one_warning() {
+    use safetensors::Dtype::{F32, U8};
+    const WEIGHTS: usize = 1100;
+    let (rows, columns) = (256usize, 576usize);
+    let elements = rows * columns;
+    let quant_map: Vec<u8> = (0..16u8)
+        .flat_map(|i| (f32::from(i) / 8.0 - 1.0).to_le_bytes())
+        .collect();
+    let absmax: Vec<u8> = (0..elements / 64)
+        .flat_map(|_| 0.05f32.to_le_bytes())
+        .collect();
+    let state = format!(
+        r#"{{"quant_type": "nf4", "blocksize": 64, "dtype": "bfloat16", "shape": [{rows}, {columns}]}}"#
+    )
+    .into_bytes();
+    let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    for weight in 0..WEIGHTS {
+        let name = format!("model.layers.0.mlp.experts.{weight}.down_proj.weight");
+        tensors.push((
+            name.clone(),
+            U8,
+            vec![elements / 2, 1],
+            vec![0x77; elements / 2],
+        ));
+        tensors.push((
+            format!("{name}.absmax"),
+            F32,
+            vec![elements / 64],
+            absmax.clone(),
+        ));
+        tensors.push((
+            format!("{name}.quant_map"),
+            F32,
+            vec![16],
+            quant_map.clone(),
+        ));
+        let state_name = format!("{name}.quant_state.bitsandbytes__nf4");
+        tensors.push((state_name, U8, vec![state.len()], state.clone()));
+    }
+    let views = tensors.iter().map(|(name, dtype, shape, bytes)| {
+        let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes).unwrap();
+        (name.clone(), view)
+    });
+    let file = safetensors::serialize(views, None).unwrap();
+    let config = br#"{"model_type":"llama","quantization_config":{"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_quant_type":"nf4","bnb_4bit_compute_dtype":"bfloat16"}}"#;
+    let files = [
+        ("model.safetensors", file),
+        ("config.json", config.to_vec()),
+    ];
+    let hub = FakeHub::start();
+    hub.add_repo("org/nf4-experts", COMMIT, &files);
+    let scratch = Scratch::new();
+    let args = ["check", "--json", "hf://org/nf4-experts"];
+    let (code, out, err) = scratch.run(&hub, &args, &[]);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    let findings: Vec<String> = report["findings"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|f| format!("{} {} {}", f["severity"], f["code"], f["message"]))
+        .collect();
+    assert_eq!(code, 0, "{err}{findings:#?}");
+    let unread = "shapes and quant states of 1100 quantized weights were not read";
+    assert!(
+        findings.iter().filter(|f| f.contains(unread)).count() == 1,
+        "{findings:#?}"
+    );
+    assert!(
+        findings
+            .iter()
+            .all(|f| !f.starts_with("\"error\"") && !f.contains("quant-member")),
+        "{findings:#?}"
+    );
+    let (_, out, _) = scratch.run(&hub, &["inspect", "hf://org/nf4-experts"], &[]);
+    assert!(out.contains("1100 weights"), "{out}");
+    let local = local_copy(&files);
+    let local = local_json(local.path(), &["check", "--json"]);
+    assert_eq!(
+        local["findings"].as_array().map(Vec::len),
+        Some(0),
+        "{local}"
+    );
+}
