@@ -838,9 +838,15 @@ impl Scanner<'_> {
         histogram: bool,
         counted: bool,
     ) -> Result<(Moments, Option<Histogram>), Stop> {
-        let stats =
-            dequantized::weight_stats(&logical.stored, &logical.quantization, weight, histogram)
-                .map_err(|e| Stop::Dequantize(format!("cannot dequantize: {e}")))?;
+        let stopped = || self.control.cancelled.load(Ordering::Relaxed);
+        let stored = (&*logical.stored, &*logical.quantization, weight);
+        let stats = dequantized::weight_stats(stored, histogram, &stopped).map_err(|e| {
+            if stopped() {
+                Stop::Cancelled
+            } else {
+                Stop::Dequantize(format!("cannot dequantize: {e}"))
+            }
+        })?;
         if counted {
             self.tracker
                 .advance(logical.quantization.weights[weight].stored_bytes());

@@ -85,7 +85,8 @@ fn with_values<T>(
 ) -> Result<T, String> {
     if let Some((quantization, weight)) = side.weight(index) {
         let bytes = quantization.weights[weight].stored_bytes();
-        return crate::quant::read::with_kernel(side.model, quantization, weight, |kernel| {
+        let stored = (side.model, quantization, weight);
+        return crate::quant::read::with_kernel(stored, &|| false, |kernel| {
             work(Values::Dequantized { kernel, bytes })
         })
         .map_err(|error| format!("cannot dequantize: {error}"));

@@ -31,15 +31,14 @@ pub struct WeightStats {
 /// The statistics of logical weight `weight` of `model`, with its histogram and its code counts
 /// when asked for; an
 /// error says why its values cannot be read (a member that does not fit its layout, a file
-/// that cannot be read).
+/// that cannot be read, a fetch from the Hub `stopped` ended).
 pub fn weight_stats(
-    model: &Model,
-    quantization: &Quantization,
-    weight: usize,
+    (model, quantization, weight): (&Model, &Quantization, usize),
     histogram: bool,
+    stopped: &dyn Fn() -> bool,
 ) -> Result<WeightStats, String> {
     let logical = &quantization.weights[weight];
-    crate::quant::read::with_kernel(model, quantization, weight, |kernel| {
+    crate::quant::read::with_kernel((model, quantization, weight), stopped, |kernel| {
         guarded(|| statistics(kernel, &logical.info.name, histogram))
     })
     .and_then(|result| result)

@@ -12,10 +12,10 @@ use crate::text::escape;
 
 /// Runs `work` on the kernel of logical weight `weight` of `model`; an error says why its
 /// values cannot be read (a member that does not fit its layout, a file that cannot be read).
+/// A model on the Hub stops fetching between two requests once `stopped` says so.
 pub fn with_kernel<T>(
-    model: &Model,
-    quantization: &Quantization,
-    weight: usize,
+    (model, quantization, weight): (&Model, &Quantization, usize),
+    stopped: &dyn Fn() -> bool,
     work: impl FnOnce(&dyn Dequantize) -> T,
 ) -> Result<T, String> {
     let logical = &quantization.weights[weight];
@@ -31,11 +31,11 @@ pub fn with_kernel<T>(
     for member in members.iter().filter(|m| m.tensor != codes.tensor) {
         let tensor = member.tensor as usize;
         let (dtype, shape) = described(model, tensor)?;
-        let bytes = copied(model, tensor)?;
+        let bytes = copied(model, tensor, stopped)?;
         others.push((member.role, dtype, shape, bytes));
     }
     let (codes_dtype, codes_shape) = described(model, codes.tensor as usize)?;
-    read(model, codes.tensor as usize, |bytes| {
+    read(model, codes.tensor as usize, stopped, |bytes| {
         let mut stored: Vec<(Role, Stored<'_>)> = others
             .iter()
             .map(|(role, dtype, shape, bytes)| {
@@ -75,14 +75,15 @@ fn described(model: &Model, tensor: usize) -> Result<(Dtype, Vec<u64>), String> 
 }
 
 /// A copy of the bytes of stored tensor `tensor` (a small member: scales, zero points).
-fn copied(model: &Model, tensor: usize) -> Result<Vec<u8>, String> {
+fn copied(model: &Model, tensor: usize, stopped: &dyn Fn() -> bool) -> Result<Vec<u8>, String> {
     let Some(remote) = &model.remote else {
-        return read(model, tensor, <[u8]>::to_vec);
+        return read(model, tensor, stopped, <[u8]>::to_vec);
     };
     let entry = &model.tensors[tensor];
     let mut bytes = Vec::new();
     remote
         .read_pieces(entry.shard, model.file_range(entry), |piece| {
+            unless_stopped(stopped)?;
             bytes.extend_from_slice(piece);
             Ok(())
         })
@@ -91,14 +92,20 @@ fn copied(model: &Model, tensor: usize) -> Result<Vec<u8>, String> {
 }
 
 /// Runs `work` on the bytes of stored tensor `tensor`.
-fn read<T>(model: &Model, tensor: usize, work: impl FnOnce(&[u8]) -> T) -> Result<T, String> {
+fn read<T>(
+    model: &Model,
+    tensor: usize,
+    stopped: &dyn Fn() -> bool,
+    work: impl FnOnce(&[u8]) -> T,
+) -> Result<T, String> {
     let tensor = &model.tensors[tensor];
     let shard = model.shard_of(tensor);
     let name = || escape(&tensor.info.name);
     let (start, len) = model.file_range(tensor);
     let (file, start) = match &model.remote {
         Some(remote) => (
-            fetched(remote, tensor.shard, (start, len)).map_err(|e| format!("{}: {e}", name()))?,
+            fetched(remote, tensor.shard, (start, len), stopped)
+                .map_err(|e| format!("{}: {e}", name()))?,
             0,
         ),
         None => (
@@ -116,9 +123,24 @@ fn fetched(
     remote: &RemoteModel,
     shard: usize,
     (start, len): (u64, u64),
+    stopped: &dyn Fn() -> bool,
 ) -> std::io::Result<std::fs::File> {
     use std::io::Write;
     let mut file = tempfile::tempfile()?;
-    remote.read_pieces(shard, (start, len), |piece| file.write_all(piece))?;
+    remote.read_pieces(shard, (start, len), |piece| {
+        unless_stopped(stopped)?;
+        file.write_all(piece)
+    })?;
     Ok(file)
+}
+
+/// An error once `stopped` says so, between two requests of a fetch.
+fn unless_stopped(stopped: &dyn Fn() -> bool) -> std::io::Result<()> {
+    if stopped() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::Interrupted,
+            "stopped",
+        ));
+    }
+    Ok(())
 }

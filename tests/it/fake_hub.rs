@@ -34,6 +34,8 @@ pub enum Fault {
     ShortBody,
     /// The connection is closed halfway through the body.
     CutConnection,
+    /// Every Range request for a file's data (not from its start) is answered after this long.
+    SlowData(Duration),
 }
 
 #[derive(Debug)]
@@ -196,7 +198,21 @@ fn serve(stream: TcpStream, port: u16, state: &Mutex<State>) {
                 "-"
             }
         ));
-        answer(&mut state, port, &host, target, range.as_deref())
+        let slow = match state.fault {
+            Some(Fault::SlowData(delay))
+                if target.starts_with("/cdn/")
+                    && range.as_deref().is_some_and(|r| !r.starts_with("bytes=0-")) =>
+            {
+                Some(delay)
+            }
+            _ => None,
+        };
+        let reply = answer(&mut state, port, &host, target, range.as_deref());
+        drop(state);
+        if let Some(delay) = slow {
+            std::thread::sleep(delay);
+        }
+        reply
     };
     let mut stream = stream;
     let reason = match reply.status {

@@ -348,6 +348,86 @@ fn the_explorer_on_a_model_read_from_the_hub() {
     tmux.wait_for("the shell prompt", |s| !s.contains("lm_head.weight"));
 }
 
+/// An FP8 weight of 48 MiB on a Hub that answers each request for data after 1.5 s: Esc while
+/// its members download stops them between two requests, as it stops a plain tensor's; without
+/// it, its scales and four 12 MiB pieces of codes would all be asked for.
+#[test]
+fn esc_stops_a_quantized_weights_download_between_two_requests() {
+    let Some(tmux) = Tmux::start(100, 30) else {
+        return;
+    };
+    let (rows, columns) = (4096usize, 12288usize);
+    let codes = vec![0x38u8; rows * columns];
+    let scales: Vec<u8> = (0..rows / 128 * columns / 128)
+        .flat_map(|_| 0.01f32.to_le_bytes())
+        .collect();
+    let weight = "model.layers.0.mlp.down_proj.weight";
+    let views = [
+        (
+            weight.to_owned(),
+            safetensors::Dtype::F8_E4M3,
+            vec![rows, columns],
+            &codes,
+        ),
+        (
+            format!("{weight}_scale_inv"),
+            safetensors::Dtype::F32,
+            vec![rows / 128, columns / 128],
+            &scales,
+        ),
+    ]
+    .map(|(name, dtype, shape, bytes)| {
+        let view = safetensors::tensor::TensorView::new(dtype, shape, bytes).unwrap();
+        (name, view)
+    });
+    let file = safetensors::serialize(views, None).unwrap();
+    let config = br#"{"model_type":"llama","quantization_config":{"quant_method":"fp8","fmt":"e4m3","activation_scheme":"dynamic","weight_block_size":[128,128]}}"#;
+    let hub = crate::fake_hub::FakeHub::start();
+    hub.add_repo(
+        "org/fp8",
+        "abcdefabcdefabcdefabcdefabcdefabcdefabcd",
+        &[
+            ("model.safetensors", file),
+            ("config.json", config.to_vec()),
+        ],
+    );
+    hub.set_fault(Some(crate::fake_hub::Fault::SlowData(
+        Duration::from_millis(1500),
+    )));
+    let dir = tempfile::tempdir().unwrap();
+    tmux.send(&[
+        &format!(
+            "env -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY -u http_proxy -u https_proxy \
+             -u all_proxy -u HF_TOKEN HF_ENDPOINT={} HF_HUB_CACHE={} STUI_CACHE_DIR={} {} hf://org/fp8",
+            hub.endpoint(),
+            dir.path().join("hf").display(),
+            dir.path().join("stui").display(),
+            env!("CARGO_BIN_EXE_stui")
+        ),
+        "Enter",
+    ]);
+    tmux.wait_for("the weight", |s| s.contains("fp8 e4m3 block 128x128"));
+    let data_reads = |log: &[String]| {
+        log.iter()
+            .filter(|l| l.contains("/cdn/") && !l.contains("bytes=0-"))
+            .count()
+    };
+    let mut log = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while data_reads(&log) == 0 {
+        assert!(Instant::now() < deadline, "no download began: {log:#?}");
+        std::thread::sleep(Duration::from_millis(20));
+        log.extend(hub.take_log());
+    }
+    tmux.send(&["Escape"]);
+    // The whole download would end in 7.5 s: wait for longer.
+    std::thread::sleep(Duration::from_secs(9));
+    log.extend(hub.take_log());
+    assert!(data_reads(&log) <= 2, "{log:#?}");
+    tmux.send(&["q"]);
+    tmux.wait_for("the shell prompt", |s| !s.contains("fp8 e4m3"));
+}
+
 #[test]
 fn a_quantized_model_by_its_weights_and_r_lists_the_stored_tensors() {
     let Some(tmux) = Tmux::start(120, 40) else {
