@@ -586,11 +586,9 @@ fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failu
         ))));
     }
     let model = open(&args.path)?;
-    if let Some(remote) = &model.remote {
-        return Err(Failure::Stui(crate::error::Error::Invalid(format!(
-            "quantize reads every tensor: download `{}` first (`hf download {}`)",
-            remote.repo, remote.repo.id
-        ))));
+    // Before any question about the output, whose answer would not help.
+    if let Some(why) = crate::quantize::needs_its_files(&model) {
+        return Err(Failure::Stui(crate::error::Error::Invalid(why)));
     }
     let options = Options {
         scheme: args.scheme,

@@ -537,9 +537,21 @@ pub fn already_quantized(quantization: &Quantization) -> String {
     format!("already quantized ({})", quantization.summary())
 }
 
-/// Stops with what to do when `model` is already quantized (see [`already_quantized`]): the
-/// schemes read unquantized weights.
-fn refuse_quantized(model: &Model) -> Result<()> {
+/// Why a model read from the Hub is not quantized, with what to do: every tensor is read.
+pub fn needs_its_files(model: &Model) -> Option<String> {
+    let remote = model.remote.as_ref()?;
+    Some(format!(
+        "quantize reads every tensor: download it first (`hf download {}`)",
+        remote.repo.id
+    ))
+}
+
+/// Stops with what to do when `model` is read from the Hub (see [`needs_its_files`]) or is
+/// already quantized (see [`already_quantized`]): the schemes read unquantized weights.
+fn ensure_quantizable(model: &Model) -> Result<()> {
+    if let Some(why) = needs_its_files(model) {
+        return Err(Error::Invalid(why));
+    }
     match crate::arch::quantization(model) {
         Some(quantization) => Err(Error::Invalid(format!(
             "{} is {}: stui quantizes unquantized weights; quantize the model it was made from",
@@ -559,7 +571,7 @@ pub fn quantize(
     options: &Options,
     control: &Control,
 ) -> Result<Summary> {
-    refuse_quantized(model)?;
+    ensure_quantizable(model)?;
     match options.scheme {
         Scheme::W8A8 => quantize_keeping(model, output, options, control, KEPT_SCALES, &|_| {}),
         _ => pipeline::quantize(model, output, options, control),

@@ -434,7 +434,7 @@ fn int8_sums_written(
 
 /// Every scheme on the weights `options` chooses; a model already quantized is refused.
 pub fn compare(model: &Model, options: &Options, control: &Control) -> Result<Comparison> {
-    super::refuse_quantized(model)?;
+    super::ensure_quantizable(model)?;
     let files: Vec<File> = model
         .shards
         .iter()

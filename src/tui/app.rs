@@ -855,6 +855,10 @@ impl App {
 
     /// Opens the quantize dialog, its scope taken from the selection.
     fn open_quantize(&mut self) -> (bool, Option<Effect>) {
+        if let Some(why) = quantize::needs_its_files(&self.model) {
+            self.notice = Some(why);
+            return (true, None);
+        }
         if let Some(quantization) = &self.quantization {
             self.notice = Some(format!(
                 // Within 80 columns for a label as long as "int4 g128, compressed-tensors".

@@ -1005,3 +1005,36 @@ fn quant_states_of_thousands_of_weights_are_left_unread_with_one_warning() {
         "{local}"
     );
 }
+
+/// `quantize` and `--compare` read every tensor: a model on the Hub is refused with the command
+/// that downloads it, before anything about the output is asked, and nothing is written.
+#[test]
+fn quantize_refuses_a_model_on_the_hub_with_the_command_that_downloads_it() {
+    let hub = FakeHub::start();
+    hub.add_repo("org/name", COMMIT, &sharded(0));
+    let scratch = Scratch::new();
+    let out = tempfile::tempdir().unwrap();
+    let existing = out.path().join("existing.safetensors");
+    std::fs::write(&existing, b"kept").unwrap();
+    let target = out.path().join("new.safetensors");
+    for args in [
+        vec!["quantize", "hf://org/name", "-o", target.to_str().unwrap()],
+        vec![
+            "quantize",
+            "hf://org/name",
+            "-o",
+            existing.to_str().unwrap(),
+        ],
+        vec!["quantize", "hf://org/name", "--compare"],
+    ] {
+        let (code, out, err) = scratch.run(&hub, &args, &[]);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert!(
+            err.contains("quantize reads every tensor: download it first (`hf download org/name`)"),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(!target.exists());
+    assert_eq!(std::fs::read(&existing).unwrap(), b"kept");
+}

@@ -795,3 +795,36 @@ fn a_tensor_past_the_fetch_limit_says_it_is_not_fetched() {
         "{shown}"
     );
 }
+
+/// `Q` on a model read from the Hub opens no dialog: it says what to do, since quantizing reads
+/// every tensor.
+#[test]
+fn quantize_on_a_model_from_the_hub_says_to_download_it() {
+    let mut model = Model::open(std::path::Path::new("assets/demo.safetensors")).unwrap();
+    model.remote = Some(Arc::new(stui::format::remote::RemoteModel {
+        hub: Arc::new(stui::source::hub::Hub::new(
+            "http://127.0.0.1:9".into(),
+            None,
+        )),
+        repo: stui::source::RepoRef {
+            id: "org/demo".into(),
+            revision: None,
+            path: None,
+            remote: true,
+        },
+        commit: "abcdefabcdefabcdefabcdefabcdefabcdefabcd".into(),
+        files: vec!["model.safetensors".into()],
+        blobs: vec![None],
+        config: None,
+        side_files: Vec::new(),
+        cache: None,
+    }));
+    let mut app = App::new(Arc::new(model), Theme::new(false));
+    app.update(Action::Quantize);
+    assert!(app.quantize.is_none());
+    let shown = screen(&mut app, 100, 30);
+    assert!(
+        shown.contains("quantize reads every tensor: download it first (`hf download org/demo`)"),
+        "{shown}"
+    );
+}
