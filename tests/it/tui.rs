@@ -828,3 +828,19 @@ fn quantize_on_a_model_from_the_hub_says_to_download_it() {
         "{shown}"
     );
 }
+
+/// The layer map of a model read from the Hub, which has no background scan, says how its cells
+/// fill rather than that nothing stands out.
+#[test]
+fn the_layer_map_of_a_model_from_the_hub_says_how_its_cells_fill() {
+    let mut app = demo(false);
+    app.fetch_limit = Some(512 << 20);
+    app.update(Action::ToggleMap);
+    let shown = screen(&mut app, 80, 24);
+    assert!(
+        shown.contains("a model on the Hub is read a tensor at a time: Enter on a cell fetches it")
+            && shown.contains("`stui stats --map` fetches them all"),
+        "{shown}"
+    );
+    assert!(!shown.contains("nothing stands out"), "{shown}");
+}

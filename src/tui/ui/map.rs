@@ -42,7 +42,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &mut App) {
         render_picture(frame, picture, app, &mut view, (&analysis, fresh));
         side
     } else {
-        let below = u16::try_from(analysis.outliers.len().clamp(1, 4) + 2).unwrap_or(6);
+        let lines = if analysis.outliers.is_empty() && app.fetch_limit.is_some() {
+            2
+        } else {
+            analysis.outliers.len().clamp(1, 4)
+        };
+        let below = u16::try_from(lines + 2).unwrap_or(6);
         let [picture, under] = area.layout(&Layout::vertical([
             Constraint::Min(8),
             Constraint::Length(below),
@@ -312,7 +317,19 @@ fn render_outliers(frame: &mut Frame, area: Rect, app: &App, view: &MapView, ana
     let theme = &app.theme;
     let title = format!("outliers · {} (n/N)", analysis.outliers.len());
     let rows = usize::from(inner(area).height).max(1);
-    let lines: Vec<Line> = if analysis.outliers.is_empty() {
+    let lines: Vec<Line> = if analysis.outliers.is_empty() && app.fetch_limit.is_some() {
+        // A model on the Hub has no background scan: its cells stay empty unless asked for.
+        vec![
+            Line::styled(
+                "a model on the Hub is read a tensor at a time: Enter on a cell fetches it",
+                theme.dim,
+            ),
+            Line::styled(
+                "(`stui stats --map` fetches them all, within --fetch-limit)",
+                theme.dim,
+            ),
+        ]
+    } else if analysis.outliers.is_empty() {
         vec![Line::styled(
             format!("nothing stands out by {}", view.measure.name()),
             theme.dim,
