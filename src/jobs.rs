@@ -662,8 +662,15 @@ impl Coordinator<'_> {
             return Ended::Stopped;
         }
         if first_time && let Some(dtype) = dtype {
+            // A quantized weight's stored settings (shapes, zero points, flags) are constant by
+            // design.
+            let settings =
+                crate::quant::members::classify(name).is_some_and(|m| m.role.holds_settings());
             for finding in checks::tensor_findings(name, dtype, &moments, &self.options.limits) {
-                let _ = self.events.send(ScanEvent::Finding(finding));
+                let by_design = matches!(finding.code, Code::ValuesAllZero | Code::ValuesConstant);
+                if !(settings && by_design) {
+                    let _ = self.events.send(ScanEvent::Finding(finding));
+                }
             }
         }
         if !histogram {

@@ -92,6 +92,26 @@ impl Role {
         )
     }
 
+    /// Members whose values are a weight's settings rather than its numbers (its shape, group
+    /// order, zero points, lookup tables and flags): constant or zero by design, so that a
+    /// scan of the stored tensors does not report them as such.
+    pub const fn holds_settings(self) -> bool {
+        matches!(
+            self,
+            Role::WeightShape
+                | Role::GIdx
+                | Role::WeightGIdx
+                | Role::QuantState
+                | Role::HqqShape
+                | Role::QZeros
+                | Role::WeightZeroPoint
+                | Role::QuantMap
+                | Role::NestedQuantMap
+                | Role::QuantoShift
+                | Role::Auxiliary
+        )
+    }
+
     /// Whether the name alone says a model is quantized (a plain `.weight` or `.scale` does not).
     pub const fn marks_quantized(self) -> bool {
         self.needs_codes()

@@ -679,3 +679,33 @@ fn code_counts_cover_every_element_and_zero_is_the_middle_level() {
         assert!(checked >= 6, "{name}: {checked}");
     }
 }
+
+/// Listed as stored (`--raw`), a quantized checkpoint's settings members (compressed-tensors'
+/// `weight_shape`, GPTQ's packed zero points of a symmetric grid, HQQ's flags, bitsandbytes'
+/// lookup tables) are constant or zero by design: no real producer's checkpoint has a finding
+/// on one. The untrained source's norms (all 1) still have theirs.
+#[test]
+fn settings_members_listed_as_stored_are_not_reported_as_constant() {
+    for &(name, ..) in FIXTURES {
+        let folder = fixtures().join(name);
+        let stats: serde_json::Value = serde_json::from_str(&stui(&[
+            "stats",
+            "--raw",
+            "--json",
+            folder.to_str().unwrap(),
+        ]))
+        .unwrap();
+        let findings = stats["findings"].as_array().unwrap();
+        let on_values: Vec<&serde_json::Value> = findings
+            .iter()
+            .filter(|f| f["code"].as_str().unwrap().starts_with("values-"))
+            .collect();
+        assert!(
+            on_values
+                .iter()
+                .all(|f| f["tensor"].as_str().unwrap().contains("norm")),
+            "{name}: {on_values:#?}"
+        );
+        assert!(!on_values.is_empty(), "{name}: the norms' findings are kept");
+    }
+}
