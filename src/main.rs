@@ -5,6 +5,11 @@ use stui::cli::{Cli, ColorMode};
 
 fn main() -> ExitCode {
     return_large_frees_to_the_system();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if let Some(message) = stui::cli::mistyped_command(&args) {
+        eprintln!("stui: {message}");
+        return ExitCode::from(2);
+    }
     let cli = Cli::parse();
     if cli.command.is_none()
         && let Some(path) = &cli.path

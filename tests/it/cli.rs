@@ -337,6 +337,15 @@ fn usage_errors_and_missing_files_exit_2() {
     assert_eq!(code, 2);
     let (code, _) = run(repo(), &[]);
     assert_eq!(code, 2);
+    // A command mistyped is named, rather than taken for the model's path.
+    let (code, text) = run(repo(), &["chek", "assets/demo.safetensors"]);
+    assert_eq!(code, 2);
+    assert!(
+        text.contains(
+            "`chek` is neither a command nor a file or folder: did you mean `stui check`?"
+        ),
+        "{text}"
+    );
 }
 
 #[test]

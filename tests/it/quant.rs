@@ -706,6 +706,9 @@ fn settings_members_listed_as_stored_are_not_reported_as_constant() {
                 .all(|f| f["tensor"].as_str().unwrap().contains("norm")),
             "{name}: {on_values:#?}"
         );
-        assert!(!on_values.is_empty(), "{name}: the norms' findings are kept");
+        assert!(
+            !on_values.is_empty(),
+            "{name}: the norms' findings are kept"
+        );
     }
 }
