@@ -846,6 +846,56 @@ fn members_side_by_side_come_in_one_request() {
     assert_eq!(ranges.len(), 1, "{log:#?}");
 }
 
+/// Tensors to write: each one's name, dtype, shape and bytes.
+type Written = Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>;
+
+/// What [`checked_from_the_hub`] gives back.
+struct Checked {
+    code: i32,
+    /// Each finding as "severity code message".
+    findings: Vec<String>,
+    err: String,
+    hub: FakeHub,
+    scratch: Scratch,
+    files: [(&'static str, Vec<u8>); 2],
+}
+
+/// A file of `tensors` and a `config.json` holding `config`, as the repository `repo` of a new
+/// fake Hub, and `stui check --json` of it.
+fn checked_from_the_hub(repo: &str, tensors: &Written, config: &[u8]) -> Checked {
+    let views = tensors.iter().map(|(name, dtype, shape, bytes)| {
+        let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes).unwrap();
+        (name.clone(), view)
+    });
+    let files = [
+        (
+            "model.safetensors",
+            safetensors::serialize(views, None).unwrap(),
+        ),
+        ("config.json", config.to_vec()),
+    ];
+    let hub = FakeHub::start();
+    hub.add_repo(repo, COMMIT, &files);
+    let scratch = Scratch::new();
+    let (code, out, err) = scratch.run(&hub, &["check", "--json", &format!("hf://{repo}")], &[]);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    let findings = report["findings"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|f| format!("{} {} {}", f["severity"], f["code"], f["message"]))
+        .collect();
+    Checked {
+        code,
+        findings,
+        err,
+        hub,
+        scratch,
+        files,
+    }
+}
+
 /// A GPTQ checkpoint of 1,100 weights (the experts of a large mixture), each `g_idx` apart from
 /// the next by its weight's codes: the group orders would take more requests than an open
 /// spends on members. They are left unread, which a finding says, and nothing is an error.
@@ -861,7 +911,7 @@ fn group_orders_of_thousands_of_weights_are_left_unread() {
     let scales: Vec<u8> = (0..columns / group * rows)
         .flat_map(|_| half::f16::from_f32(0.01).to_le_bytes())
         .collect();
-    let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut tensors: Written = Vec::new();
     for weight in 0..WEIGHTS {
         let prefix = format!("model.layers.0.mlp.experts.{weight}.down_proj");
         let member = |name: &str| format!("{prefix}.{name}");
@@ -874,26 +924,15 @@ fn group_orders_of_thousands_of_weights_are_left_unread() {
         let scale_shape = vec![columns / group, rows];
         tensors.push((member("scales"), F16, scale_shape, scales.clone()));
     }
-    let views = tensors.iter().map(|(name, dtype, shape, bytes)| {
-        let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes).unwrap();
-        (name.clone(), view)
-    });
-    let file = safetensors::serialize(views, None).unwrap();
     let config = br#"{"model_type":"llama","quantization_config":{"quant_method":"gptq","bits":4,"group_size":128,"desc_act":false,"sym":true}}"#;
-    let files = [
-        ("model.safetensors", file),
-        ("config.json", config.to_vec()),
-    ];
-    let hub = FakeHub::start();
-    hub.add_repo("org/experts", COMMIT, &files);
-    let scratch = Scratch::new();
-    let (code, out, err) = scratch.run(&hub, &["check", "--json", "hf://org/experts"], &[]);
-    let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-    let findings = report["findings"].as_array().cloned().unwrap_or_default();
-    let summary: Vec<String> = findings
-        .iter()
-        .map(|f| format!("{} {} {}", f["severity"], f["code"], f["message"]))
-        .collect();
+    let Checked {
+        code,
+        findings: summary,
+        err,
+        hub,
+        files,
+        ..
+    } = checked_from_the_hub("org/experts", &tensors, config);
     assert_eq!(code, 0, "{err}{summary:#?}");
     assert!(
         summary.iter().any(|f| f.contains("quant-group-index")
@@ -912,7 +951,7 @@ fn group_orders_of_thousands_of_weights_are_left_unread() {
     let local = local_json(local.path(), &["check", "--json"]);
     assert_eq!(
         local["findings"].as_array().map(Vec::len),
-        Some(findings.len() - 1)
+        Some(summary.len() - 1)
     );
 }
 
@@ -936,7 +975,7 @@ fn quant_states_of_thousands_of_weights_are_left_unread_with_one_warning() {
         r#"{{"quant_type": "nf4", "blocksize": 64, "dtype": "bfloat16", "shape": [{rows}, {columns}]}}"#
     )
     .into_bytes();
-    let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut tensors: Written = Vec::new();
     for weight in 0..WEIGHTS {
         let name = format!("model.layers.0.mlp.experts.{weight}.down_proj.weight");
         tensors.push((
@@ -960,29 +999,15 @@ fn quant_states_of_thousands_of_weights_are_left_unread_with_one_warning() {
         let state_name = format!("{name}.quant_state.bitsandbytes__nf4");
         tensors.push((state_name, U8, vec![state.len()], state.clone()));
     }
-    let views = tensors.iter().map(|(name, dtype, shape, bytes)| {
-        let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes).unwrap();
-        (name.clone(), view)
-    });
-    let file = safetensors::serialize(views, None).unwrap();
     let config = br#"{"model_type":"llama","quantization_config":{"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_quant_type":"nf4","bnb_4bit_compute_dtype":"bfloat16"}}"#;
-    let files = [
-        ("model.safetensors", file),
-        ("config.json", config.to_vec()),
-    ];
-    let hub = FakeHub::start();
-    hub.add_repo("org/nf4-experts", COMMIT, &files);
-    let scratch = Scratch::new();
-    let args = ["check", "--json", "hf://org/nf4-experts"];
-    let (code, out, err) = scratch.run(&hub, &args, &[]);
-    let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-    let findings: Vec<String> = report["findings"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|f| format!("{} {} {}", f["severity"], f["code"], f["message"]))
-        .collect();
+    let Checked {
+        code,
+        findings,
+        err,
+        hub,
+        scratch,
+        files,
+    } = checked_from_the_hub("org/nf4-experts", &tensors, config);
     assert_eq!(code, 0, "{err}{findings:#?}");
     let unread = "shapes and quant states of 1100 quantized weights were not read";
     assert!(

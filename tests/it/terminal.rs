@@ -307,6 +307,22 @@ fn with_stdout_redirected_the_report_goes_to_the_file_and_tui_draws_on_the_termi
     assert_eq!(before, terminal_settings(&tmux, dir.path(), "after"));
 }
 
+/// Starts the explorer on `repo` of `hub`, with no proxy or token from this environment and the
+/// caches in `dir`.
+fn explore_from_the_hub(tmux: &Tmux, hub: &crate::fake_hub::FakeHub, repo: &str, dir: &Path) {
+    tmux.send(&[
+        &format!(
+            "env -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY -u http_proxy -u https_proxy \
+             -u all_proxy -u HF_TOKEN HF_ENDPOINT={} HF_HUB_CACHE={} STUI_CACHE_DIR={} {} hf://{repo}",
+            hub.endpoint(),
+            dir.join("hf").display(),
+            dir.join("stui").display(),
+            env!("CARGO_BIN_EXE_stui")
+        ),
+        "Enter",
+    ]);
+}
+
 #[test]
 fn the_explorer_on_a_model_read_from_the_hub() {
     let Some(tmux) = Tmux::start(100, 30) else {
@@ -321,17 +337,7 @@ fn the_explorer_on_a_model_read_from_the_hub() {
         &[("model.safetensors", demo)],
     );
     let dir = tempfile::tempdir().unwrap();
-    tmux.send(&[
-        &format!(
-            "env -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY -u http_proxy -u https_proxy \
-             -u all_proxy -u HF_TOKEN HF_ENDPOINT={} HF_HUB_CACHE={} STUI_CACHE_DIR={} {} hf://org/demo",
-            hub.endpoint(),
-            dir.path().join("hf").display(),
-            dir.path().join("stui").display(),
-            env!("CARGO_BIN_EXE_stui")
-        ),
-        "Enter",
-    ]);
+    explore_from_the_hub(&tmux, &hub, "org/demo", dir.path());
     let screen = tmux.wait_for("the tree", |s| s.contains("lm_head.weight"));
     assert!(screen.contains("hf://org/demo@abcdef"), "{screen}");
     // The selected tensor's statistics, fetched by one Range request for its bytes.
@@ -395,17 +401,7 @@ fn esc_stops_a_quantized_weights_download_between_two_requests() {
         Duration::from_millis(1500),
     )));
     let dir = tempfile::tempdir().unwrap();
-    tmux.send(&[
-        &format!(
-            "env -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY -u http_proxy -u https_proxy \
-             -u all_proxy -u HF_TOKEN HF_ENDPOINT={} HF_HUB_CACHE={} STUI_CACHE_DIR={} {} hf://org/fp8",
-            hub.endpoint(),
-            dir.path().join("hf").display(),
-            dir.path().join("stui").display(),
-            env!("CARGO_BIN_EXE_stui")
-        ),
-        "Enter",
-    ]);
+    explore_from_the_hub(&tmux, &hub, "org/fp8", dir.path());
     tmux.wait_for("the weight", |s| s.contains("fp8 e4m3 block 128x128"));
     let data_reads = |log: &[String]| {
         log.iter()
