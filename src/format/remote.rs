@@ -147,9 +147,9 @@ impl RemoteModel {
                 && start + len <= to
             {
                 let at = usize::try_from(start - from).unwrap_or(usize::MAX);
-                let len = usize::try_from(len).unwrap_or(usize::MAX);
-                if let Some(range) = bytes.get(at..at.saturating_add(len)) {
-                    ranges.insert((start, len as u64), range.to_vec());
+                let end = usize::try_from(len).map_or(usize::MAX, |len| at.saturating_add(len));
+                if let Some(range) = bytes.get(at..end) {
+                    ranges.insert((start, len), range.to_vec());
                 }
                 next += 1;
             }
@@ -333,11 +333,11 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
 
 /// `config.json` and the quantization side files there are beside the model, each as shown and
 /// its bytes, from `fetched` (`None` for a file the repository does not have).
-type Beside = (Option<(PathBuf, Vec<u8>)>, Vec<(String, PathBuf, Vec<u8>)>);
+type BesideFiles = (Option<(PathBuf, Vec<u8>)>, Vec<(String, PathBuf, Vec<u8>)>);
 
 fn beside_files(
     fetched: impl Fn(&str) -> std::result::Result<Option<(PathBuf, Vec<u8>)>, RemoteError>,
-) -> std::result::Result<Beside, RemoteError> {
+) -> std::result::Result<BesideFiles, RemoteError> {
     let config = fetched("config.json")?;
     let mut side_files = Vec::new();
     for name in super::folder::QUANT_SIDE_FILES {
