@@ -1,8 +1,7 @@
 //! Command-line arguments. No logic here: [`crate::commands`] acts on them.
 
-use clap::{Args, CommandFactory, Parser, Subcommand};
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
 
 /// Explore and check .safetensors model files.
 ///
@@ -336,72 +335,4 @@ fn parse_scheme(name: &str) -> Result<crate::quantize::Scheme, String> {
             .collect();
         format!("unknown scheme; one of {}", names.join(", "))
     })
-}
-
-/// What to say when the first word of `args` (the program's arguments, without its name) looks
-/// like a command mistyped rather than a model: no file or folder of that name, and within two
-/// edits of a command. Parsed as the model's path, `stui chek model.safetensors` made clap say
-/// that the subcommand `model.safetensors` cannot be used with `[PATH]`.
-pub fn mistyped_command(args: &[OsString]) -> Option<String> {
-    let word = args.first()?.to_str()?;
-    let plausible = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if !plausible || word.starts_with('-') || Path::new(word).exists() {
-        return None;
-    }
-    let command = Cli::command();
-    let names: Vec<&str> = command
-        .get_subcommands()
-        .map(clap::Command::get_name)
-        .collect();
-    if names.contains(&word) {
-        return None;
-    }
-    let (distance, nearest) = names
-        .iter()
-        .map(|name| (strsim::damerau_levenshtein(word, name), *name))
-        .min()?;
-    (distance <= 2).then(|| {
-        format!(
-            "`{word}` is neither a command nor a file or folder: did you mean `stui {nearest}`? \
-             (`stui --help` lists the commands)"
-        )
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn mistyped(args: &[&str]) -> Option<String> {
-        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
-        mistyped_command(&args)
-    }
-
-    #[test]
-    fn a_command_mistyped_is_named_and_a_model_is_not_taken_for_one() {
-        for (typed, meant) in [("chek", "check"), ("inspct", "inspect"), ("stat", "stats")] {
-            let said = mistyped(&[typed, "model.safetensors"]).unwrap();
-            assert!(
-                said.contains(&format!("did you mean `stui {meant}`")),
-                "{said}"
-            );
-        }
-        assert!(mistyped(&["quantise"]).unwrap().contains("`stui quantize`"));
-        for not_mistyped in [
-            &["check", "m.safetensors"][..],
-            &["model.safetensors"],
-            &["org/name"],
-            &["--help"],
-            &["llama"],
-            &[],
-        ] {
-            assert_eq!(mistyped(not_mistyped), None, "{not_mistyped:?}");
-        }
-        // A folder of that name is opened, not corrected (the tests run at the project's root).
-        assert!(Path::new("src").is_dir());
-        assert_eq!(mistyped(&["src"]), None);
-    }
 }

@@ -6,7 +6,7 @@ use stui::cli::{Cli, ColorMode};
 fn main() -> ExitCode {
     return_large_frees_to_the_system();
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if let Some(message) = stui::cli::mistyped_command(&args) {
+    if let Some(message) = stui::commands::mistyped_command(&args) {
         eprintln!("stui: {message}");
         return ExitCode::from(2);
     }
