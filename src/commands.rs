@@ -659,8 +659,9 @@ fn hash<W: Write>(args: &HashArgs, out: &mut W) -> Result<Outcome, Failure> {
             if args.per_tensor {
                 return Err(Failure::Stui(crate::error::Error::Invalid(format!(
                     "--per-tensor reads every tensor's bytes, which for `{}` means downloading \
-                     them: download the model (`hf download {}`), then hash it",
-                    remote.repo, remote.repo.id
+                     them: download the model (`{}`), then hash it",
+                    remote.repo,
+                    remote.download_command()
                 ))));
             }
             model

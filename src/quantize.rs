@@ -541,8 +541,8 @@ pub fn already_quantized(quantization: &Quantization) -> String {
 pub fn needs_its_files(model: &Model) -> Option<String> {
     let remote = model.remote.as_ref()?;
     Some(format!(
-        "quantize reads every tensor: download it first (`hf download {}`)",
-        remote.repo.id
+        "quantize reads every tensor: download it first (`{}`)",
+        remote.download_command()
     ))
 }
 

@@ -65,6 +65,14 @@ pub struct RemoteModel {
 }
 
 impl RemoteModel {
+    /// The command that downloads the model, at the revision it was named with.
+    pub fn download_command(&self) -> String {
+        match &self.repo.revision {
+            Some(revision) => format!("hf download {} --revision {revision}", self.repo.id),
+            None => format!("hf download {}", self.repo.id),
+        }
+    }
+
     /// `len` bytes of shard `shard` from `start`, in one Range request.
     pub fn read(
         &self,

@@ -1062,4 +1062,12 @@ fn quantize_refuses_a_model_on_the_hub_with_the_command_that_downloads_it() {
     }
     assert!(!target.exists());
     assert_eq!(std::fs::read(&existing).unwrap(), b"kept");
+    // Named at a revision, the command downloads that revision.
+    let at_commit = format!("hf://org/name@{COMMIT}");
+    let (code, _, err) = scratch.run(&hub, &["quantize", &at_commit, "--compare"], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("(`hf download org/name --revision {COMMIT}`)")),
+        "{err}"
+    );
 }
