@@ -38,6 +38,11 @@ const FIXTURES: &[(&str, Layout, &str)] = &[
         "int4 g128, compressed-tensors",
     ),
     (
+        "ct-w4a16-moe-sharded",
+        Layout::CompressedPacked,
+        "int4 g128, compressed-tensors",
+    ),
+    (
         "ct-w4a16-asym",
         Layout::CompressedPacked,
         "int4 g128 asym, compressed-tensors",
