@@ -153,6 +153,8 @@ pub enum Kept {
     NotAWeight,
     Embedding,
     LmHead,
+    /// A mixture of experts' router, which the loaders read unquantized.
+    Router,
     Norm,
     Excluded,
     NotIncluded,
@@ -203,6 +205,8 @@ pub fn choose(tensor: &Tensor, options: &Options) -> Choice {
         Some(Kept::Embedding)
     } else if options.keep_lm_head && lower.contains("lm_head") {
         Some(Kept::LmHead)
+    } else if is_router(name) {
+        Some(Kept::Router)
     } else if options.keep_norms && (lower.contains("norm") || lower.contains(".ln_")) {
         Some(Kept::Norm)
     } else if options.exclude.iter().any(|pattern| glob(pattern, name)) {
@@ -215,6 +219,20 @@ pub fn choose(tensor: &Tensor, options: &Options) -> Choice {
         None
     };
     keep.map_or(Choice::Quantize, Choice::Keep)
+}
+
+/// Whether weight `name` is a mixture of experts' router: its module is `gate` (Qwen's,
+/// `DeepSeek`'s and GLM's mixtures, Mixtral's `block_sparse_moe.gate`), `router` (gpt-oss,
+/// Llama 4, Jamba) or `shared_expert_gate` (Qwen's), or the `router.layer` of Granite's
+/// mixtures. vLLM builds each of them with no quantization (`ReplicatedLinear(...,
+/// quant_config=None)`), so that a quantized one would not load, and llm-compressor's recipes
+/// for mixtures leave them out.
+fn is_router(name: &str) -> bool {
+    let Some(module) = name.strip_suffix(".weight") else {
+        return false;
+    };
+    let last = module.rsplit('.').next().unwrap_or(module);
+    matches!(last, "gate" | "router" | "shared_expert_gate") || module.ends_with(".router.layer")
 }
 
 /// Matches `text` against a pattern where `*` stands for any run of characters and `?` for one.
@@ -780,6 +798,14 @@ fn prepare(model: &Model, output: &Path) -> Result<(bool, Vec<PathBuf>, Vec<File
              the Hub sent; choose an output outside it",
             escape_path(output),
             escape_path(&cache)
+        )));
+    }
+    if sharded && output.extension().is_some_and(|ext| ext == "safetensors") {
+        return Err(Error::Invalid(format!(
+            "{} would be a folder: a sharded model, or one given as a folder or a repository \
+             id, is written as a folder of its files and config.json; name the folder, e.g. {}",
+            escape_path(output),
+            escape_path(&output.with_extension(""))
         )));
     }
     let sources: std::collections::HashSet<PathBuf> =
@@ -3084,6 +3110,32 @@ mod tests {
             ),
             Choice::Keep(Kept::Embedding)
         );
+        for router in [
+            "model.layers.3.mlp.gate.weight",
+            "model.layers.0.block_sparse_moe.gate.weight",
+            "model.layers.0.mlp.router.weight",
+            "model.layers.0.feed_forward.router.weight",
+            "model.layers.0.mlp.shared_expert_gate.weight",
+            "model.layers.0.block_sparse_moe.router.layer.weight",
+        ] {
+            assert_eq!(
+                choose(&tensor(router, Dtype::Bf16, &[8, 128]), &options),
+                Choice::Keep(Kept::Router),
+                "{router}"
+            );
+        }
+        for not_router in [
+            "model.layers.0.mlp.gate_proj.weight",
+            "model.layers.0.mlp.experts.3.gate_proj.weight",
+            "model.layers.0.mlp.gate_up_proj.weight",
+            "model.layers.0.self_attn.o_proj.weight",
+        ] {
+            assert_eq!(
+                choose(&tensor(not_router, Dtype::Bf16, &[8, 128]), &options),
+                Choice::Quantize,
+                "{not_router}"
+            );
+        }
         assert_eq!(
             choose(&tensor("m.w.weight", Dtype::I32, &[4, 4]), &options),
             Choice::Keep(Kept::NotFloat)

@@ -858,3 +858,64 @@ fn kill_9_during_a_save_leaves_the_source_and_no_output() {
     assert!(temporaries().is_empty(), "the next run cleans up");
     assert!(Model::open(&output).unwrap().is_valid());
 }
+
+/// A model given as a folder is written as a folder (its files and config.json): an output
+/// named like a file is refused with the folder to name instead, and nothing is written. As a
+/// mixture of experts' routers are kept (vLLM reads them unquantized), the output's
+/// `ignore` names them.
+#[test]
+fn a_folder_is_written_as_a_folder_and_a_mixtures_routers_are_kept() {
+    let folder = tempfile::tempdir().unwrap();
+    let router = Fill::Normal {
+        mean: 0.0,
+        std: 0.1,
+    };
+    model(Dtype::Bf16)
+        .tensor(
+            "model.layers.0.mlp.gate.weight",
+            Dtype::Bf16,
+            &[4, 8],
+            router,
+        )
+        .write(&folder.path().join("model.safetensors"))
+        .unwrap();
+    std::fs::write(
+        folder.path().join("config.json"),
+        br#"{"model_type":"llama"}"#,
+    )
+    .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let named_as_a_file = out.path().join("quantized.safetensors");
+    let run = |output: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_stui"))
+            .arg("quantize")
+            .arg(folder.path())
+            .arg("-o")
+            .arg(output)
+            .output()
+            .unwrap()
+    };
+    let refused = run(&named_as_a_file);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("would be a folder") && stderr.contains("name the folder, e.g."),
+        "{stderr}"
+    );
+    assert!(!named_as_a_file.exists());
+    let written = run(&out.path().join("quantized"));
+    assert_eq!(
+        written.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&written.stderr)
+    );
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("quantized/config.json")).unwrap())
+            .unwrap();
+    let ignore = config["quantization_config"]["ignore"].as_array().unwrap();
+    assert!(
+        ignore.iter().any(|name| name == "model.layers.0.mlp.gate"),
+        "{ignore:?}"
+    );
+}
