@@ -171,8 +171,6 @@ struct Session {
     /// Which scan this is: 0 for the model opened first, one more for each model opened after.
     scan_number: u64,
     color: bool,
-    /// For a model read from the Hub, the largest tensor fetched; `None` for local models.
-    fetch_limit: Option<u64>,
 }
 
 impl Session {
@@ -192,8 +190,7 @@ impl Session {
             start_diff(&opened, other, raw, sender, scan_number);
         }
         // A model read from the Hub is scanned only where asked: the tensor selected.
-        let fetch_limit = model.remote.is_some().then_some(options.fetch_limit);
-        let everything = if fetch_limit.is_some() {
+        let everything = if app.fetch_limit.is_some() {
             0..0
         } else {
             0..model.tensors.len()
@@ -213,7 +210,6 @@ impl Session {
             raw,
             scan_number,
             color: options.color,
-            fetch_limit,
         };
         if let Some(Effect::Prioritize(tensor)) = session.app.wanted() {
             session.prioritize(tensor);
@@ -246,15 +242,14 @@ impl Session {
             color: self.color,
             log: None,
             diff: None,
-            fetch_limit: self.fetch_limit.unwrap_or(u64::MAX),
+            fetch_limit: self.app.fetch_limit.unwrap_or(u64::MAX),
             raw: self.raw,
         }
     }
 
     /// Scans a tensor next; one read from the Hub only within the fetch limit.
     fn prioritize(&self, tensor: usize) {
-        let len = self.app.model.tensors[tensor].info.byte_len();
-        if self.fetch_limit.is_none_or(|limit| len <= limit) {
+        if self.app.not_fetched(tensor).is_none() {
             self.scan.prioritize(tensor, true);
         }
     }

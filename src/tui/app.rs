@@ -404,7 +404,8 @@ pub struct App {
     pub map_open: bool,
     /// A few numbers a tensor for the layer map, as the scan reports them.
     pub values: Values,
-    /// For a model read from the Hub, the most bytes one tensor's statistics fetch.
+    /// For a model read from the Hub, the most bytes one tensor's statistics fetch; `None` for
+    /// a local model, which is scanned whole.
     pub fetch_limit: Option<u64>,
     /// The dtype mix of each group shown so far, which takes a walk over its tensors to compute.
     mixes: std::cell::RefCell<HashMap<NodeId, crate::tree::DtypeMix>>,
