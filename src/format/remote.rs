@@ -3,13 +3,14 @@
 //! blob id; tensor data fetched only on demand, one Range request per tensor.
 
 use super::SafetensorsFile;
+use super::dtype::Kind;
 use super::folder::{self, Choice, Files};
 use super::index::ShardIndex;
 use super::model::{Builder, Components, Model, Source};
 use crate::error::{Error, Result};
 use crate::source::RepoRef;
 use crate::source::header_cache;
-use crate::source::hub::{Hub, RemoteError, RepoFile};
+use crate::source::hub::{Header, Hub, RemoteError, RepoFile};
 use crate::text::escape;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -62,7 +63,18 @@ pub struct RemoteModel {
     pub side_files: Vec<(String, PathBuf, Vec<u8>)>,
     /// stui's cache, where the small ranges read are kept by their shard's blob id.
     pub cache: Option<PathBuf>,
+    /// Small tensors whose bytes came with their shard's header (see [`keep_small_integers`]).
+    pub prefetched: Prefetched,
 }
+
+/// Bytes of tensors by `(shard, start, length)`.
+pub type Prefetched = HashMap<(usize, u64, u64), Vec<u8>>;
+
+/// The largest tensor kept from the bytes that came with a header: the members read for their
+/// values ([`crate::quant`]'s shapes, quant states and group orders) are a few bytes to a few
+/// KiB, and a writer that sorts its tensors by dtype, widest first, puts the `I64` shapes right
+/// after the header.
+const PREFETCHED_MAX: u64 = 16 << 10;
 
 impl RemoteModel {
     /// The command that downloads the model, at the revision it was named with.
@@ -117,7 +129,8 @@ impl RemoteModel {
     }
 
     /// The bytes of each of `wanted` (shard, start, length: small tensors read whole), in
-    /// order: from stui's cache where their shard's entry holds them, else fetched, ranges of a
+    /// order: from stui's cache where their shard's entry holds them, or from the bytes that came
+    /// with their shard's header ([`RemoteModel::prefetched`]), else fetched, ranges of a
     /// shard near each other in one request ([`NEAR`]), [`PARALLEL_REQUESTS`] at once, and then
     /// kept in the cache with those it held. `None`, and nothing asked for, when that would take
     /// more than `max_requests` requests.
@@ -128,11 +141,18 @@ impl RemoteModel {
     ) -> std::result::Result<Option<Vec<Vec<u8>>>, RemoteError> {
         let mut kept: HashMap<usize, HashMap<(u64, u64), Vec<u8>>> = HashMap::new();
         let mut missing: Vec<(usize, u64, u64)> = Vec::new();
+        let mut grown: Vec<usize> = Vec::new();
         for &(shard, start, len) in wanted {
             let ranges = kept
                 .entry(shard)
                 .or_insert_with(|| self.kept_ranges(shard).unwrap_or_default());
-            if len > 0 && !ranges.contains_key(&(start, len)) {
+            if len == 0 || ranges.contains_key(&(start, len)) {
+                continue;
+            }
+            if let Some(bytes) = self.prefetched.get(&(shard, start, len)) {
+                ranges.insert((start, len), bytes.clone());
+                grown.push(shard);
+            } else {
                 missing.push((shard, start, len));
             }
         }
@@ -162,7 +182,8 @@ impl RemoteModel {
                 next += 1;
             }
         }
-        let mut grown: Vec<usize> = spans.iter().map(|&(shard, ..)| shard).collect();
+        grown.extend(spans.iter().map(|&(shard, ..)| shard));
+        grown.sort_unstable();
         grown.dedup();
         for shard in grown {
             self.keep_ranges(shard, &kept[&shard]);
@@ -256,46 +277,34 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
     let prefix = in_folder_prefix(&folder);
     let in_repo = |label: &str| format!("{prefix}{label}");
     let likely = likely_header_sizes(index.as_ref().map(|(index, _)| index), &labels);
-    // `config.json` and the side files are fetched beside the headers: one round trip less.
-    let (headers, config) = std::thread::scope(|scope| {
-        let config = scope.spawn(|| {
-            let fetched = |name: &str| {
-                let path = in_repo(name);
-                let bytes = files
-                    .get(path.as_str())
-                    .map(|file| whole_file(&hub, repo, &commit, file, cache, MAX_CONFIG_LEN))
-                    .transpose()?;
-                Ok(bytes.map(|bytes| (PathBuf::from(format!("{shown}/{path}")), bytes)))
-            };
-            beside_files(fetched)
-        });
-        let headers = fetch_all(labels.len(), |i| {
-            let path = in_repo(&labels[i]);
-            let Some(file) = files.get(path.as_str()) else {
-                return Ok(None);
-            };
-            cached_or(cache, "headers", file, |_| {
-                hub.header(repo, &commit, &path, likely[i])
-            })
-            .map(Some)
-        });
-        let config = config
-            .join()
-            .unwrap_or_else(|_| Err(RemoteError("reading `config.json` failed".into())));
-        (headers, config)
-    });
-    let headers = headers.map_err(fail)?;
-    let (config, side_files) = config.map_err(fail)?;
+    let (headers, (config, side_files)) = headers_and_beside(
+        &hub,
+        (repo, &commit),
+        &files,
+        (&prefix, &labels),
+        &likely,
+        cache,
+    )
+    .map_err(fail)?;
     let model_path = PathBuf::from(model_path);
     let mut builder = Builder::new(&model_path, source, None);
     let mut blobs = Vec::new();
     let mut paths = Vec::new();
-    for (label, header) in labels.into_iter().zip(headers) {
+    let mut prefetched = Prefetched::new();
+    for (shard, (label, header)) in labels.into_iter().zip(headers).enumerate() {
         let path = in_repo(&label);
         let shown_path = PathBuf::from(format!("{shown}/{path}"));
         let file = match header {
-            Some((bytes, file_len)) => {
-                SafetensorsFile::from_header_bytes(&shown_path, &bytes, file_len)
+            Some(header) => {
+                let file = SafetensorsFile::from_header_bytes(
+                    &shown_path,
+                    header.bytes(),
+                    header.file_len,
+                );
+                if let Ok(file) = &file {
+                    keep_small_integers(shard, file, header.after(), &mut prefetched);
+                }
+                file
             }
             None => Err(std::io::Error::new(
                 std::io::ErrorKind::NotFound,
@@ -335,8 +344,100 @@ pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
         config,
         side_files,
         cache: cache.map(Path::to_path_buf),
+        prefetched,
     }));
     Ok(model)
+}
+
+/// The headers of the shards `labels` (in the folder whose paths start with `prefix`) and,
+/// beside them (one round trip less), `config.json` and the side files.
+fn headers_and_beside(
+    hub: &Hub,
+    (repo, commit): (&RepoRef, &str),
+    files: &HashMap<&str, &RepoFile>,
+    (prefix, labels): (&str, &[String]),
+    likely: &[u64],
+    cache: Option<&Path>,
+) -> std::result::Result<(Vec<Option<Header>>, BesideFiles), RemoteError> {
+    let shown = format!("hf://{}@{commit}", repo.id);
+    std::thread::scope(|scope| {
+        let config = scope.spawn(|| {
+            let fetched = |name: &str| {
+                let path = format!("{prefix}{name}");
+                let bytes = files
+                    .get(path.as_str())
+                    .map(|file| whole_file(hub, repo, commit, file, cache, MAX_CONFIG_LEN))
+                    .transpose()?;
+                Ok(bytes.map(|bytes| (PathBuf::from(format!("{shown}/{path}")), bytes)))
+            };
+            beside_files(fetched)
+        });
+        let headers = fetch_all(labels.len(), |i| {
+            let path = format!("{prefix}{}", labels[i]);
+            files
+                .get(path.as_str())
+                .map(|file| shard_header(hub, (repo, commit), file, likely[i], cache))
+                .transpose()
+        });
+        let config = config
+            .join()
+            .unwrap_or_else(|_| Err(RemoteError("reading `config.json` failed".into())));
+        Ok((headers?, config?))
+    })
+}
+
+/// A shard's header through stui's cache, with the bytes its request brought past it (none when
+/// the cache held it).
+fn shard_header(
+    hub: &Hub,
+    (repo, commit): (&RepoRef, &str),
+    file: &RepoFile,
+    likely: u64,
+    cache: Option<&Path>,
+) -> std::result::Result<Header, RemoteError> {
+    let cached = cache.zip(file.blob.as_deref());
+    if let Some((cache, blob)) = cached
+        && let Some((bytes, file_len)) = header_cache::load(cache, "headers", blob)
+    {
+        return Ok(Header::alone(bytes, file_len));
+    }
+    let header = hub.header(repo, commit, &file.path, likely)?;
+    if let Some((cache, blob)) = cached {
+        header_cache::store(cache, "headers", blob, header.bytes(), header.file_len);
+    }
+    Ok(header)
+}
+
+/// Keeps in `prefetched` the tensors of integers of at most [`PREFETCHED_MAX`] bytes of `file`,
+/// shard `shard`, that lie whole in `after`, the bytes its header's request brought past the
+/// header: the members read for their values are integers (shapes, group orders) and bytes
+/// (quant states), and the small floats a writer also puts first, such as the block scales of an
+/// FP8 model, would be held for nothing.
+fn keep_small_integers(
+    shard: usize,
+    file: &SafetensorsFile,
+    after: &[u8],
+    prefetched: &mut Prefetched,
+) {
+    for tensor in &file.tensors {
+        let [begin, end] = tensor.info.data_offsets;
+        let len = end.saturating_sub(begin);
+        let integers = tensor
+            .info
+            .dtype
+            .known()
+            .is_some_and(|dtype| matches!(dtype.kind(), Kind::SignedInt | Kind::UnsignedInt));
+        if !integers || len == 0 || len > PREFETCHED_MAX {
+            continue;
+        }
+        let within = usize::try_from(begin)
+            .ok()
+            .and_then(|at| after.get(at..at.checked_add(usize::try_from(len).ok()?)?));
+        if let Some(bytes) = within {
+            let start = file.data_start().saturating_add(begin);
+            prefetched.insert((shard, start, len), bytes.to_vec());
+        }
+    }
 }
 
 /// `config.json` and the quantization side files there are beside the model, each as shown and
@@ -703,5 +804,47 @@ mod tests {
         assert_eq!(gathered(&side_by_side), [(0, 100, 156), (1, 100, 116)]);
         let far = [(0, 0, 16), (0, NEAR + 17, 16)];
         assert_eq!(gathered(&far), [(0, 0, 16), (0, NEAR + 17, NEAR + 33)]);
+    }
+
+    /// Of the bytes that came after a header, only the small tensors of integers lying whole in
+    /// them are kept, each with its own bytes.
+    #[test]
+    fn small_tensors_whole_in_the_bytes_after_a_header_are_kept() {
+        use safetensors::tensor::TensorView;
+        fn view(dtype: safetensors::Dtype, len: usize, bytes: &[u8]) -> TensorView<'_> {
+            TensorView::new(dtype, vec![len], bytes).unwrap()
+        }
+        let path = Path::new("model.safetensors");
+        let large = vec![2u8; usize::try_from(2 * PREFETCHED_MAX).unwrap()];
+        let (shape, scale, state) = (vec![1u8; 16], [3u8; 16], [4u8; 64]);
+        // Placed by dtype, widest first: the two I64, the F32, the U8.
+        let bytes = safetensors::serialize(
+            [
+                ("a.weight_shape", view(safetensors::Dtype::I64, 2, &shape)),
+                (
+                    "b.large",
+                    view(safetensors::Dtype::I64, large.len() / 8, &large),
+                ),
+                ("c.scale", view(safetensors::Dtype::F32, 4, &scale)),
+                ("d.quant_state", view(safetensors::Dtype::U8, 64, &state)),
+            ],
+            None,
+        )
+        .unwrap();
+        let file = SafetensorsFile::from_bytes(path, &bytes);
+        let data_start = file.data_start();
+        let at = usize::try_from(data_start).unwrap();
+        // To the middle of `d.quant_state`: `b.large` is whole but too large, `c.scale` holds
+        // floats, `d.quant_state` is not whole.
+        let mut kept = Prefetched::new();
+        let cut = at + 16 + large.len() + 16 + 32;
+        keep_small_integers(3, &file, &bytes[at..cut], &mut kept);
+        assert_eq!(kept.len(), 1, "{:?}", kept.keys());
+        assert_eq!(kept[&(3, data_start, 16)], shape);
+        let mut whole = Prefetched::new();
+        keep_small_integers(3, &file, &bytes[at..], &mut whole);
+        let state_start = data_start + 16 + large.len() as u64 + 16;
+        assert_eq!(whole.len(), 2, "{:?}", whole.keys());
+        assert_eq!(whole[&(3, state_start, 64)], state);
     }
 }

@@ -75,6 +75,38 @@ pub struct RangeReply {
     pub etag: Option<String>,
 }
 
+/// A safetensors file's header as [`Hub::header`] reads it: the length prefix and the header,
+/// then whatever bytes after it the first request brought too.
+#[derive(Debug)]
+pub struct Header {
+    bytes: Vec<u8>,
+    /// Where the data section starts: the end of the header.
+    data_start: usize,
+    /// The file's size.
+    pub file_len: u64,
+}
+
+impl Header {
+    /// The header `bytes` (the length prefix and the header), with nothing after them.
+    pub fn alone(bytes: Vec<u8>, file_len: u64) -> Header {
+        Header {
+            data_start: bytes.len(),
+            bytes,
+            file_len,
+        }
+    }
+
+    /// The length prefix and the header.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes[..self.data_start]
+    }
+
+    /// The bytes right after the header that came with it.
+    pub fn after(&self) -> &[u8] {
+        &self.bytes[self.data_start..]
+    }
+}
+
 /// Whether `HF_HUB_OFFLINE` (or the older `TRANSFORMERS_OFFLINE`) forbids the network.
 pub fn offline(env: &dyn Environment) -> bool {
     ["HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"]
@@ -349,23 +381,24 @@ impl Hub {
 
     /// A safetensors file's length prefix and header (all of it, up to the format's limit):
     /// one Range request of `likely` bytes, and a second for the rest only when the header is
-    /// longer than what the first *received*. Returns the bytes and the file's size.
+    /// longer than what the first *received*. Returns the bytes, the file's size and the bytes
+    /// the first request brought past the header (the start of the data section).
     pub fn header(
         &self,
         repo: &RepoRef,
         commit: &str,
         path: &str,
         likely: u64,
-    ) -> Result<(Vec<u8>, u64), RemoteError> {
+    ) -> Result<Header, RemoteError> {
         let first = self.range(repo, commit, path, 0, likely.max(LENGTH_PREFIX))?;
         let mut bytes = first.bytes;
         let received = bytes.len() as u64;
         let Some(prefix) = bytes.first_chunk::<8>() else {
-            return Ok((bytes, first.file_len));
+            return Ok(Header::alone(bytes, first.file_len));
         };
         let header_len = u64::from_le_bytes(*prefix);
         if header_len > MAX_HEADER_LEN {
-            return Ok((bytes, first.file_len));
+            return Ok(Header::alone(bytes, first.file_len));
         }
         let needed = (LENGTH_PREFIX + header_len).min(first.file_len);
         if needed > received {
@@ -381,10 +414,15 @@ impl Hub {
                 )));
             }
             bytes.extend_from_slice(&rest.bytes);
+            Ok(Header::alone(bytes, first.file_len))
         } else {
-            bytes.truncate(usize::try_from(needed).unwrap_or(usize::MAX));
+            // Within what was received, which a `usize` holds.
+            Ok(Header {
+                data_start: usize::try_from(needed).unwrap_or(bytes.len()),
+                bytes,
+                file_len: first.file_len,
+            })
         }
-        Ok((bytes, first.file_len))
     }
 
     /// Sends a GET (with a range, when given), waiting out rate limits and retrying server

@@ -820,30 +820,71 @@ fn quantized_checkpoints_read_from_the_hub_as_locally() {
     assert!(log[0].contains("/api/models/"), "{log:#?}");
 }
 
-/// The seven `weight_shape` members of a compressed-tensors W4A16 checkpoint, side by side in
-/// its file, come in one Range request beside the header's.
+/// The seven `weight_shape` members of a compressed-tensors W4A16 checkpoint lie side by side
+/// right after its header, where the safetensors library puts them: they come with the header's
+/// own request. Moved 256 KiB further on, behind a larger tensor sorted before them, they come in
+/// one Range request of their own.
 #[test]
-fn members_side_by_side_come_in_one_request() {
+fn members_come_with_the_header_or_side_by_side_in_one_request() {
     let hub = FakeHub::start();
     let scratch = Scratch::new();
     let (_, files) = quantized_checkpoints()
         .into_iter()
         .find(|(name, _)| name == "ct-w4a16")
         .unwrap();
-    let files: Vec<(&str, Vec<u8>)> = files
+    let moved: Vec<(String, Vec<u8>)> = files
         .iter()
-        .map(|(path, bytes)| (path.as_str(), bytes.clone()))
+        .map(|(path, bytes)| {
+            let bytes = if path == "model.safetensors" {
+                behind_padding(bytes, 256 << 10)
+            } else {
+                bytes.clone()
+            };
+            (path.clone(), bytes)
+        })
         .collect();
-    hub.add_repo("org/w4a16", COMMIT, &files);
-    let (code, out, err) = scratch.run(&hub, &["inspect", "hf://org/w4a16"], &[]);
-    assert_eq!(code, 0, "{err}");
-    assert!(out.contains("int4 g128, compressed-tensors"), "{out}");
-    let log = hub.take_log();
-    let ranges: Vec<_> = log
-        .iter()
-        .filter(|l| l.contains("/cdn/") && !l.contains("bytes=0-"))
+    for (repo, files, requests) in [("org/w4a16", &files, 0), ("org/moved", &moved, 1)] {
+        let files: Vec<(&str, Vec<u8>)> = files
+            .iter()
+            .map(|(path, bytes)| (path.as_str(), bytes.clone()))
+            .collect();
+        hub.add_repo(repo, COMMIT, &files);
+        let (code, out, err) = scratch.run(&hub, &["inspect", &format!("hf://{repo}")], &[]);
+        assert_eq!(code, 0, "{repo}: {err}");
+        assert!(
+            out.contains("int4 g128, compressed-tensors"),
+            "{repo}: {out}"
+        );
+        let log = hub.take_log();
+        let ranges: Vec<_> = log
+            .iter()
+            .filter(|l| l.contains("/cdn/") && !l.contains("bytes=0-"))
+            .collect();
+        assert_eq!(ranges.len(), requests, "{repo}: {log:#?}");
+    }
+}
+
+/// The safetensors file `bytes` with a tensor of `len` bytes of I64 added, which the library
+/// places before every other (the widest dtype, the first name).
+fn behind_padding(bytes: &[u8], len: usize) -> Vec<u8> {
+    let file = safetensors::SafeTensors::deserialize(bytes).unwrap();
+    let metadata = safetensors::SafeTensors::read_metadata(bytes)
+        .unwrap()
+        .1
+        .metadata()
+        .clone();
+    let padding = vec![0u8; len];
+    let mut views: Vec<(String, safetensors::tensor::TensorView<'_>)> = file
+        .tensors()
+        .into_iter()
+        .chain([(
+            "a.padding".to_owned(),
+            safetensors::tensor::TensorView::new(safetensors::Dtype::I64, vec![len / 8], &padding)
+                .unwrap(),
+        )])
         .collect();
-    assert_eq!(ranges.len(), 1, "{log:#?}");
+    views.sort_by(|a, b| a.0.cmp(&b.0));
+    safetensors::serialize(views, metadata).unwrap()
 }
 
 /// Tensors to write: each one's name, dtype, shape and bytes.

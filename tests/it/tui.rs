@@ -818,6 +818,7 @@ fn quantize_on_a_model_from_the_hub_says_to_download_it() {
         config: None,
         side_files: Vec::new(),
         cache: None,
+        prefetched: std::collections::HashMap::new(),
     }));
     let mut app = App::new(Arc::new(model), Theme::new(false));
     app.update(Action::Quantize);
