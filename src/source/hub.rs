@@ -380,9 +380,10 @@ impl Hub {
     }
 
     /// A safetensors file's length prefix and header (all of it, up to the format's limit):
-    /// one Range request of `likely` bytes, and a second for the rest only when the header is
-    /// longer than what the first *received*. Returns the bytes, the file's size and the bytes
-    /// the first request brought past the header (the start of the data section).
+    /// one Range request of `likely` bytes, and a second only when the header is longer than
+    /// what the first *received*, for the rest of it and a quarter of its length more (up to 1
+    /// MiB). Returns the header and the bytes past it that came with it (the start of the data
+    /// section, where a writer that sorts its tensors by dtype puts the small `I64` ones).
     pub fn header(
         &self,
         repo: &RepoRef,
@@ -402,10 +403,12 @@ impl Hub {
         }
         let needed = (LENGTH_PREFIX + header_len).min(first.file_len);
         if needed > received {
-            let rest = self.range(repo, commit, path, received, needed - received)?;
+            let more = (header_len / 4).clamp(4096, 1 << 20);
+            let end = needed.saturating_add(more).min(first.file_len);
+            let rest = self.range(repo, commit, path, received, end - received)?;
             if rest.etag != first.etag || rest.file_len != first.file_len {
                 return Err(RemoteError(format!(
-                    "`{}` of `{repo}` changed between two requests (ETag {} then {}, size {} then                      {}): try again",
+                    "`{}` of `{repo}` changed between two requests (ETag {} then {}, size {} then {}): try again",
                     escape(path),
                     first.etag.as_deref().map_or("absent".into(), escape),
                     rest.etag.as_deref().map_or("absent".into(), escape),
@@ -414,15 +417,13 @@ impl Hub {
                 )));
             }
             bytes.extend_from_slice(&rest.bytes);
-            Ok(Header::alone(bytes, first.file_len))
-        } else {
-            // Within what was received, which a `usize` holds.
-            Ok(Header {
-                data_start: usize::try_from(needed).unwrap_or(bytes.len()),
-                bytes,
-                file_len: first.file_len,
-            })
         }
+        // Within what was received, which a `usize` holds.
+        Ok(Header {
+            data_start: usize::try_from(needed).map_or(bytes.len(), |end| end.min(bytes.len())),
+            bytes,
+            file_len: first.file_len,
+        })
     }
 
     /// Sends a GET (with a range, when given), waiting out rate limits and retrying server
