@@ -896,7 +896,6 @@ fn rewritten(bytes: &[u8], padding: usize, note: usize) -> Vec<u8> {
         .unwrap();
         views.push(("a.padding".to_owned(), view));
     }
-    views.sort_by(|a, b| a.0.cmp(&b.0));
     safetensors::serialize(views, Some(metadata)).unwrap()
 }
 
