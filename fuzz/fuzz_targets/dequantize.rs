@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     for (index, weight) in quantization.weights.iter().enumerate() {
-        match weight_stats(&model, &quantization, index, true) {
+        match weight_stats((&model, &quantization, index), true, &|| false) {
             Ok(stats) => {
                 let elements = weight.element_count();
                 assert_eq!(stats.moments.count, elements, "{}", weight.info.name);
