@@ -16,8 +16,8 @@
 
 use super::code_table;
 use super::lanes::{
-    Checked, Compared, LANES, Measure, Rounding, WIDE, byte_of, clamp, divisor, for_loaded, larger,
-    measured_in_f32, round_even, scale_in_f32, wide_chunks,
+    Checked, Compared, LANES, Loaded, Measure, Rounding, WIDE, byte_of, clamp, divisor, for_loaded,
+    larger, measured_in_f32, round_even, scale_in_f32, wide_chunks,
 };
 use super::scheme::{ErrorSums, Plan, Scheme, Streams};
 use super::{bf16_at_least, encode_scale, stored_at_least};
@@ -180,10 +180,7 @@ fn scale_and_zero(plan: &Plan, values: &[f32], (min, max): (f32, f32)) -> (f64, 
     if plan.scheme != Scheme::W4A16Asym {
         let need = (max / (half - 0.5)).max(-min / (half + 0.5));
         let scale = stored_at_least(plan.scale_dtype, need);
-        if plan.scale_dtype == Dtype::F16 {
-            return (f16_scale_within(min, max, scale), 0);
-        }
-        return (scale, 0);
+        return (scale_within(plan.scale_dtype, (min, max), scale, half), 0);
     }
     let exact = (max - min) / (2.0 * half - 1.0);
     let up = stored_at_least(plan.scale_dtype, exact);
@@ -317,6 +314,10 @@ fn row_grid(
         (_, Dtype::Bf16) => {
             grid.resize(extremes.len(), (0.0, 0));
             symmetric_bf16_scales(extremes, half, grid);
+            for (cell, &(min, max)) in grid.iter_mut().zip(extremes) {
+                let range = (f64::from(min), f64::from(max));
+                cell.0 = scale_within(Dtype::Bf16, range, cell.0, half);
+            }
         }
         _ => {
             for (chunk, &range) in row.chunks(group).zip(extremes) {
@@ -500,6 +501,15 @@ fn epsilon(dtype: Dtype) -> f64 {
 /// of step `scale` (their quotients rounded as the writer rounds them, times the scale) stay
 /// within F16's range: beyond 65504 it reads ±Inf.
 fn extremes_within_f16(min: f64, max: f64, scale: f64) -> bool {
+    extremes_load_finite(min, max, scale, |back| {
+        half::f16::from_f64(back).is_finite()
+    })
+}
+
+/// Whether `finite` holds of the values a loader works out for a group's extremes `min` and
+/// `max` on a grid of step `scale` (their quotients rounded as the writer rounds them, times the
+/// scale, in `f64`).
+fn extremes_load_finite(min: f64, max: f64, scale: f64, finite: impl Fn(f64) -> bool) -> bool {
     #[expect(
         clippy::cast_possible_truncation,
         reason = "as the writer divides, in f32"
@@ -507,8 +517,39 @@ fn extremes_within_f16(min: f64, max: f64, scale: f64) -> bool {
     let (low, high, scale32) = (min as f32, max as f32, scale as f32);
     [low, high].iter().all(|&x| {
         let steps = round_even(x / scale32);
-        half::f16::from_f64(f64::from(steps) * scale).is_finite()
+        finite(f64::from(steps) * scale)
     })
+}
+
+/// A symmetric group's scale `up` (stored as `dtype`, for a group whose extremes are `range`,
+/// its codes from `-half` to `half - 1`), raised where needed so that its extremes load finite.
+/// The scale covers `-half - 1/2` steps below 0 and `half - 1/2` above, so a group reaching
+/// both ends of the range of F32 (or of BF16) can have its lowest value coded `-half`, `half /
+/// (half - 1/2)` times its highest: beyond the range. A coarser grid then codes it one step
+/// closer to 0, still within half a step.
+fn scale_within(dtype: Dtype, (min, max): (f64, f64), up: f64, half: f64) -> f64 {
+    let largest = match dtype {
+        Dtype::F16 => return f16_scale_within(min, max, up),
+        Dtype::F32 => f64::from(f32::MAX),
+        Dtype::Bf16 => ::half::bf16::MAX.to_f64(),
+        _ => return up,
+    };
+    // No code reaches `half` steps from 0, so a scale this far below the largest value cannot
+    // pass it; the others are checked.
+    if up * half < largest * 0.99 {
+        return up;
+    }
+    let loaded = Loaded::of(dtype);
+    let mut scale = up;
+    // Steps of 2^-10: BF16's one at a time, F32's by the thousand, enough for the 1/15 at most
+    // that int4's lowest code can go beyond.
+    for _ in 0..128 {
+        if extremes_load_finite(min, max, scale, |back| loaded.round_wide(back).is_finite()) {
+            return scale;
+        }
+        scale = stored_at_least(dtype, scale * (1.0 + 1.0 / 1024.0));
+    }
+    up
 }
 
 /// The smallest F16 scale from `up` on whose grid the group's extremes stay within F16's range

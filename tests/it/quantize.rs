@@ -596,12 +596,54 @@ fn rows_of_subnormal_values_still_verify() {
     }
 }
 
+/// `stui quantize --scheme SCHEME -o OUTPUT SOURCE EXTRA...` run in `dir`: its exit code, its
+/// output and the output's name.
+fn quantize_in(
+    dir: &Path,
+    scheme: &str,
+    source: &str,
+    extra: &[&str],
+) -> (Option<i32>, String, String) {
+    let output = format!("{scheme}-{}-{source}", extra.len());
+    let mut args = vec!["quantize", "--scheme", scheme, "-o", &output, source];
+    args.extend_from_slice(extra);
+    let run = support::run_within(support::stui(dir, args), std::time::Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    (run.code, stdout, output)
+}
+
+/// How many values of the model `file` in `dir` are ±Inf, as `stui stats` counts them.
+fn infinite_values(dir: &Path, file: &str) -> u64 {
+    let stats = support::run_within(
+        support::stui(dir, ["stats", "--json", file]),
+        std::time::Duration::from_secs(60),
+    );
+    let json: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    json["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["pos_inf"].as_u64().unwrap() + t["neg_inf"].as_u64().unwrap())
+        .sum()
+}
+
+/// Whether a save of `source` in `dir` under `scheme` exits 0 with an output that verifies and
+/// reads back without ±Inf.
+fn saves_finite(dir: &Path, scheme: &str, source: &str) {
+    let (code, stdout, output) = quantize_in(dir, scheme, source, &[]);
+    assert_eq!(code, Some(0), "{scheme} {source}: {stdout}");
+    assert!(
+        stdout.contains("the output is valid"),
+        "{scheme} {source}: {stdout}"
+    );
+    assert_eq!(infinite_values(dir, &output), 0, "{scheme} {source}");
+}
+
 /// BF16 and F32 weights reaching the largest value their dtype holds: every scheme's scales keep
 /// its grid within the dtype (W8A8's and FP8's one step lower than the nearest), so the save
 /// verifies and the output reads back without ±Inf. But NVFP4A16 loads weights in BF16, which
 /// cannot hold an F32 weight beyond BF16's range: that save does not verify, says why, and
-/// verifies with the weight kept as the message advises. `W4A16_ASYM` fails too on a group
-/// spanning from BF16's lowest value to its highest.
+/// verifies with the weight kept as the message advises.
 #[test]
 fn weights_at_the_top_of_their_range_quantize_and_read_back_finite() {
     let dir = tempfile::tempdir().unwrap();
@@ -626,17 +668,6 @@ fn weights_at_the_top_of_their_range_quantize_and_read_back_finite() {
     top(Dtype::F32, f64::from(f32::MAX))
         .write(&dir.path().join("f32.safetensors"))
         .unwrap();
-    let quantize = |scheme: &str, source: &str, extra: &[&str]| {
-        let output = format!("{scheme}-{}-{source}", extra.len());
-        let mut args = vec!["quantize", "--scheme", scheme, "-o", &output, source];
-        args.extend_from_slice(extra);
-        let run = support::run_within(
-            support::stui(dir.path(), args),
-            std::time::Duration::from_secs(60),
-        );
-        let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
-        (run.code, stdout, output)
-    };
     let schemes = [
         "W8A8",
         "W8A16",
@@ -646,26 +677,10 @@ fn weights_at_the_top_of_their_range_quantize_and_read_back_finite() {
         "FP8_BLOCK",
         "NVFP4A16",
     ];
-    // A W4A16_ASYM group from BF16's lowest value to its highest: its range over 15 passes BF16.
-    SyntheticModel::new(0)
-        .tensor(
-            "layer.proj.weight",
-            Dtype::Bf16,
-            &[1, 128],
-            Fill::Values(vec![3.389_531_4e38, -3.389_531_4e38]),
-        )
-        .write(&dir.path().join("span.safetensors"))
-        .unwrap();
-    let (code, stdout, _) = quantize("W4A16_ASYM", "span.safetensors", &[]);
-    assert_eq!(code, Some(1), "{stdout}");
-    assert!(
-        stdout.contains("values beyond the range of the dtype they load in"),
-        "{stdout}"
-    );
     for source in ["bf16.safetensors", "f32.safetensors"] {
         for scheme in schemes {
-            let (code, stdout, output) = quantize(scheme, source, &[]);
             if scheme == "NVFP4A16" && source == "f32.safetensors" {
+                let (code, stdout, _) = quantize_in(dir.path(), scheme, source, &[]);
                 assert_eq!(code, Some(1), "{stdout}");
                 assert!(
                     stdout.contains(
@@ -674,28 +689,51 @@ fn weights_at_the_top_of_their_range_quantize_and_read_back_finite() {
                     ),
                     "{stdout}"
                 );
-                let (code, stdout, _) = quantize(scheme, source, &["--keep-below-snr", "0"]);
+                let extra = ["--keep-below-snr", "0"];
+                let (code, stdout, _) = quantize_in(dir.path(), scheme, source, &extra);
                 assert_eq!(code, Some(0), "{stdout}");
                 assert!(stdout.contains("1 kept") && stdout.contains("the output is valid"));
                 continue;
             }
-            assert_eq!(code, Some(0), "{scheme} {source}: {stdout}");
-            assert!(
-                stdout.contains("the output is valid"),
-                "{scheme} {source}: {stdout}"
-            );
-            let stats = support::run_within(
-                support::stui(dir.path(), ["stats", "--json", &output]),
-                std::time::Duration::from_secs(60),
-            );
-            let json: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
-            let infinite: u64 = json["tensors"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|t| t["pos_inf"].as_u64().unwrap() + t["neg_inf"].as_u64().unwrap())
-                .sum();
-            assert_eq!(infinite, 0, "{scheme} {source}: {json}");
+            saves_finite(dir.path(), scheme, source);
+        }
+    }
+}
+
+/// Groups spanning from the lowest value of their dtype to its highest. The symmetric schemes'
+/// lowest code is one step further from 0 than their highest: the scale that keeps the highest
+/// value within half a step would code the lowest one a step beyond the dtype's range, so W8A16
+/// and W4A16 raise it. `W4A16_ASYM`'s scale, the group's range over 15, passes BF16: that save
+/// does not verify and says why.
+#[test]
+fn groups_spanning_their_whole_range_keep_a_finite_grid() {
+    let dir = tempfile::tempdir().unwrap();
+    let span = |dtype, name: &str, values: Vec<f64>| {
+        SyntheticModel::new(0)
+            .tensor("layer.proj.weight", dtype, &[1, 128], Fill::Values(values))
+            .write(&dir.path().join(name))
+            .unwrap();
+    };
+    span(
+        Dtype::Bf16,
+        "bf16.safetensors",
+        vec![3.389_531_4e38, -3.389_531_4e38],
+    );
+    let f32_max = f64::from(f32::MAX);
+    span(
+        Dtype::F32,
+        "f32.safetensors",
+        vec![f32_max, -f32_max, 3e38, 1.0],
+    );
+    let (code, stdout, _) = quantize_in(dir.path(), "W4A16_ASYM", "bf16.safetensors", &[]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(
+        stdout.contains("values beyond the range of the dtype they load in"),
+        "{stdout}"
+    );
+    for source in ["bf16.safetensors", "f32.safetensors"] {
+        for scheme in ["W8A16", "W4A16"] {
+            saves_finite(dir.path(), scheme, source);
         }
     }
 }
