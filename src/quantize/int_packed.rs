@@ -193,10 +193,11 @@ fn scale_and_zero(plan: &Plan, values: &[f32], (min, max): (f32, f32)) -> (f64, 
     if up != nearest {
         scales.push(up);
     }
-    if plan.scale_dtype == Dtype::F16 {
-        scales.retain(|scale| extremes_within_f16(min, max, *scale));
+    // The codes reach `2^b - 1` steps from 0 either side, less the zero point.
+    if grid_may_pass(plan.scale_dtype, up, 2.0 * half) {
+        scales.retain(|scale| extremes_within(plan.scale_dtype, (min, max), *scale));
         if scales.is_empty() {
-            scales.push(f16_scale_within(min, max, up));
+            scales.push(scale_within(plan.scale_dtype, (min, max), up, 2.0 * half));
         }
     }
     let mut candidates: SmallVec<[(f64, i32); CANDIDATES]> = SmallVec::new();
@@ -307,7 +308,13 @@ fn row_grid(
                     }
                     ScaleChoice::NearestOrUp | ScaleChoice::Unsure => {
                         *cell = scale_and_zero(plan, chunk, range);
+                        continue;
                     }
+                }
+                // A grid near the top of BF16's range, whose extremes `scale_and_zero` keeps
+                // within it.
+                if grid_may_pass(Dtype::Bf16, cell.0, 2.0 * half) {
+                    *cell = scale_and_zero(plan, chunk, range);
                 }
             }
         }
@@ -521,30 +528,50 @@ fn extremes_load_finite(min: f64, max: f64, scale: f64, finite: impl Fn(f64) -> 
     })
 }
 
-/// A symmetric group's scale `up` (stored as `dtype`, for a group whose extremes are `range`,
-/// its codes from `-half` to `half - 1`), raised where needed so that its extremes load finite.
-/// The scale covers `-half - 1/2` steps below 0 and `half - 1/2` above, so a group reaching
-/// both ends of the range of F32 (or of BF16) can have its lowest value coded `-half`, `half /
-/// (half - 1/2)` times its highest: beyond the range. A coarser grid then codes it one step
-/// closer to 0, still within half a step.
-fn scale_within(dtype: Dtype, (min, max): (f64, f64), up: f64, half: f64) -> f64 {
-    let largest = match dtype {
-        Dtype::F16 => return f16_scale_within(min, max, up),
-        Dtype::F32 => f64::from(f32::MAX),
-        Dtype::Bf16 => ::half::bf16::MAX.to_f64(),
-        _ => return up,
-    };
-    // No code reaches `half` steps from 0, so a scale this far below the largest value cannot
-    // pass it; the others are checked.
-    if up * half < largest * 0.99 {
-        return up;
+/// The largest value a loader of weights on a grid of scales stored as `dtype` works out, `None`
+/// for F64, whose products of `f32` values never pass it.
+fn largest_loaded(dtype: Dtype) -> Option<f64> {
+    match dtype {
+        Dtype::F16 => Some(::half::f16::MAX.to_f64()),
+        Dtype::Bf16 => Some(::half::bf16::MAX.to_f64()),
+        Dtype::F32 => Some(f64::from(f32::MAX)),
+        _ => None,
+    }
+}
+
+/// Whether a grid of step `scale` (stored as `dtype`) whose codes reach `steps` steps from 0 can
+/// come near the largest value its loader works out; below a hundredth of it, no value does.
+fn grid_may_pass(dtype: Dtype, scale: f64, steps: f64) -> bool {
+    largest_loaded(dtype).is_some_and(|largest| scale * steps >= largest * 0.99)
+}
+
+/// Whether a group's extremes `range` load finite on a grid of step `scale` stored as `dtype`.
+fn extremes_within(dtype: Dtype, (min, max): (f64, f64), scale: f64) -> bool {
+    if dtype == Dtype::F16 {
+        return extremes_within_f16(min, max, scale);
     }
     let loaded = Loaded::of(dtype);
+    extremes_load_finite(min, max, scale, |back| loaded.round_wide(back).is_finite())
+}
+
+/// A group's scale `up` (stored as `dtype`, for a group whose extremes are `range`, its codes
+/// reaching `steps` steps from 0), raised where needed so that its extremes load finite. A
+/// symmetric scale covers `-2^(b-1) - 1/2` steps below 0 and `2^(b-1) - 1/2` above, so a group
+/// reaching both ends of the range of F32 (or of BF16) can have its lowest value coded
+/// `-2^(b-1)`, beyond the range; an asymmetric group's highest value can land half a step
+/// beyond it. A coarser grid codes such a value one step closer to 0, still within half a step.
+fn scale_within(dtype: Dtype, range: (f64, f64), up: f64, steps: f64) -> f64 {
+    if !grid_may_pass(dtype, up, steps) {
+        return up;
+    }
+    if dtype == Dtype::F16 {
+        return f16_scale_within(range.0, range.1, up);
+    }
     let mut scale = up;
     // Steps of 2^-10: BF16's one at a time, F32's by the thousand, enough for the 1/15 at most
     // that int4's lowest code can go beyond.
     for _ in 0..128 {
-        if extremes_load_finite(min, max, scale, |back| loaded.round_wide(back).is_finite()) {
+        if extremes_within(dtype, range, scale) {
             return scale;
         }
         scale = stored_at_least(dtype, scale * (1.0 + 1.0 / 1024.0));
