@@ -4,7 +4,7 @@
 //! or does not fit.
 
 use super::members::{Role, classify};
-use super::recognise::Declared;
+use super::recognise::{Declared, Strategy as DeclaredStrategy};
 use super::scheme::{Grouping, Layout, Scheme};
 use super::{LogicalWeight, Member};
 use crate::finding::{Code, Finding};
@@ -708,6 +708,7 @@ impl Builder<'_> {
         let declared = self.declared;
         let (_, declared_group) = declared.map_or((None, None), |d| d.bits_and_group(group.module));
         let declared_block = declared.and_then(|d| d.block);
+        let per_channel = declared.and_then(|d| d.strategy) == Some(DeclaredStrategy::Channel);
         let scale_dims = dims(scale);
         let (rows, cols) = match scale_dims.as_slice() {
             [.., rows, cols] => (*rows, *cols),
@@ -720,6 +721,16 @@ impl Builder<'_> {
             && ceil_div(columns, block_cols.into()) == cols
         {
             return Grouping::Block(block_rows, block_cols);
+        }
+        // A weight of one row within one declared group, or declared per channel, has a single
+        // scale too: a group's or a row's, whose zero point compressed-tensors packs, as it does
+        // not a tensor's.
+        if scale_dims.len() >= 2 && rows == out && cols == 1 {
+            match declared_group {
+                Some(size) if columns <= u64::from(size) => return Grouping::Group(size),
+                None if per_channel => return Grouping::Channel,
+                _ => {}
+            }
         }
         if numel(&scale_dims) == 1 {
             return Grouping::Tensor;

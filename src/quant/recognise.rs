@@ -13,6 +13,16 @@ use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+/// How a config says the weights' scales are shared (compressed-tensors `strategy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    Tensor,
+    Channel,
+    /// Groups of columns (`group`, and NVFP4's `tensor_group`).
+    Group,
+    Block,
+}
+
 /// The quantization a model's files declare.
 #[derive(Debug)]
 pub struct Declared {
@@ -26,6 +36,10 @@ pub struct Declared {
     pub group_size: Option<u32>,
     /// `[rows, cols]` of a block strategy (`weight_block_size`, `block_structure`).
     pub block: Option<[u32; 2]>,
+    /// How the weights' scales are shared, where the config says (compressed-tensors
+    /// `strategy`): a weight of one row has a single scale under a tensor's, a row's or a
+    /// group's, but compressed-tensors packs the zero point of the last two only.
+    pub strategy: Option<Strategy>,
     pub symmetric: Option<bool>,
     /// The sub-format: compressed-tensors `format`, GPTQ `checkpoint_format`, AWQ `version`,
     /// auto-round `packing_format`, `ModelOpt` `quant_algo`, MLX `mode`, bitsandbytes quant type.
@@ -232,6 +246,7 @@ impl Declared {
             bits: None,
             group_size: None,
             block: None,
+            strategy: None,
             symmetric: None,
             format: None,
             status: None,
@@ -347,7 +362,15 @@ impl Declared {
         };
         self.bits = uint(weights, "num_bits").and_then(|b| u8::try_from(b).ok());
         self.symmetric = weights.get("symmetric").and_then(Value::as_bool);
-        match string(weights, "strategy").as_deref() {
+        let strategy = string(weights, "strategy");
+        self.strategy = match strategy.as_deref() {
+            Some("tensor") => Some(Strategy::Tensor),
+            Some("channel") => Some(Strategy::Channel),
+            Some("group" | "tensor_group") => Some(Strategy::Group),
+            Some("block") => Some(Strategy::Block),
+            _ => None,
+        };
+        match strategy.as_deref() {
             Some("group" | "tensor_group") => {
                 self.group_size = group_size(weights.get("group_size"));
             }

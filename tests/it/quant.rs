@@ -27,6 +27,17 @@ fn open(name: &str) -> (Model, Quantization) {
 
 /// Every fixture with its expected layout and scheme text (of its first weight).
 const FIXTURES: &[(&str, Layout, &str)] = &[
+    // A reward model's score head of one row beside an ordinary weight (`make_one_row.py`).
+    (
+        "ct-one-row-w4a16-asym",
+        Layout::CompressedPacked,
+        "int4 g128 asym, compressed-tensors",
+    ),
+    (
+        "ct-one-row-int4-channel-asym",
+        Layout::CompressedPacked,
+        "int4 per channel asym, compressed-tensors",
+    ),
     (
         "ct-w4a16",
         Layout::CompressedPacked,

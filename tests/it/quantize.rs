@@ -732,6 +732,50 @@ fn groups_spanning_their_whole_range_keep_a_finite_grid() {
     }
 }
 
+/// A weight of one row (a reward or classification head, `score.weight` [1, hidden]) in a
+/// single group has a single scale, like a weight quantized per tensor: read back as the group it
+/// is (an asymmetric group's zero point packed, not stored as a tensor's), its error as `stui
+/// diff` reads it is the one its save reported, under every scheme.
+#[test]
+fn a_weight_of_one_row_reads_back_as_saved() {
+    let dir = tempfile::tempdir().unwrap();
+    SyntheticModel::new(3)
+        .tensor(
+            "score.weight",
+            Dtype::Bf16,
+            &[1, 128],
+            Fill::Values(vec![-1.0, -0.3, 0.2, 0.7, 1.5, 3.0, 0.1]),
+        )
+        .write(&dir.path().join("head.safetensors"))
+        .unwrap();
+    let json = |args: &[&str]| -> serde_json::Value {
+        let run = support::run_within(
+            support::stui(dir.path(), args.iter().chain(&["--json"])),
+            std::time::Duration::from_secs(60),
+        );
+        serde_json::from_slice(&run.stdout).unwrap()
+    };
+    for scheme in Scheme::ALL {
+        let (name, output) = (scheme.to_string(), format!("{scheme}.safetensors"));
+        let args = [
+            "quantize",
+            "head.safetensors",
+            "-o",
+            &output,
+            "--scheme",
+            &name,
+        ];
+        let saved = json(&[&args[..], &["--yes"]].concat());
+        let diff = json(&["diff", "head.safetensors", &output]);
+        let saved = saved["quantized"][0]["snr_db"].as_f64().unwrap();
+        let read = diff["tensors"][0]["change"]["snr_db"].as_f64().unwrap();
+        assert!(
+            (saved - read).abs() < 1e-4,
+            "{scheme}: SNR {saved} saved, {read} read back"
+        );
+    }
+}
+
 /// Rows of one value, more of them than one run of rows holds, each with its own scale, read back
 /// from the file a run at a time. A weight without values is kept as it is.
 #[test]
