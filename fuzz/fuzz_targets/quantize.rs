@@ -2,13 +2,15 @@
 //! run), quantized under any scheme (W8A8 per channel or per tensor, the grouped int schemes
 //! with groups that divide the columns or not, FP8 per channel and in blocks, NVFP4) and written.
 //! The output must verify (the file read back is the one planned, every value finite and within
-//! half a step of its grid) but for two saves at the top of the range (below); and the
-//! comparison, which measures every scheme without writing codes, must give each weight the
-//! error the save read back, to what the `f32` measures leave out.
+//! half a step of its grid) but for one save at the top of the range (below); the comparison,
+//! which measures every scheme without writing codes, must give each weight the error the save
+//! read back, to what the `f32` measures leave out; and the output read as the loaders read it
+//! (`stui diff`, each weight dequantized from its members) must leave each weight that error.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use stui::demo::{Fill, SyntheticModel};
+use stui::diff::{Side, Status, diff};
 use stui::format::{Dtype, Model};
 use stui::quantize::{Control, Granularity, NonFinite, Options, Scheme, compare, quantize};
 
@@ -107,8 +109,50 @@ fuzz_target!(|input: (u8, u8, u8, u8, Vec<f32>)| {
             "{scheme} of {dtype:?} [{rows}, {columns}]: largest error {a} written, {b} compared"
         );
     }
+    if summary.verified {
+        read_back_as_saved(&model, &dir.join("out.safetensors"), &summary, elements);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 });
+
+/// The output read back as the loaders read it (`stui diff SOURCE OUTPUT`, each quantized weight
+/// dequantized in its scales' type) leaves each weight the error its save reported.
+fn read_back_as_saved(
+    source: &Model,
+    output: &std::path::Path,
+    summary: &stui::quantize::Summary,
+    elements: f64,
+) {
+    let output = Model::open(output).expect("the output opens");
+    let quantization = stui::arch::quantization(&output);
+    let (a, b) = (
+        Side::stored(source),
+        Side::logical(&output, quantization.as_ref()),
+    );
+    let compared = diff(&a, &b, &std::sync::atomic::AtomicU64::new(0));
+    for written in &summary.quantized {
+        let name = source.tensors[written.tensor].name();
+        let read = compared
+            .tensors
+            .iter()
+            .find(|t| t.name(&a, &b) == name)
+            .map(|t| match &t.status {
+                Status::Same => Some(0.0),
+                Status::Changed(changed) => changed.change.as_ref().map(|c| c.relative_l2),
+                _ => None,
+            });
+        let Some(Some(read)) = read else {
+            panic!("{name}: not read back as a weight ({:?})", summary.scheme);
+        };
+        let (a, b) = (written.error.relative_rms_error.powi(2), read.powi(2));
+        assert!(
+            a == b || (a - b).abs() <= a.max(b) * 1e-4 + elements * 2f64.powi(-66),
+            "{:?}: relative error {} saved, {read} read back",
+            summary.scheme,
+            written.error.relative_rms_error
+        );
+    }
+}
 
 fn tempfile_dir() -> std::io::Result<std::path::PathBuf> {
     let dir = std::env::temp_dir().join(format!("stui-fuzz-{}", std::process::id()));
