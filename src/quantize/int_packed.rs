@@ -504,15 +504,6 @@ fn epsilon(dtype: Dtype) -> f64 {
     }
 }
 
-/// Whether the values an F16 loader works out for a group's extremes `min` and `max` on a grid
-/// of step `scale` (their quotients rounded as the writer rounds them, times the scale) stay
-/// within F16's range: beyond 65504 it reads ±Inf.
-fn extremes_within_f16(min: f64, max: f64, scale: f64) -> bool {
-    extremes_load_finite(min, max, scale, |back| {
-        half::f16::from_f64(back).is_finite()
-    })
-}
-
 /// Whether `finite` holds of the values a loader works out for a group's extremes `min` and
 /// `max` on a grid of step `scale` (their quotients rounded as the writer rounds them, times the
 /// scale, in `f64`).
@@ -545,13 +536,17 @@ fn grid_may_pass(dtype: Dtype, scale: f64, steps: f64) -> bool {
     largest_loaded(dtype).is_some_and(|largest| scale * steps >= largest * 0.99)
 }
 
-/// Whether a group's extremes `range` load finite on a grid of step `scale` stored as `dtype`.
+/// Whether a group's extremes `range` load finite on a grid of step `scale` stored as `dtype`:
+/// beyond 65504 an F16 loader reads ±Inf.
 fn extremes_within(dtype: Dtype, (min, max): (f64, f64), scale: f64) -> bool {
-    if dtype == Dtype::F16 {
-        return extremes_within_f16(min, max, scale);
-    }
     let loaded = Loaded::of(dtype);
-    extremes_load_finite(min, max, scale, |back| loaded.round_wide(back).is_finite())
+    extremes_load_finite(min, max, scale, |back| {
+        if dtype == Dtype::F16 {
+            ::half::f16::from_f64(back).is_finite()
+        } else {
+            loaded.round_wide(back).is_finite()
+        }
+    })
 }
 
 /// A group's scale `up` (stored as `dtype`, for a group whose extremes are `range`, its codes
@@ -564,31 +559,22 @@ fn scale_within(dtype: Dtype, range: (f64, f64), up: f64, steps: f64) -> f64 {
     if !grid_may_pass(dtype, up, steps) {
         return up;
     }
-    if dtype == Dtype::F16 {
-        return f16_scale_within(range.0, range.1, up);
-    }
+    // F16's values one at a time, the smallest that serves; BF16's one at a time too, and F32's
+    // a thousand at a time, by 2^-10 of the scale: enough for the 1/15 at most that int4's lowest
+    // code can go beyond.
+    let (tries, next): (usize, fn(Dtype, f64) -> f64) = if dtype == Dtype::F16 {
+        (1024, super::next_stored_up)
+    } else {
+        (128, |dtype, scale| {
+            stored_at_least(dtype, scale * (1.0 + 1.0 / 1024.0))
+        })
+    };
     let mut scale = up;
-    // Steps of 2^-10: BF16's one at a time, F32's by the thousand, enough for the 1/15 at most
-    // that int4's lowest code can go beyond.
-    for _ in 0..128 {
+    for _ in 0..tries {
         if extremes_within(dtype, range, scale) {
             return scale;
         }
-        scale = stored_at_least(dtype, scale * (1.0 + 1.0 / 1024.0));
-    }
-    up
-}
-
-/// The smallest F16 scale from `up` on whose grid the group's extremes stay within F16's range
-/// (a coarser grid rounds the largest value down instead of past 65504), or `up` where none
-/// within 1,024 steps does.
-fn f16_scale_within(min: f64, max: f64, up: f64) -> f64 {
-    let mut scale = up;
-    for _ in 0..1024 {
-        if extremes_within_f16(min, max, scale) {
-            return scale;
-        }
-        scale = super::next_stored_up(Dtype::F16, scale);
+        scale = next(dtype, scale);
     }
     up
 }
