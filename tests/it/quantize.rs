@@ -614,12 +614,7 @@ fn quantize_in(
 
 /// How many values of the model `file` in `dir` are ±Inf, as `stui stats` counts them.
 fn infinite_values(dir: &Path, file: &str) -> u64 {
-    let stats = support::run_within(
-        support::stui(dir, ["stats", "--json", file]),
-        std::time::Duration::from_secs(60),
-    );
-    let json: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
-    json["tensors"]
+    support::stui_json(dir, &["stats", file])["tensors"]
         .as_array()
         .unwrap()
         .iter()
@@ -748,13 +743,6 @@ fn a_weight_of_one_row_reads_back_as_saved() {
         )
         .write(&dir.path().join("head.safetensors"))
         .unwrap();
-    let json = |args: &[&str]| -> serde_json::Value {
-        let run = support::run_within(
-            support::stui(dir.path(), args.iter().chain(&["--json"])),
-            std::time::Duration::from_secs(60),
-        );
-        serde_json::from_slice(&run.stdout).unwrap()
-    };
     for scheme in Scheme::ALL {
         let (name, output) = (scheme.to_string(), format!("{scheme}.safetensors"));
         let args = [
@@ -765,8 +753,8 @@ fn a_weight_of_one_row_reads_back_as_saved() {
             "--scheme",
             &name,
         ];
-        let saved = json(&[&args[..], &["--yes"]].concat());
-        let diff = json(&["diff", "head.safetensors", &output]);
+        let saved = support::stui_json(dir.path(), &[&args[..], &["--yes"]].concat());
+        let diff = support::stui_json(dir.path(), &["diff", "head.safetensors", &output]);
         let saved = saved["quantized"][0]["snr_db"].as_f64().unwrap();
         let read = diff["tensors"][0]["change"]["snr_db"].as_f64().unwrap();
         assert!(

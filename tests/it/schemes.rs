@@ -717,17 +717,6 @@ fn source_as(dir: &Path, dtype: safetensors::Dtype) -> PathBuf {
     path
 }
 
-/// `stui ARGS --json` in `dir`, which must succeed: its document.
-fn stui_json(dir: &Path, args: &[&str]) -> serde_json::Value {
-    let run = crate::support::run_within(
-        crate::support::stui(dir, args.iter().chain(&["--json"])),
-        std::time::Duration::from_secs(120),
-    );
-    assert!(run.no_panic(), "{args:?}: {}", run.stderr);
-    assert!(matches!(run.code, Some(0 | 1)), "{args:?}: {}", run.stderr);
-    serde_json::from_slice(&run.stdout).unwrap()
-}
-
 /// What a save reports of each weight is what `stui diff SOURCE OUTPUT` then reads from the
 /// file, as the loaders dequantize it (in the scales' type: BF16 and F16 round each value once
 /// more, by up to half a step of the grid at the largest values of 8-bit codes): the same SNR
@@ -746,11 +735,11 @@ fn the_save_reports_what_stui_diff_reads() {
             let output = dir.path().join(format!("{dtype:?}-{scheme}.safetensors"));
             let output = output.to_str().unwrap();
             let name = scheme.to_string();
-            let summary = stui_json(
+            let summary = crate::support::stui_json(
                 dir.path(),
                 &["quantize", source, "-o", output, "--scheme", &name, "--yes"],
             );
-            let diff = stui_json(dir.path(), &["diff", source, output]);
+            let diff = crate::support::stui_json(dir.path(), &["diff", source, output]);
             let quantized = summary["quantized"].as_array().unwrap();
             assert!(quantized.len() >= 6, "{dtype:?} {scheme}");
             for weight in quantized {
@@ -867,7 +856,7 @@ fn f16_weights_at_f16s_largest_value_load_finite() {
         let output = dir.path().join(format!("{scheme}.safetensors"));
         let output = output.to_str().unwrap();
         let name = scheme.to_string();
-        let summary = stui_json(
+        let summary = crate::support::stui_json(
             dir.path(),
             &["quantize", source, "-o", output, "--scheme", &name, "--yes"],
         );
@@ -879,7 +868,7 @@ fn f16_weights_at_f16s_largest_value_load_finite() {
             weight["max_error_in_scales"].as_f64().unwrap() <= 0.5,
             "{scheme}"
         );
-        let diff = stui_json(dir.path(), &["diff", source, output]);
+        let diff = crate::support::stui_json(dir.path(), &["diff", source, output]);
         let change = &diff["tensors"][0]["change"];
         assert_eq!(change["nonfinite_mismatches"], 0, "{scheme}: {change}");
         assert!(

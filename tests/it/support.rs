@@ -448,6 +448,17 @@ pub fn float_tensors(path: &Path) -> Vec<(String, Vec<f32>)> {
         .collect()
 }
 
+/// `stui ARGS --json` in `dir`, which must succeed: its document.
+pub fn stui_json(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let run = run_within(
+        stui(dir, args.iter().chain(&["--json"])),
+        std::time::Duration::from_secs(120),
+    );
+    assert!(run.no_panic(), "{args:?}: {}", run.stderr);
+    assert!(matches!(run.code, Some(0 | 1)), "{args:?}: {}", run.stderr);
+    serde_json::from_slice(&run.stdout).unwrap()
+}
+
 /// The diff of `model` against the model at `other`, both as stored, as the explorer's
 /// `--diff` computes it.
 pub fn stored_diff(model: &stui::format::Model, other: &Path) -> stui::diff::ModelDiff {
