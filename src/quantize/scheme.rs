@@ -305,6 +305,7 @@ impl Plan {
     /// Quantizes `values`, whole rows of the weight from a multiple of [`Plan::row_multiple`],
     /// appending each streamed member's bytes for them to `out` (codes, scales, zero points).
     pub fn quantize(&self, values: &[f32], out: &mut Streams) {
+        self.reserve(values, out);
         match self.scheme {
             Scheme::W8A16 | Scheme::W4A16 | Scheme::W4A16Asym => {
                 int_packed::quantize(self, values, out);
@@ -312,6 +313,21 @@ impl Plan {
             Scheme::Fp8Dynamic | Scheme::Fp8Block => fp8::quantize(self, values, out),
             Scheme::Nvfp4A16 => nvfp4::quantize(self, values, out),
             Scheme::W8A8 => {}
+        }
+    }
+
+    /// Room in `out` for every streamed member's bytes of `values`: streams taken back from
+    /// another weight's blocks, grown as the kernels appended, were reallocated several times a
+    /// block, the workers contending for the allocator's lock.
+    fn reserve(&self, values: &[f32], out: &mut Streams) {
+        let rows = values.len() as u64 / self.columns.max(1);
+        for member in self.members() {
+            if let (Some(rows_per_row), Some(stream)) =
+                (member.rows_per_row(), out.of_mut(member.role))
+            {
+                let bytes = rows.div_ceil(rows_per_row) * member.row_bytes();
+                stream.reserve(usize::try_from(bytes).unwrap_or(0));
+            }
         }
     }
 
