@@ -395,8 +395,12 @@ pub fn open_reviewed(
     path: &Path,
     config: Option<&Path>,
 ) -> crate::error::Result<(Model, Option<Quantization>)> {
-    let mut model = Model::open(path)?;
+    Ok(reviewed(Model::open(path)?, config))
+}
+
+/// `model` with the findings of [`review_model`] added to its own, and its quantization.
+pub fn reviewed(mut model: Model, config: Option<&Path>) -> (Model, Option<Quantization>) {
     let reviewed = review_model(&model, config);
     model.findings.append(reviewed.findings);
-    Ok((model, reviewed.quantization))
+    (model, reviewed.quantization)
 }

@@ -47,6 +47,11 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
 
+    /// Read a folder's (or a repository's) variant V, as `from_pretrained(..., variant=V)` does:
+    /// `model.V.safetensors` or `model.safetensors.index.V.json` (diffusers' names too).
+    #[arg(long, value_name = "V", global = true)]
+    pub variant: Option<String>,
+
     /// Colours in the explorer: auto (off when `NO_COLOR` is set), always, never.
     #[arg(long, value_enum, default_value_t = ColorMode::Auto)]
     pub color: ColorMode,

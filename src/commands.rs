@@ -41,13 +41,14 @@ impl Outcome {
 
 /// Runs what the command line asks, writing to `out`.
 pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
+    let variant = cli.variant.as_deref();
     let result = match cli.command {
-        Some(Command::Inspect(args)) => inspect(&args, out),
-        Some(Command::Check(args)) => check(&args, out),
-        Some(Command::Stats(args)) => stats(&args, out),
-        Some(Command::Quantize(args)) => quantize(&args, out),
-        Some(Command::Hash(args)) => hash(&args, out),
-        Some(Command::Diff(args)) => diff(&args, out),
+        Some(Command::Inspect(args)) => inspect(&args, variant, out),
+        Some(Command::Check(args)) => check(&args, variant, out),
+        Some(Command::Stats(args)) => stats(&args, variant, out),
+        Some(Command::Quantize(args)) => quantize(&args, variant, out),
+        Some(Command::Hash(args)) => hash(&args, variant, out),
+        Some(Command::Diff(args)) => diff(&args, variant, out),
         Some(Command::Cache(args)) => cache(&args, out),
         Some(Command::Completions(args)) => completions(&args, out),
         Some(Command::Man(args)) => man(&args, out),
@@ -59,6 +60,7 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
                     json: false,
                     raw: false,
                 },
+                variant,
                 out,
             ),
             (Some(path), None) => {
@@ -71,7 +73,7 @@ pub fn run<W: Write>(cli: Cli, out: &mut W) -> anyhow::Result<Outcome> {
                     config: None,
                     raw: false,
                 };
-                inspect(&args, out)
+                inspect(&args, variant, out)
             }
             (None, _) => anyhow::bail!("no model given; see `stui --help`"),
         },
@@ -106,8 +108,8 @@ impl From<io::Error> for Failure {
     }
 }
 
-fn open(path: &Path) -> Result<Model> {
-    Model::open(path)
+fn open(path: &Path, variant: Option<&str>) -> Result<Model> {
+    Model::open_variant(path, variant)
 }
 
 /// A config named on the command line must be a file stui can read: anything else stops the
@@ -119,9 +121,13 @@ fn check_config(config: Option<&Path>) -> Result<()> {
     }
 }
 
-fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure> {
+fn inspect<W: Write>(
+    args: &InspectArgs,
+    variant: Option<&str>,
+    out: &mut W,
+) -> Result<Outcome, Failure> {
     check_config(args.config.as_deref())?;
-    let mut model = open(&args.path)?;
+    let mut model = open(&args.path, variant)?;
     let needle = args.filter.as_deref().map(str::to_lowercase);
     let matches = |tensor: &crate::format::Tensor| {
         needle
@@ -189,9 +195,14 @@ fn inspect<W: Write>(args: &InspectArgs, out: &mut W) -> Result<Outcome, Failure
     Ok(outcome)
 }
 
-fn check<W: Write>(args: &CheckArgs, out: &mut W) -> Result<Outcome, Failure> {
+fn check<W: Write>(
+    args: &CheckArgs,
+    variant: Option<&str>,
+    out: &mut W,
+) -> Result<Outcome, Failure> {
     check_config(args.config.as_deref())?;
-    let (model, quantization) = crate::arch::open_reviewed(&args.path, args.config.as_deref())?;
+    let (model, quantization) =
+        crate::arch::reviewed(open(&args.path, variant)?, args.config.as_deref());
     let report = Check {
         model: &model,
         findings: &model.findings,
@@ -211,8 +222,12 @@ fn check<W: Write>(args: &CheckArgs, out: &mut W) -> Result<Outcome, Failure> {
     })
 }
 
-fn stats<W: Write>(args: &StatsArgs, out: &mut W) -> Result<Outcome, Failure> {
-    let stored = Arc::new(open(&args.path)?);
+fn stats<W: Write>(
+    args: &StatsArgs,
+    variant: Option<&str>,
+    out: &mut W,
+) -> Result<Outcome, Failure> {
+    let stored = Arc::new(open(&args.path, variant)?);
     let needle = args.filter.as_deref().map(str::to_lowercase);
     let matches = |tensor: &crate::format::Tensor| {
         needle
@@ -576,7 +591,11 @@ impl<'m> InOrder<'m> {
     }
 }
 
-fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failure> {
+fn quantize<W: Write>(
+    args: &QuantizeArgs,
+    variant: Option<&str>,
+    out: &mut W,
+) -> Result<Outcome, Failure> {
     use crate::quantize::{Control, Granularity, NonFinite, Options};
     if args.per_tensor && args.scheme != crate::quantize::Scheme::W8A8 && !args.compare {
         return Err(Failure::Stui(crate::error::Error::Invalid(format!(
@@ -585,7 +604,7 @@ fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failu
             crate::quantize::scales_label(args.scheme, Granularity::PerTensor, args.group_size)
         ))));
     }
-    let model = open(&args.path)?;
+    let model = open(&args.path, variant)?;
     // Before any question about the output, whose answer would not help.
     if let Some(why) = crate::quantize::needs_its_files(&model) {
         return Err(Failure::Stui(crate::error::Error::Invalid(why)));
@@ -650,9 +669,9 @@ fn quantize<W: Write>(args: &QuantizeArgs, out: &mut W) -> Result<Outcome, Failu
     })
 }
 
-fn hash<W: Write>(args: &HashArgs, out: &mut W) -> Result<Outcome, Failure> {
+fn hash<W: Write>(args: &HashArgs, variant: Option<&str>, out: &mut W) -> Result<Outcome, Failure> {
     use rayon::prelude::*;
-    let model = open(&args.path)?;
+    let model = open(&args.path, variant)?;
     let files: Vec<(String, String)> = match &model.remote {
         // The Hub names an LFS file's blob by the SHA-256 of its bytes.
         Some(remote) => {
@@ -709,9 +728,9 @@ fn hash<W: Write>(args: &HashArgs, out: &mut W) -> Result<Outcome, Failure> {
     Ok(Outcome::Clean)
 }
 
-fn diff<W: Write>(args: &DiffArgs, out: &mut W) -> Result<Outcome, Failure> {
+fn diff<W: Write>(args: &DiffArgs, variant: Option<&str>, out: &mut W) -> Result<Outcome, Failure> {
     use std::sync::atomic::AtomicU64;
-    let (a, b) = (open(&args.a)?, open(&args.b)?);
+    let (a, b) = (open(&args.a, variant)?, open(&args.b, variant)?);
     // Quantized models are compared by the weights they encode, unless asked for what is stored.
     let quantization = |model: &Model| {
         if args.raw {

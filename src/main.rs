@@ -26,6 +26,7 @@ fn main() -> ExitCode {
             diff: cli.diff.clone(),
             fetch_limit: cli.fetch_limit.0,
             raw: cli.raw,
+            variant: cli.variant.clone(),
         };
         return match stui::tui::run(path, &options) {
             Ok(()) => ExitCode::SUCCESS,

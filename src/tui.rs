@@ -47,13 +47,15 @@ pub struct Options {
     pub fetch_limit: u64,
     /// List a quantized model's tensors as stored rather than by the weights they encode.
     pub raw: bool,
+    /// The variant of a folder's saves to read (`--variant`), for both models.
+    pub variant: Option<String>,
 }
 
 /// Opens the explorer on the model at `path` and runs it until the user leaves. It draws on
 /// standard output when that is a terminal, else on the terminal stui runs in; without one it
 /// fails, as it does when a path is not one it can use, before it changes anything on screen.
 pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
-    let opened = Opened::open(path)?;
+    let opened = Opened::open(path, options.variant.as_deref())?;
     let mut log = match &options.log {
         Some(file) => Some(BufWriter::new(open_log(file).with_context(|| {
             format!("cannot write the log {}", crate::text::escape_path(file))
@@ -61,7 +63,7 @@ pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
         None => None,
     };
     let other = match &options.diff {
-        Some(other) => Some(Arc::new(Opened::open(other)?)),
+        Some(other) => Some(Arc::new(Opened::open(other, options.variant.as_deref())?)),
         None => None,
     };
     let mut terminal = screen::take_over()?;
@@ -128,8 +130,9 @@ struct Opened {
 }
 
 impl Opened {
-    fn open(path: &Path) -> crate::error::Result<Opened> {
-        let (model, quantization) = crate::arch::open_reviewed(path, None)?;
+    fn open(path: &Path, variant: Option<&str>) -> crate::error::Result<Opened> {
+        let model = Model::open_variant(path, variant)?;
+        let (model, quantization) = crate::arch::reviewed(model, None);
         Ok(Opened {
             model: Arc::new(model),
             quantization: quantization.map(Arc::new),
@@ -244,6 +247,8 @@ impl Session {
             diff: None,
             fetch_limit: self.app.fetch_limit.unwrap_or(u64::MAX),
             raw: self.raw,
+            // A session opened after this one opens a file written, not a folder.
+            variant: None,
         }
     }
 
@@ -349,7 +354,7 @@ impl Session {
                     self.scan_number + 1,
                 );
             }
-            Effect::Reopen(path) => match Opened::open(&path) {
+            Effect::Reopen(path) => match Opened::open(&path, None) {
                 Ok(opened) => {
                     let options = Options {
                         diff: None,

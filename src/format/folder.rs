@@ -101,6 +101,104 @@ pub fn choose<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<Choice> {
     }))
 }
 
+/// The save `variant` (`fp16`) among a folder's `names`, as `from_pretrained(..., variant=V)`
+/// looks for it: a loader's variant index (`model.safetensors.index.V.json`), else the only
+/// variant index of another stem, else a loader's variant file (`model.V.safetensors`), the
+/// folder's other `.safetensors` files then passed over. The error says what the folder holds.
+pub fn choose_variant<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    variant: &str,
+) -> Result<Choice, String> {
+    let names: Vec<&str> = names.into_iter().collect();
+    let mut indexes: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|name| variant_of_index(name).is_some_and(|(_, v)| v == variant))
+        .collect();
+    let loaders_index = LOADERS_INDEXES.iter().find_map(|index| {
+        let (stem, _) = index.split_once(".index.json")?;
+        let name = format!("{stem}.index.{variant}.json");
+        indexes.contains(&name.as_str()).then_some(name)
+    });
+    if let Some(index) = loaders_index {
+        return Ok(Choice::Index(index));
+    }
+    match &mut indexes[..] {
+        [] => {}
+        [only] => return Ok(Choice::Index((*only).to_owned())),
+        several => {
+            several.sort_by(|a, b| natural_cmp(a, b));
+            return Ok(Choice::Indexes(
+                several.iter().map(|&n| n.to_owned()).collect(),
+            ));
+        }
+    }
+    let own = LOADERS_FILES
+        .iter()
+        .map(|file| with_variant(file, variant))
+        .find(|file| names.contains(&file.as_str()));
+    if let Some(own) = own {
+        let mut left: Vec<String> = names
+            .iter()
+            .filter(|&&name| name.ends_with(".safetensors") && name != own)
+            .map(|&name| name.to_owned())
+            .collect();
+        left.sort_by(|a, b| natural_cmp(a, b));
+        return Ok(Choice::Files(Files {
+            read: vec![own],
+            left,
+            parts: false,
+        }));
+    }
+    let looked_for = format!(
+        "no `{variant}` variant (no `*.safetensors.index.{variant}.json`, `{}` or `{}`)",
+        with_variant(LOADERS_FILES[0], variant),
+        with_variant(LOADERS_FILES[1], variant)
+    );
+    let others = variants_in(names.iter().copied());
+    Err(if others.is_empty() {
+        format!("{looked_for}, and no other variant: open it without one")
+    } else {
+        format!("{looked_for}; its variants: {}", listed(&others))
+    })
+}
+
+/// `name` with `variant` before its last extension, as the loaders name a variant's files:
+/// `model.fp16.safetensors`, `model.safetensors.index.fp16.json`.
+fn with_variant(name: &str, variant: &str) -> String {
+    match name.rsplit_once('.') {
+        Some((stem, extension)) => format!("{stem}.{variant}.{extension}"),
+        None => format!("{name}.{variant}"),
+    }
+}
+
+/// The variants among a folder's `names`: of its variant indexes and of the loaders' files
+/// (`model.V.safetensors`, `model.V-00001-of-00002.safetensors`), sorted.
+pub fn variants_in<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let stems = LOADERS_FILES.map(|file| file.trim_end_matches(".safetensors"));
+    let mut variants: Vec<String> = names
+        .into_iter()
+        .filter_map(|name| {
+            if let Some((_, variant)) = variant_of_index(name) {
+                return Some(variant);
+            }
+            let base = name.strip_suffix(".safetensors")?;
+            let (stem, variant) = base.split_once('.')?;
+            let sharded = format!("{variant}.safetensors");
+            let variant = match shard_set(&sharded) {
+                Some((stem, _)) => &variant[..stem.len()],
+                None => variant,
+            };
+            (stems.contains(&stem) && !variant.is_empty() && !variant.contains('.'))
+                .then_some(variant)
+        })
+        .map(str::to_owned)
+        .collect();
+    variants.sort_by(|a, b| natural_cmp(a, b));
+    variants.dedup();
+    variants
+}
+
 /// What a folder's model read through `index` leaves out, among the folder's `names`: its other
 /// indexes first (a variant's opens that variant), then the `.safetensors` files that are none of
 /// the index's `shards`, each in natural order.
@@ -311,6 +409,70 @@ mod tests {
             left: owned(left),
             parts,
         })
+    }
+
+    #[test]
+    fn a_variant_is_read_as_the_loaders_read_it() {
+        let pipeline_unet = [
+            "config.json",
+            "diffusion_pytorch_model.safetensors",
+            "diffusion_pytorch_model.fp16.safetensors",
+        ];
+        assert_eq!(
+            choose_variant(pipeline_unet, "fp16"),
+            Ok(files(
+                &["diffusion_pytorch_model.fp16.safetensors"],
+                &["diffusion_pytorch_model.safetensors"],
+                false
+            ))
+        );
+        let sharded = [
+            "model.safetensors.index.json",
+            "model-00001-of-00002.safetensors",
+            "model-00002-of-00002.safetensors",
+            "model.safetensors.index.fp16.json",
+            "model.fp16-00001-of-00002.safetensors",
+            "model.fp16-00002-of-00002.safetensors",
+            "model.bf16.safetensors",
+        ];
+        assert_eq!(
+            choose_variant(sharded, "fp16"),
+            Ok(Choice::Index("model.safetensors.index.fp16.json".into()))
+        );
+        assert_eq!(
+            choose_variant(sharded, "bf16"),
+            Ok(files(
+                &["model.bf16.safetensors"],
+                &[
+                    "model-00001-of-00002.safetensors",
+                    "model-00002-of-00002.safetensors",
+                    "model.fp16-00001-of-00002.safetensors",
+                    "model.fp16-00002-of-00002.safetensors",
+                ],
+                false
+            ))
+        );
+        // Another stem's variant index, the only one: taken as a lone index is.
+        assert_eq!(
+            choose_variant(["text_encoder.safetensors.index.fp16.json"], "fp16"),
+            Ok(Choice::Index(
+                "text_encoder.safetensors.index.fp16.json".into()
+            ))
+        );
+        assert_eq!(
+            choose_variant(sharded, "int8"),
+            Err("no `int8` variant (no `*.safetensors.index.int8.json`, \
+                 `model.int8.safetensors` or `diffusion_pytorch_model.int8.safetensors`); its \
+                 variants: `bf16`, `fp16`"
+                .into())
+        );
+        assert_eq!(
+            choose_variant(["model.safetensors"], "fp16"),
+            Err("no `fp16` variant (no `*.safetensors.index.fp16.json`, \
+                 `model.fp16.safetensors` or `diffusion_pytorch_model.fp16.safetensors`), and \
+                 no other variant: open it without one"
+                .into())
+        );
     }
 
     #[test]

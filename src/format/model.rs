@@ -102,15 +102,21 @@ impl Model {
     /// Hugging Face cache. Fails only when there is nothing to read (no such path or repository,
     /// unreadable, or a folder with no model); problems inside the files are findings.
     pub fn open(path: &Path) -> Result<Model> {
+        Model::open_variant(path, None)
+    }
+
+    /// [`Model::open`], reading a folder's (or a repository's) save `variant` (`fp16`) where one
+    /// is given, as `from_pretrained(..., variant=V)` does (see [`folder::choose_variant`]).
+    pub fn open_variant(path: &Path, variant: Option<&str>) -> Result<Model> {
         match crate::source::repo_named(path) {
-            Some(repo) => Model::open_repo(&repo),
-            None => Model::open_local(path, None, None),
+            Some(repo) => Model::open_repo(&repo, variant),
+            None => Model::open_local(path, None, None, variant),
         }
     }
 
     /// A repository from the local cache; from the Hub when the cache does not hold the
     /// revision asked for, or when it is named with `hf://`, unless `HF_HUB_OFFLINE` is set.
-    fn open_repo(repo: &RepoRef) -> Result<Model> {
+    fn open_repo(repo: &RepoRef, variant: Option<&str>) -> Result<Model> {
         let env = ProcessEnvironment;
         let offline = crate::source::hub::offline(&env);
         let mut not_cached = None;
@@ -129,6 +135,7 @@ impl Model {
                         &target,
                         Some(&|missing| snapshot.explain_missing(missing)),
                         Some(&given_as),
+                        variant,
                     )
                     .map_err(|error| match error {
                         // Components are named as the user named the repository.
@@ -158,12 +165,17 @@ impl Model {
         };
         let hub = Hub::from_env(&env).map_err(|e| also(Error::Invalid(e.0)))?;
         let headers = crate::source::header_cache::folder(&env);
-        super::remote::open(repo, hub, headers.as_deref()).map_err(also)
+        super::remote::open(repo, hub, headers.as_deref(), variant).map_err(also)
     }
 
     /// `given_as` is how the user named `path` when it is not the path itself (a repository in
     /// the cache), for the messages that name its subfolders.
-    fn open_local(path: &Path, hint: Hint<'_>, given_as: Option<&str>) -> Result<Model> {
+    fn open_local(
+        path: &Path,
+        hint: Hint<'_>,
+        given_as: Option<&str>,
+        variant: Option<&str>,
+    ) -> Result<Model> {
         let kind = crate::paths::look_at(path).map_err(|error| match hint {
             Some(hint) if error.kind() == io::ErrorKind::NotFound => {
                 Error::Invalid(format!("{}: {}", escape_path(path), hint(path)))
@@ -171,7 +183,10 @@ impl Model {
             _ => Error::io(path, error),
         })?;
         if kind == crate::paths::Kind::Folder {
-            return Model::open_folder(path, hint, given_as);
+            return Model::open_folder(path, hint, given_as, variant);
+        }
+        if let Some(variant) = variant {
+            return Err(not_a_folder(&escape_path(path), variant));
         }
         let is_index = path.extension().is_some_and(|ext| ext == "json");
         if is_index {
@@ -190,7 +205,12 @@ impl Model {
         Ok(builder.finish())
     }
 
-    fn open_folder(folder: &Path, hint: Hint<'_>, given_as: Option<&str>) -> Result<Model> {
+    fn open_folder(
+        folder: &Path,
+        hint: Hint<'_>,
+        given_as: Option<&str>,
+        variant: Option<&str>,
+    ) -> Result<Model> {
         let entries = fs::read_dir(folder).map_err(|source| Error::io(folder, source))?;
         let mut names = Vec::new();
         // The first few subfolders (or links to folders), looked into for components. A cache
@@ -212,7 +232,15 @@ impl Model {
             shown: given_as.map_or_else(|| escape_path(folder), str::to_owned),
             inside: models_in_subfolders(folder, &subfolders),
         };
-        match folder::choose(names.iter().map(String::as_str)) {
+        let names_given = names.iter().map(String::as_str);
+        let choice = match variant {
+            None => folder::choose(names_given),
+            Some(variant) => Some(folder::choose_variant(names_given, variant).map_err(|why| {
+                let shown = given_as.map_or_else(|| escape_path(folder), str::to_owned);
+                Error::Invalid(format!("{shown}: {why}"))
+            })?),
+        };
+        match choice {
             None => Err(Error::NoModel {
                 folder: folder.to_owned(),
                 inside: components().inside,
@@ -362,6 +390,15 @@ const OPEN_BATCH: usize = 64;
 
 /// The error for a JSON file that sits beside a model rather than indexing it (see
 /// [`super::index::is_beside_a_model`]); `None` for one read as an index.
+/// The error for a variant asked of a file (shown as `shown`): a variant is one of a folder's
+/// saves.
+pub(super) fn not_a_folder(shown: &str, variant: &str) -> Error {
+    Error::Invalid(format!(
+        "{shown} is a file: a variant (`{variant}`) is one of a folder's saves; open the folder, \
+         or the variant's own file by its path"
+    ))
+}
+
 fn not_an_index(path: &Path) -> Option<Error> {
     use std::io::Read;
     let name = path.file_name()?.to_string_lossy();
@@ -934,10 +971,20 @@ impl<'a> Builder<'a> {
 /// The note naming a folder's `.safetensors` files (and indexes) that its model, read from
 /// `beside` as its loaders read it (`loaders_read`), leaves out.
 fn other_files(beside: &str, loaders_read: &str, left: &[String]) -> Finding {
+    let variants = folder::variants_in(left.iter().map(String::as_str));
+    let or_variant = if variants.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", or a variant with --variant: {}",
+            folder::listed(&variants)
+        )
+    };
     Finding::info(
         Code::FolderOtherFiles,
         format!(
-            "not read beside {beside}: {} (loaders read {loaders_read}; open another by its path)",
+            "not read beside {beside}: {} (loaders read {loaders_read}; open another by its \
+             path{or_variant})",
             folder::listed(left)
         ),
     )

@@ -257,13 +257,18 @@ fn gathered(ranges: &[(usize, u64, u64)]) -> Vec<(usize, u64, u64)> {
 }
 
 /// Opens `repo` from the Hub. `cache` is stui's header cache, if there is one.
-pub fn open(repo: &RepoRef, hub: Hub, cache: Option<&Path>) -> Result<Model> {
+pub fn open(
+    repo: &RepoRef,
+    hub: Hub,
+    cache: Option<&Path>,
+    variant: Option<&str>,
+) -> Result<Model> {
     let fail = |error: RemoteError| Error::Invalid(error.0);
     let info = hub.repo_info(repo).map_err(fail)?;
     let commit = info.commit.clone();
     let files: HashMap<&str, &RepoFile> = info.files.iter().map(|f| (f.path.as_str(), f)).collect();
     let shown = format!("hf://{}@{commit}", repo.id);
-    let layout = choose(repo, &commit, &info.files, &files)?;
+    let layout = choose(repo, (&commit, variant), &info.files, &files)?;
     let hub = Arc::new(hub);
     let Plan {
         model_path,
@@ -595,13 +600,16 @@ enum Layout {
 /// The model the path names at `commit`, as a local folder would be read (`format::folder`).
 fn choose(
     repo: &RepoRef,
-    commit: &str,
+    (commit, variant): (&str, Option<&str>),
     listing: &[RepoFile],
     files: &HashMap<&str, &RepoFile>,
 ) -> Result<Layout> {
     if let Some(path) = &repo.path
         && files.contains_key(path.as_str())
     {
+        if let Some(variant) = variant {
+            return Err(super::model::not_a_folder(&format!("`{repo}`"), variant));
+        }
         let is_index = Path::new(path).extension().is_some_and(|ext| ext == "json");
         return Ok(if is_index {
             Layout::Index(path.clone())
@@ -612,13 +620,20 @@ fn choose(
     let folder = repo.path.clone().unwrap_or_default();
     let prefix = in_folder_prefix(&folder);
     let paths = listing.iter().map(|file| file.path.as_str());
-    match folder::choose(names_in(paths, &prefix)) {
+    let shown = || join(&format!("hf://{}@{commit}", repo.id), &folder);
+    let choice = match variant {
+        None => folder::choose(names_in(paths, &prefix)),
+        Some(variant) => Some(
+            folder::choose_variant(names_in(paths, &prefix), variant)
+                .map_err(|why| Error::Invalid(format!("{}: {why}", shown())))?,
+        ),
+    };
+    match choice {
         Some(Choice::Index(name)) => Ok(Layout::Index(format!("{prefix}{name}"))),
         Some(Choice::Files(chosen)) => Ok(Layout::Files(folder, chosen)),
-        Some(Choice::Indexes(indexes)) => Err(Error::Invalid(folder::several_indexes(
-            &join(&format!("hf://{}@{commit}", repo.id), &folder),
-            &indexes,
-        ))),
+        Some(Choice::Indexes(indexes)) => {
+            Err(Error::Invalid(folder::several_indexes(&shown(), &indexes)))
+        }
         None => {
             let inside = components_below(listing, &folder);
             let advice = if inside.is_empty() {

@@ -290,6 +290,69 @@ fn a_folder_of_the_repo_is_read_as_its_loader_reads_it_as_locally() {
     );
 }
 
+#[test]
+fn a_variant_is_read_from_the_hub_as_locally_and_the_default_save_never() {
+    let hub = FakeHub::start();
+    let names = ["conv_in.weight", "conv_in.bias"];
+    let files = [
+        (
+            "unet/diffusion_pytorch_model.safetensors",
+            safetensors_file(&names, 1.0, None),
+        ),
+        (
+            "unet/diffusion_pytorch_model.fp16.safetensors",
+            safetensors_file(&names, 2.0, None),
+        ),
+    ];
+    hub.add_repo("org/name", COMMIT, &files);
+    let local = local_copy(&files);
+    let scratch = Scratch::new();
+    let args = ["stats", "--json", "--variant", "fp16"];
+    let (code, out, err) = scratch.run(&hub, &[&args[..], &["hf://org/name/unet"]].concat(), &[]);
+    assert_eq!(code, 0, "{err}");
+    let untimed = |mut stats: serde_json::Value| {
+        stats.as_object_mut().unwrap().remove("seconds");
+        stats
+    };
+    let remote = untimed(without_paths(&out));
+    let unet = local.path().join("unet");
+    assert_eq!(remote, untimed(local_json(&unet, &args)));
+    assert_ne!(
+        remote,
+        untimed(local_json(&unet, &["stats", "--json"])),
+        "the variant's values are not the default save's"
+    );
+    let log = hub.take_log();
+    let default_requests = log
+        .iter()
+        .filter(|l| l.contains("diffusion_pytorch_model.safetensors"))
+        .count();
+    assert_eq!(default_requests, 0, "{log:#?}");
+    assert!(log.iter().any(|l| l.contains("fp16")), "{log:#?}");
+    let (code, _, err) = scratch.run(
+        &hub,
+        &["inspect", "--variant", "bf16", "hf://org/name/unet"],
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("no `bf16` variant") && err.contains("its variants: `fp16`"),
+        "{err}"
+    );
+    let (code, _, err) = scratch.run(
+        &hub,
+        &[
+            "inspect",
+            "--variant",
+            "fp16",
+            "hf://org/name/unet/diffusion_pytorch_model.safetensors",
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is a file"), "{err}");
+}
+
 /// Mistral's layout, at the top of the repository and in a folder of it: the index is read, the
 /// file beside it is named as locally and never fetched.
 #[test]

@@ -359,6 +359,65 @@ fn a_folder_of_one_variant_follows_its_index() {
     );
 }
 
+/// Each producer's folder of a default save (F32) and an `fp16` variant (F16) is read as its
+/// `from_pretrained(dir)` and `from_pretrained(dir, variant="fp16")` read it (`producer.json`).
+#[test]
+fn a_variant_asked_for_is_read_as_from_pretrained_reads_it() {
+    for fixture in [
+        "transformers_fp16_variant",
+        "diffusers_unet_fp16_variant",
+        "diffusers_sharded_fp16_variant",
+    ] {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/folders")
+            .join(fixture);
+        let producer: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixture.join("producer.json")).unwrap()).unwrap();
+        let reads = &producer["reads"];
+        assert_eq!(reads["from_pretrained(dir)"], "default");
+        assert_eq!(reads["from_pretrained(dir, variant='fp16')"], "fp16");
+        let dir = support::rebuild_folder(&fixture, &mut |_, _| {});
+        for (variant, dtype) in [(None, Dtype::F32), (Some("fp16"), Dtype::F16)] {
+            let model = Model::open_variant(dir.path(), variant).unwrap();
+            let shown = format!("{fixture:?} {variant:?}: {:?}", model.shards);
+            assert!(!model.tensors.is_empty(), "{shown}");
+            assert!(
+                model
+                    .tensors
+                    .iter()
+                    .all(|t| t.info.dtype.known() == Some(dtype)),
+                "{shown}"
+            );
+            assert!(
+                model
+                    .shards
+                    .iter()
+                    .all(|s| s.label.contains(".fp16") == variant.is_some()),
+                "{shown}"
+            );
+            let passed_over = model
+                .findings
+                .iter()
+                .find(|f| f.code == Code::FolderOtherFiles)
+                .map(|f| f.message.clone())
+                .unwrap_or_default();
+            // The default save names the variant it passes over and how to read it.
+            assert_eq!(
+                passed_over.contains("or a variant with --variant: `fp16`"),
+                variant.is_none(),
+                "{passed_over}"
+            );
+        }
+        let error = Model::open_variant(dir.path(), Some("bf16"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("no `bf16` variant") && error.contains("its variants: `fp16`"),
+            "{error}"
+        );
+    }
+}
+
 #[test]
 fn files_holding_the_same_tensors_with_no_index_are_separate_models() {
     let dir = tempfile::tempdir().unwrap();
