@@ -101,6 +101,17 @@ pub fn choose<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<Choice> {
     }))
 }
 
+/// [`choose`], or [`choose_variant`] where a variant is asked for.
+pub fn choose_save<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    variant: Option<&str>,
+) -> Result<Option<Choice>, String> {
+    match variant {
+        None => Ok(choose(names)),
+        Some(variant) => choose_variant(names, variant).map(Some),
+    }
+}
+
 /// The save `variant` (`fp16`) among a folder's `names`, as `from_pretrained(..., variant=V)`
 /// looks for it: a loader's variant index (`model.safetensors.index.V.json`), else the only
 /// variant index of another stem, else a loader's variant file (`model.V.safetensors`), the
@@ -155,7 +166,9 @@ pub fn choose_variant<'a>(
         with_variant(LOADERS_FILES[0], variant),
         with_variant(LOADERS_FILES[1], variant)
     );
-    let others = variants_in(names.iter().copied());
+    // Shards of the variant without its index are not the variant as the loaders read it.
+    let mut others = variants_in(names.iter().copied());
+    others.retain(|other| other != variant);
     Err(if others.is_empty() {
         format!("{looked_for}, and no other variant: open it without one")
     } else {
@@ -398,6 +411,32 @@ mod tests {
                     prop_assert!(!names.contains(&INDEX_FILE_NAME.to_owned()));
                 }
                 None => prop_assert!(files.is_empty() && !has_index),
+            }
+        }
+
+        /// A variant asked for is read from its own files alone, every other `.safetensors`
+        /// file named; without it, the error names the variants the folder has, that one never.
+        #[test]
+        fn a_variant_reads_its_own_files_alone(names in folder_names()) {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            match choose_variant(names.iter().copied(), "fp16") {
+                Ok(Choice::Index(index)) => {
+                    prop_assert!(names.contains(&index.as_str()));
+                    prop_assert_eq!(variant_of_index(&index).map(|(_, v)| v), Some("fp16"));
+                }
+                Ok(Choice::Files(chosen)) => {
+                    prop_assert_eq!(&chosen.read, &vec!["model.fp16.safetensors".to_owned()]);
+                    let others = names
+                        .iter()
+                        .filter(|n| n.ends_with(".safetensors") && **n != "model.fp16.safetensors")
+                        .count();
+                    prop_assert_eq!(chosen.left.len(), others);
+                }
+                Ok(Choice::Indexes(several)) => prop_assert!(several.len() > 1),
+                Err(why) => {
+                    prop_assert!(!names.contains(&"model.fp16.safetensors"), "{}", why);
+                    prop_assert!(!why.contains("its variants: `fp16`"), "{}", why);
+                }
             }
         }
     }

@@ -228,18 +228,13 @@ impl Model {
             }
             names.push(name);
         }
+        let shown = given_as.map_or_else(|| escape_path(folder), str::to_owned);
         let components = || Components {
-            shown: given_as.map_or_else(|| escape_path(folder), str::to_owned),
+            shown: shown.clone(),
             inside: models_in_subfolders(folder, &subfolders),
         };
-        let names_given = names.iter().map(String::as_str);
-        let choice = match variant {
-            None => folder::choose(names_given),
-            Some(variant) => Some(folder::choose_variant(names_given, variant).map_err(|why| {
-                let shown = given_as.map_or_else(|| escape_path(folder), str::to_owned);
-                Error::Invalid(format!("{shown}: {why}"))
-            })?),
-        };
+        let choice = folder::choose_save(names.iter().map(String::as_str), variant)
+            .map_err(|why| Error::Invalid(format!("{shown}: {why}")))?;
         match choice {
             None => Err(Error::NoModel {
                 folder: folder.to_owned(),

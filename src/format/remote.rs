@@ -621,13 +621,8 @@ fn choose(
     let prefix = in_folder_prefix(&folder);
     let paths = listing.iter().map(|file| file.path.as_str());
     let shown = || join(&format!("hf://{}@{commit}", repo.id), &folder);
-    let choice = match variant {
-        None => folder::choose(names_in(paths, &prefix)),
-        Some(variant) => Some(
-            folder::choose_variant(names_in(paths, &prefix), variant)
-                .map_err(|why| Error::Invalid(format!("{}: {why}", shown())))?,
-        ),
-    };
+    let choice = folder::choose_save(names_in(paths, &prefix), variant)
+        .map_err(|why| Error::Invalid(format!("{}: {why}", shown())))?;
     match choice {
         Some(Choice::Index(name)) => Ok(Layout::Index(format!("{prefix}{name}"))),
         Some(Choice::Files(chosen)) => Ok(Layout::Files(folder, chosen)),
