@@ -349,6 +349,39 @@ fn a_subfolder() {
     );
 }
 
+/// A snapshot holding a default save and an `fp16` one: `--variant` reads the variant's files,
+/// whose names the error then uses as the user gave them.
+#[test]
+fn a_variant_in_the_cache() {
+    let cache = FakeCache::new();
+    cache.sharded(MAIN, "text_encoder/");
+    cache.add(
+        MAIN,
+        "text_encoder/model.fp16.safetensors",
+        &safetensors_file(&["half.w"]),
+    );
+    cache.set_ref("main", MAIN);
+    let (code, out, err) = cache.run(&["inspect", "--json", "org/name/text_encoder"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(tensor_names(&out), ["a.0.w", "a.1.w", "a.2.w", "a.3.w"]);
+    let (code, out, err) = cache.run(&[
+        "inspect",
+        "--json",
+        "--variant",
+        "fp16",
+        "org/name/text_encoder",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(tensor_names(&out), ["half.w"]);
+    let (code, _, err) = cache.run(&["inspect", "--variant", "bf16", "org/name/text_encoder"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("org/name/text_encoder: no `bf16` variant")
+            && err.contains("its variants: `fp16`"),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_dangling_link_is_named_with_what_to_do() {
     let cache = FakeCache::new();
