@@ -243,28 +243,36 @@ fn a_sharded_model_reads_as_it_does_locally() {
     );
 }
 
-#[test]
-fn a_folder_of_the_repo_is_read_as_its_loader_reads_it_as_locally() {
-    let hub = FakeHub::start();
-    let names = ["conv_in.weight", "conv_in.bias"];
-    let files = [
+/// A diffusers folder `unet` with its default save and an `fp16` variant of other values.
+fn unet_and_its_fp16_variant() -> Vec<(&'static str, Vec<u8>)> {
+    vec![
         (
             "unet/diffusion_pytorch_model.safetensors",
-            safetensors_file(&names, 1.0, None),
+            safetensors_file(&UNET_NAMES, 1.0, None),
         ),
         (
             "unet/diffusion_pytorch_model.fp16.safetensors",
-            safetensors_file(&names, 2.0, None),
+            safetensors_file(&UNET_NAMES, 2.0, None),
         ),
+    ]
+}
+
+const UNET_NAMES: [&str; 2] = ["conv_in.weight", "conv_in.bias"];
+
+#[test]
+fn a_folder_of_the_repo_is_read_as_its_loader_reads_it_as_locally() {
+    let hub = FakeHub::start();
+    let mut files = unet_and_its_fp16_variant();
+    files.extend([
         (
             "sd_xl_base_1.0.safetensors",
-            safetensors_file(&names, 3.0, None),
+            safetensors_file(&UNET_NAMES, 3.0, None),
         ),
         (
             "sd_xl_base_1.0_0.9vae.safetensors",
-            safetensors_file(&names, 4.0, None),
+            safetensors_file(&UNET_NAMES, 4.0, None),
         ),
-    ];
+    ]);
     hub.add_repo("org/name", COMMIT, &files);
     let local = local_copy(&files);
     let scratch = Scratch::new();
@@ -293,17 +301,7 @@ fn a_folder_of_the_repo_is_read_as_its_loader_reads_it_as_locally() {
 #[test]
 fn a_variant_is_read_from_the_hub_as_locally_and_the_default_save_never() {
     let hub = FakeHub::start();
-    let names = ["conv_in.weight", "conv_in.bias"];
-    let files = [
-        (
-            "unet/diffusion_pytorch_model.safetensors",
-            safetensors_file(&names, 1.0, None),
-        ),
-        (
-            "unet/diffusion_pytorch_model.fp16.safetensors",
-            safetensors_file(&names, 2.0, None),
-        ),
-    ];
+    let files = unet_and_its_fp16_variant();
     hub.add_repo("org/name", COMMIT, &files);
     let local = local_copy(&files);
     let scratch = Scratch::new();
