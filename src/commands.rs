@@ -730,7 +730,10 @@ fn hash<W: Write>(args: &HashArgs, variant: Option<&str>, out: &mut W) -> Result
 
 fn diff<W: Write>(args: &DiffArgs, variant: Option<&str>, out: &mut W) -> Result<Outcome, Failure> {
     use std::sync::atomic::AtomicU64;
-    let (a, b) = (open(&args.a, variant)?, open(&args.b, variant)?);
+    let (a, b) = (
+        Model::open_compared(&args.a, variant)?,
+        Model::open_compared(&args.b, variant)?,
+    );
     // Quantized models are compared by the weights they encode, unless asked for what is stored.
     let quantization = |model: &Model| {
         if args.raw {

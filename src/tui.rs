@@ -47,7 +47,8 @@ pub struct Options {
     pub fetch_limit: u64,
     /// List a quantized model's tensors as stored rather than by the weights they encode.
     pub raw: bool,
-    /// The variant of a folder's saves to read (`--variant`), for both models.
+    /// The variant of a folder's saves to read (`--variant`); with `diff`, of each model that is
+    /// not a file (see [`Model::open_compared`]).
     pub variant: Option<String>,
 }
 
@@ -55,15 +56,20 @@ pub struct Options {
 /// standard output when that is a terminal, else on the terminal stui runs in; without one it
 /// fails, as it does when a path is not one it can use, before it changes anything on screen.
 pub fn run(path: &Path, options: &Options) -> anyhow::Result<()> {
-    let opened = Opened::open(path, options.variant.as_deref())?;
+    let variant = options.variant.as_deref();
+    let (opened, other) = match &options.diff {
+        Some(other) => (
+            Opened::open(Model::open_compared(path, variant)?),
+            Some(Arc::new(Opened::open(Model::open_compared(
+                other, variant,
+            )?))),
+        ),
+        None => (Opened::open(Model::open_variant(path, variant)?), None),
+    };
     let mut log = match &options.log {
         Some(file) => Some(BufWriter::new(open_log(file).with_context(|| {
             format!("cannot write the log {}", crate::text::escape_path(file))
         })?)),
-        None => None,
-    };
-    let other = match &options.diff {
-        Some(other) => Some(Arc::new(Opened::open(other, options.variant.as_deref())?)),
         None => None,
     };
     let mut terminal = screen::take_over()?;
@@ -130,13 +136,13 @@ struct Opened {
 }
 
 impl Opened {
-    fn open(path: &Path, variant: Option<&str>) -> crate::error::Result<Opened> {
-        let model = Model::open_variant(path, variant)?;
+    /// `model`, reviewed (see [`crate::arch::reviewed`]).
+    fn open(model: Model) -> Opened {
         let (model, quantization) = crate::arch::reviewed(model, None);
-        Ok(Opened {
+        Opened {
             model: Arc::new(model),
             quantization: quantization.map(Arc::new),
-        })
+        }
     }
 
     /// The model as listed: a quantized model by its logical weights unless `raw`, with what
@@ -354,7 +360,7 @@ impl Session {
                     self.scan_number + 1,
                 );
             }
-            Effect::Reopen(path) => match Opened::open(&path, None) {
+            Effect::Reopen(path) => match Model::open(&path).map(Opened::open) {
                 Ok(opened) => {
                     let options = Options {
                         diff: None,

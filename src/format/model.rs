@@ -114,6 +114,15 @@ impl Model {
         }
     }
 
+    /// [`Model::open_variant`] of one of two models compared: where it is a file (a
+    /// `.safetensors` or `.json` path) it is read as it is, the variant being the other's.
+    pub fn open_compared(path: &Path, variant: Option<&str>) -> Result<Model> {
+        let is_file = path
+            .extension()
+            .is_some_and(|extension| extension == "safetensors" || extension == "json");
+        Model::open_variant(path, variant.filter(|_| !is_file))
+    }
+
     /// A repository from the local cache; from the Hub when the cache does not hold the
     /// revision asked for, or when it is named with `hf://`, unless `HF_HUB_OFFLINE` is set.
     fn open_repo(repo: &RepoRef, variant: Option<&str>) -> Result<Model> {

@@ -418,6 +418,52 @@ fn a_variant_asked_for_is_read_as_from_pretrained_reads_it() {
     }
 }
 
+/// `diff --variant` of a folder against a file: the folder's variant against the file as it is.
+#[test]
+fn a_variant_is_compared_with_a_file_read_as_it_is() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/folders/transformers_fp16_variant");
+    let dir = support::rebuild_folder(&fixture, &mut |_, _| {});
+    let elsewhere = tempfile::tempdir().unwrap();
+    let copy = elsewhere.path().join("half.safetensors");
+    std::fs::copy(dir.path().join("model.fp16.safetensors"), &copy).unwrap();
+    let diff = |variant: &[&str]| {
+        let args = [
+            &["diff"][..],
+            variant,
+            &[dir.path().to_str().unwrap(), copy.to_str().unwrap()],
+        ]
+        .concat();
+        support::run_within(
+            support::stui(dir.path(), args),
+            std::time::Duration::from_secs(60),
+        )
+    };
+    let same = diff(&["--variant", "fp16"]);
+    assert_eq!(
+        same.code,
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&same.stdout),
+        same.stderr
+    );
+    let other = diff(&[]);
+    assert_eq!(
+        other.code,
+        Some(1),
+        "{}{}",
+        String::from_utf8_lossy(&other.stdout),
+        other.stderr
+    );
+    assert!(
+        Model::open_variant(&copy, Some("fp16"))
+            .unwrap_err()
+            .to_string()
+            .contains("is a file"),
+        "a single model named by its file is not read for a variant"
+    );
+}
+
 #[test]
 fn files_holding_the_same_tensors_with_no_index_are_separate_models() {
     let dir = tempfile::tempdir().unwrap();
