@@ -509,3 +509,38 @@ fn a_signal_during_a_save_in_the_explorer_leaves_nothing() {
         "nothing left beside the model"
     );
 }
+
+/// `--variant` in the explorer: the variant's file is the model shown; a variant the folder lacks
+/// is an error on the shell's terminal, with nothing drawn.
+#[test]
+fn the_explorer_opens_the_variant_asked_for() {
+    let Some(tmux) = Tmux::start(80, 24) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/demo.safetensors");
+    std::fs::copy(&demo, dir.path().join("model.fp16.safetensors")).unwrap();
+    let header = br#"{"only.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+    let mut default_save = (header.len() as u64).to_le_bytes().to_vec();
+    default_save.extend_from_slice(header);
+    default_save.extend_from_slice(&[0; 8]);
+    std::fs::write(dir.path().join("model.safetensors"), default_save).unwrap();
+    let stui = env!("CARGO_BIN_EXE_stui");
+    let folder = dir.path().display();
+    tmux.send(&[&format!("{stui} --variant fp16 {folder}"), "Enter"]);
+    let screen = tmux.wait_for("the variant's tree", |s| s.contains("lm_head.weight"));
+    assert!(
+        screen.contains("model.fp16.safet") && !screen.contains("only.weight"),
+        "{screen}"
+    );
+    tmux.send(&["q"]);
+    tmux.wait_for("the shell prompt", |s| !s.contains("lm_head.weight"));
+    tmux.send(&[&format!("clear; {stui} --variant bf16 {folder}"), "Enter"]);
+    // The message wraps at the terminal's width.
+    let unwrapped = |screen: &str| screen.replace('\n', "");
+    let screen = tmux.wait_for("the error", |s| unwrapped(s).contains("no `bf16` variant"));
+    assert!(
+        unwrapped(&screen).contains("its variants: `fp16`"),
+        "{screen}"
+    );
+}
