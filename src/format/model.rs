@@ -392,8 +392,6 @@ impl Model {
 /// Shard files opened side by side and held until added to the model.
 const OPEN_BATCH: usize = 64;
 
-/// The error for a JSON file that sits beside a model rather than indexing it (see
-/// [`super::index::is_beside_a_model`]); `None` for one read as an index.
 /// The error for a variant asked of a file (shown as `shown`): a variant is one of a folder's
 /// saves.
 pub(super) fn not_a_folder(shown: &str, variant: &str) -> Error {
@@ -403,6 +401,8 @@ pub(super) fn not_a_folder(shown: &str, variant: &str) -> Error {
     ))
 }
 
+/// The error for a JSON file that sits beside a model rather than indexing it (see
+/// [`super::index::is_beside_a_model`]); `None` for one read as an index.
 fn not_an_index(path: &Path) -> Option<Error> {
     use std::io::Read;
     let name = path.file_name()?.to_string_lossy();
