@@ -544,6 +544,12 @@ const ROWS_RUN: u64 = 1 << 20;
 /// Values of a run decoded and worked on at a time: 128 KiB of `f32`, which the passes over them
 /// find in the core's cache.
 const BLOCK_VALUES: usize = 32 << 10;
+/// Runs a matrix of at least [`ROWS_RUN`] bytes but fewer than this many runs' is cut into
+/// nonetheless, so that more than one thread works on it (the single run of 1 MiB each of a BF16
+/// save's 256 x 2048 projections was read in kept the other threads waiting). Smaller ones are
+/// read in one run, on the calling thread: a model can have millions. A number rather than the threads', so that the runs,
+/// and the order the errors are summed in, are the same on every machine.
+const SHARED_RUNS: u64 = 4;
 /// Rows read at a time at most, so that what is kept for each row (its scale) stays small however
 /// narrow the rows are.
 const MAX_ROWS: u64 = 1 << 16;
@@ -1251,11 +1257,18 @@ fn block_rows(columns: usize, align: u64) -> usize {
 }
 
 /// The runs (first row, rows) a matrix of `dtype` values is read in: about [`ROWS_RUN`] bytes
-/// each, at most [`MAX_ROWS`] rows, a multiple of `align` rows but for the last.
+/// each, at most [`MAX_ROWS`] rows and, from [`ROWS_RUN`] bytes, a [`SHARED_RUNS`]th of the
+/// matrix, a multiple of `align` rows but for the last.
 fn row_runs([rows, columns]: [u64; 2], dtype: Dtype, align: u64) -> Vec<(u64, u64)> {
     let row_bytes = dtype.byte_len(columns).unwrap_or(0).max(1);
     let align = align.max(1);
     let rows_per_run = ((ROWS_RUN / row_bytes).clamp(1, MAX_ROWS) / align).max(1) * align;
+    let shared = rows.div_ceil(SHARED_RUNS).div_ceil(align).max(1) * align;
+    let rows_per_run = if rows.saturating_mul(row_bytes) < ROWS_RUN {
+        rows_per_run
+    } else {
+        rows_per_run.min(shared)
+    };
     (0..rows)
         .step_by(usize::try_from(rows_per_run).unwrap_or(1))
         .map(|row| (row, rows_per_run.min(rows - row)))
@@ -1288,7 +1301,6 @@ fn map_byte_runs<T: Send>(
     compute: impl Fn(usize, &[u8]) -> io::Result<T> + Sync,
     mut consume: impl FnMut(T) -> io::Result<()> + Send,
 ) -> io::Result<()> {
-    use rayon::prelude::*;
     let info = &tensor.info;
     let dtype = info
         .dtype
@@ -1307,42 +1319,62 @@ fn map_byte_runs<T: Send>(
         let (value, len) = with_rows(file, (start, row_bytes), run, |bytes| compute(first, bytes))?;
         Ok((value?, len))
     };
-    if let [run] = runs[..] {
+    if runs.len() == 1 || rayon::current_thread_index().is_some() {
         // A small tensor, read in one run: no pipeline to set up (a model can have millions).
-        control.check()?;
-        let (value, bytes) = read_run(&run)?;
-        consume(value)?;
-        control.bytes_done.fetch_add(bytes, Ordering::Relaxed);
+        // On one of the pool's threads, whose waiting for the runs it gave the pool could leave
+        // them with no thread to run them, the runs are read in turn there.
+        for run in &runs {
+            control.check()?;
+            let (value, bytes) = read_run(run)?;
+            consume(value)?;
+            control.bytes_done.fetch_add(bytes, Ordering::Relaxed);
+        }
         return Ok(());
     }
+    // Each run goes to the pool as the one `window` places ahead of it is consumed, so that the
+    // threads never wait for a batch's last run; the results, which come back in any order, are
+    // consumed in order on this thread, at most `window` of them held.
     let window = rayon::current_num_threads().max(1) * 2;
-    std::thread::scope(|scope| {
-        let (sender, receiver) = std::sync::mpsc::sync_channel::<(T, u64)>(window);
-        let writer = scope.spawn(move || -> io::Result<()> {
-            for (value, bytes) in receiver {
+    // A run that panics sends its panic, raised again here: waiting for a result that never
+    // came would hang.
+    let (done, finished) = std::sync::mpsc::channel::<(usize, std::thread::Result<_>)>();
+    rayon::in_place_scope(|scope| -> io::Result<()> {
+        let read_run = &read_run;
+        let spawn = |index: usize| {
+            let done = done.clone();
+            let run = runs[index];
+            scope.spawn(move |_| {
+                let result =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_run(&run)));
+                // The receiver is gone only once this scope has failed, which reports why.
+                let _ = done.send((index, result));
+            });
+        };
+        let mut waiting: std::collections::VecDeque<Option<(T, u64)>> =
+            std::collections::VecDeque::with_capacity(window);
+        let (mut spawned, mut consumed) = (0, 0);
+        while consumed < runs.len() {
+            while spawned < runs.len() && spawned < consumed + window {
+                control.check()?;
+                spawn(spawned);
+                waiting.push_back(None);
+                spawned += 1;
+            }
+            let (index, result) = finished
+                .recv()
+                .map_err(|_| io::Error::other("a run was lost"))?;
+            let result = result.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            waiting[index - consumed] = Some(result?);
+            while let Some(Some(_)) = waiting.front() {
+                let Some(Some((value, bytes))) = waiting.pop_front() else {
+                    break;
+                };
                 consume(value)?;
                 control.bytes_done.fetch_add(bytes, Ordering::Relaxed);
+                consumed += 1;
             }
-            Ok(())
-        });
-        let produced = (|| -> io::Result<()> {
-            for group in runs.chunks(window) {
-                control.check()?;
-                let results: Vec<io::Result<(T, u64)>> = group.par_iter().map(read_run).collect();
-                for result in results {
-                    if sender.send(result?).is_err() {
-                        // The consumer stopped on an error, which it reports.
-                        return Ok(());
-                    }
-                }
-            }
-            Ok(())
-        })();
-        drop(sender);
-        let consumed = writer
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        produced.and(consumed)
+        }
+        Ok(())
     })
 }
 
@@ -2876,6 +2908,118 @@ mod tests {
         ];
         let found = largest_magnitudes(&model, &files, &picked, &control).unwrap();
         assert_eq!(found, [None, Some(8192.0), Some(0.0)]);
+    }
+
+    /// A matrix is read in runs of about [`ROWS_RUN`] bytes, each a multiple of the alignment
+    /// but for the last, covering every row once; one of a run or a few is cut into
+    /// [`SHARED_RUNS`] runs where its rows allow, one smaller than a run is read whole.
+    #[test]
+    fn runs_cover_the_rows_and_share_a_small_matrix_out() {
+        for (shape, dtype, align) in [
+            ([5632, 2048], Dtype::Bf16, 1),
+            ([256, 2048], Dtype::Bf16, 1),
+            ([384, 4096], Dtype::F32, 128),
+            ([3, 7], Dtype::F16, 1),
+            ([1, 1 << 20], Dtype::F32, 1),
+        ] {
+            let runs = row_runs(shape, dtype, align);
+            let mut next = 0;
+            for (i, &(first, rows)) in runs.iter().enumerate() {
+                assert_eq!(first, next, "{shape:?}");
+                assert!(rows > 0 && (i + 1 == runs.len() || rows % align == 0));
+                next += rows;
+            }
+            assert_eq!(next, shape[0], "{shape:?}");
+            let bytes = dtype.byte_len(shape[0] * shape[1]).unwrap();
+            let count = runs.len() as u64;
+            if bytes < ROWS_RUN {
+                assert_eq!(count, 1, "{shape:?}");
+            } else {
+                assert!(
+                    count >= shape[0].div_ceil(align).min(SHARED_RUNS),
+                    "{shape:?}"
+                );
+                assert!(
+                    count <= bytes.div_ceil(ROWS_RUN).max(SHARED_RUNS),
+                    "{shape:?}"
+                );
+            }
+        }
+    }
+
+    /// A run whose work panics raises the panic in the caller, once the other runs are done,
+    /// rather than leaving it waiting for a result that never comes.
+    #[test]
+    fn a_run_that_panics_raises_its_panic_in_the_caller() {
+        use crate::demo::{Fill, SyntheticModel};
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("model.safetensors");
+        // 9 MiB of F32: nine runs.
+        SyntheticModel::new(5)
+            .tensor("c.weight", Dtype::F32, &[2048, 1152], Fill::Zeros)
+            .write(&source)
+            .unwrap();
+        let (sender, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let model = Model::open(&source).unwrap();
+            let files = vec![open_file(&source).unwrap()];
+            let read = map_rows(
+                &model,
+                &files,
+                &model.tensors[0],
+                &Control::default(),
+                |first, _: &[f32]| {
+                    assert!(first < 1000, "a run past row 1000");
+                    Ok(())
+                },
+                |()| Ok(()),
+            );
+            // Not sent if the read panics, which drops the sender.
+            let _ = sender.send(read.is_ok());
+        });
+        let ended = finished.recv_timeout(std::time::Duration::from_secs(60));
+        assert_eq!(ended, Err(std::sync::mpsc::RecvTimeoutError::Disconnected));
+    }
+
+    /// A weight read from one of the pool's threads (as a job on the pool would) is read there in
+    /// turn, to the same result, rather than left waiting for runs no thread is free to read.
+    #[test]
+    fn a_weight_read_on_a_pool_thread_is_read_there() {
+        use crate::demo::{Fill, SyntheticModel};
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("model.safetensors");
+        // 9 MiB of F32: nine runs.
+        SyntheticModel::new(5)
+            .tensor(
+                "c.weight",
+                Dtype::F32,
+                &[2048, 1152],
+                Fill::Normal {
+                    mean: 0.0,
+                    std: 1.0,
+                },
+            )
+            .write(&source)
+            .unwrap();
+        let read = move || {
+            let model = Model::open(&source).unwrap();
+            let files = vec![open_file(&source).unwrap()];
+            tensor_absmax(&model, &files, &model.tensors[0], true, &Control::default()).unwrap()
+        };
+        let on_this_thread = read.clone()();
+        let (sender, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let one_thread = rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .build()
+                .unwrap();
+            let _ = sender.send(one_thread.install(read));
+        });
+        let on_the_pool = finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the read on the pool's thread finishes");
+        assert_eq!(on_the_pool, on_this_thread);
+        assert_eq!(on_the_pool.unwrap().1.len(), 2048);
     }
 
     /// Once a run of a tensor holds NaN or Inf, the pass reads no more of it: a tensor whose
