@@ -166,6 +166,16 @@ pub enum Kept {
     BelowSnr,
 }
 
+impl Kept {
+    /// The reason as `--json` gives it (`lm-head`, `norm`, …).
+    pub fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|name| name.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+}
+
 /// The decision for one tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Choice {
@@ -211,14 +221,17 @@ pub fn choose(tensor: &Tensor, options: &Options) -> Choice {
         Some(Kept::Norm)
     } else if options.exclude.iter().any(|pattern| glob(pattern, name)) {
         Some(Kept::Excluded)
-    } else if !options.include.is_empty()
-        && !options.include.iter().any(|pattern| glob(pattern, name))
-    {
+    } else if !included(name, options) {
         Some(Kept::NotIncluded)
     } else {
         None
     };
     keep.map_or(Choice::Quantize, Choice::Keep)
+}
+
+/// Whether `name` is among the tensors `--include` asks for (all of them without it).
+pub fn included(name: &str, options: &Options) -> bool {
+    options.include.is_empty() || options.include.iter().any(|pattern| glob(pattern, name))
 }
 
 /// Whether weight `name` is a mixture of experts' router: its module is `gate` (Qwen's,

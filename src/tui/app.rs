@@ -65,6 +65,9 @@ pub struct QuantizeDialog {
     pub output: PathBuf,
     /// Tensors the options choose.
     pub chosen: Vec<usize>,
+    /// Why the tensors of the scope the options do not choose are kept, each reason once, in
+    /// the order first met.
+    pub kept_in_scope: Vec<quantize::Kept>,
     /// Preview of each chosen tensor as it arrives; `None` when it holds NaN or Inf.
     pub previews: HashMap<usize, Result<Option<Error8>, String>>,
     pub stage: Stage,
@@ -93,6 +96,26 @@ pub enum Stage {
 }
 
 impl QuantizeDialog {
+    /// The tensors of the scope the options choose, and why the others of the scope are kept.
+    fn choose(&mut self, model: &Model) {
+        let options = self.options();
+        self.chosen.clear();
+        self.kept_in_scope.clear();
+        for (index, tensor) in model.tensors.iter().enumerate() {
+            if !quantize::included(tensor.name(), &options) {
+                continue;
+            }
+            match quantize::choose(tensor, &options) {
+                quantize::Choice::Quantize => self.chosen.push(index),
+                quantize::Choice::Keep(why) => {
+                    if !self.kept_in_scope.contains(&why) {
+                        self.kept_in_scope.push(why);
+                    }
+                }
+            }
+        }
+    }
+
     /// Tensors previewed at most: the first chosen. A preview reads its tensor twice and is kept
     /// to be shown; a hostile model can have a million tensors to quantize.
     pub const PREVIEWED: usize = 10_000;
@@ -796,13 +819,7 @@ impl App {
                     (Action::QuantizeWholeModel, Stage::Choosing | Stage::ConfirmReplace) => {
                         "the whole model".clone_into(&mut dialog.scope);
                         dialog.include.clear();
-                        let options = dialog.options();
-                        dialog.chosen = (0..model.tensors.len())
-                            .filter(|&t| {
-                                quantize::choose(&model.tensors[t], &options)
-                                    == quantize::Choice::Quantize
-                            })
-                            .collect();
+                        dialog.choose(&model);
                         dialog.previews.clear();
                         Some(dialog.preview(true))
                     }
@@ -898,17 +915,13 @@ impl App {
             skip_non_finite: false,
             output: quantize::default_output(&self.model, quantize::Scheme::W8A8),
             chosen: Vec::new(),
+            kept_in_scope: Vec::new(),
             previews: HashMap::default(),
             stage: Stage::Choosing,
             comparing: Arc::default(),
             previewing: Arc::default(),
         };
-        let options = dialog.options();
-        dialog.chosen = (0..self.model.tensors.len())
-            .filter(|&t| {
-                quantize::choose(&self.model.tensors[t], &options) == quantize::Choice::Quantize
-            })
-            .collect();
+        dialog.choose(&self.model);
         let effect = dialog.preview(true);
         self.quantize = Some(dialog);
         (true, Some(effect))

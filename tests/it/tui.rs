@@ -386,7 +386,8 @@ fn a_flood_of_findings_is_listed_up_to_a_bound_and_says_what_it_leaves_out() {
 }
 
 /// A scope holding no weight a scheme would quantize (the demo opens on `lm_head.weight`, which
-/// every scheme keeps) shows dashes in the comparison, not zero bits and infinite SNRs.
+/// every scheme keeps) says why and where to go, and shows dashes in the comparison, not zero
+/// bits and infinite SNRs.
 #[test]
 fn a_scope_without_weights_compares_as_dashes() {
     use stui::quantize::Granularity;
@@ -409,6 +410,28 @@ fn a_scope_without_weights_compares_as_dashes() {
         .unwrap_or_default();
     assert_eq!(row.matches('–').count(), 3, "{shown}");
     assert!(!shown.contains("inf"), "{shown}");
+    assert!(
+        shown.contains(
+            "nothing to quantize in tensor lm_head.weight (kept: lm-head); w: the whole model"
+        ),
+        "{shown}"
+    );
+    let narrow = screen(&mut app, 80, 24);
+    let said: String = narrow
+        .lines()
+        .map(|line| line.trim_matches(|c| "\"│┌┐└┘─ ".contains(c)))
+        .skip_while(|line| !line.starts_with("nothing to quantize"))
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        said.ends_with("(kept: lm-head); w: the whole model"),
+        "{narrow}"
+    );
+    app.update(Action::QuantizeWholeModel);
+    let whole = screen(&mut app, 100, 40);
+    assert!(!whole.contains("nothing to quantize"), "{whole}");
+    assert!(whole.contains("28 tensors chosen"), "{whole}");
 }
 
 /// At 80x24 the names give way to the figures: the worst tensors' names are cut to their

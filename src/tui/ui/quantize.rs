@@ -66,7 +66,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, dialog: &QuantizeDialog)
             Span::raw(escape_path(&dialog.output)),
         ]),
     ];
-    lines.push(chosen_line(app, dialog));
+    let width = usize::from(inner(box_area).width);
+    lines.extend(wrapped(chosen_line(app, dialog), width));
     if dialog.chosen.len() > QuantizeDialog::PREVIEWED {
         lines.push(Line::styled(
             format!(
@@ -76,7 +77,6 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, dialog: &QuantizeDialog)
             theme.dim,
         ));
     }
-    let width = usize::from(inner(box_area).width);
     lines.extend(comparison_lines(app, dialog, width));
     lines.extend(wrapped(stage_line(app, dialog), width));
     let names = preview_name_width(width);
@@ -95,6 +95,23 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, dialog: &QuantizeDialog)
 /// How many weights are chosen and what the scheme chosen makes of those it quantizes (its codes
 /// alone; a weight whose columns are not in whole groups it keeps).
 fn chosen_line(app: &App, dialog: &QuantizeDialog) -> Line<'static> {
+    if dialog.chosen.is_empty() {
+        let kept: Vec<String> = dialog.kept_in_scope.iter().map(|why| why.name()).collect();
+        let why = if kept.is_empty() {
+            String::new()
+        } else {
+            format!(" (kept: {})", kept.join(", "))
+        };
+        let elsewhere = if dialog.include.is_empty() {
+            ""
+        } else {
+            "; w: the whole model"
+        };
+        return Line::styled(
+            format!("nothing to quantize in {}{why}{elsewhere}", dialog.scope),
+            app.theme.warning,
+        );
+    }
     let group_size = dialog.options().group_size;
     let quantized: Vec<&Tensor> = dialog
         .chosen
