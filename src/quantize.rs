@@ -2960,18 +2960,24 @@ mod tests {
         }
     }
 
+    /// A model of one weight, `c.weight`, of 9 MiB of F32 (2048 x 1152, normal values): nine
+    /// runs of rows, three of the largest magnitudes' pass.
+    fn nine_mib_of_f32() -> crate::demo::SyntheticModel {
+        use crate::demo::{Fill, SyntheticModel};
+        let normal = Fill::Normal {
+            mean: 0.0,
+            std: 1.0,
+        };
+        SyntheticModel::new(5).tensor("c.weight", Dtype::F32, &[2048, 1152], normal)
+    }
+
     /// A run whose work panics raises the panic in the caller, once the other runs are done,
     /// rather than leaving it waiting for a result that never comes.
     #[test]
     fn a_run_that_panics_raises_its_panic_in_the_caller() {
-        use crate::demo::{Fill, SyntheticModel};
         let dir = tempfile::tempdir().unwrap();
         let source = dir.path().join("model.safetensors");
-        // 9 MiB of F32: nine runs.
-        SyntheticModel::new(5)
-            .tensor("c.weight", Dtype::F32, &[2048, 1152], Fill::Zeros)
-            .write(&source)
-            .unwrap();
+        nine_mib_of_f32().write(&source).unwrap();
         let (sender, finished) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let model = Model::open(&source).unwrap();
@@ -2998,22 +3004,9 @@ mod tests {
     /// turn, to the same result, rather than left waiting for runs no thread is free to read.
     #[test]
     fn a_weight_read_on_a_pool_thread_is_read_there() {
-        use crate::demo::{Fill, SyntheticModel};
         let dir = tempfile::tempdir().unwrap();
         let source = dir.path().join("model.safetensors");
-        // 9 MiB of F32: nine runs.
-        SyntheticModel::new(5)
-            .tensor(
-                "c.weight",
-                Dtype::F32,
-                &[2048, 1152],
-                Fill::Normal {
-                    mean: 0.0,
-                    std: 1.0,
-                },
-            )
-            .write(&source)
-            .unwrap();
+        nine_mib_of_f32().write(&source).unwrap();
         let read = move || {
             let model = Model::open(&source).unwrap();
             let files = vec![open_file(&source).unwrap()];
@@ -3040,20 +3033,9 @@ mod tests {
     /// the error that reading that run gives (one thread, so that the runs go in order).
     #[test]
     fn largest_magnitudes_stop_reading_a_tensor_found_non_finite() {
-        use crate::demo::{Fill, SyntheticModel};
         let dir = tempfile::tempdir().unwrap();
         let source = dir.path().join("model.safetensors");
-        // 9 MiB of F32: three runs.
-        SyntheticModel::new(5)
-            .tensor(
-                "c.weight",
-                Dtype::F32,
-                &[2048, 1152],
-                Fill::Normal {
-                    mean: 0.0,
-                    std: 1.0,
-                },
-            )
+        nine_mib_of_f32()
             .plant("c.weight", 0, f64::INFINITY)
             .write(&source)
             .unwrap();

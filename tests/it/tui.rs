@@ -417,13 +417,7 @@ fn a_scope_without_weights_compares_as_dashes() {
         "{shown}"
     );
     let narrow = screen(&mut app, 80, 24);
-    let said: String = narrow
-        .lines()
-        .map(|line| line.trim_matches(|c| "\"│┌┐└┘─ ".contains(c)))
-        .skip_while(|line| !line.starts_with("nothing to quantize"))
-        .take(2)
-        .collect::<Vec<_>>()
-        .join(" ");
+    let said = wrapped_in_dialog(&narrow, "nothing to quantize");
     assert!(
         said.ends_with("(kept: lm-head); w: the whole model"),
         "{narrow}"
@@ -459,6 +453,18 @@ fn confirm_and_save(app: &mut App, output: &std::path::Path) {
     app.on_saved(result);
 }
 
+/// The two lines of a dialog's message that starts with `start`, wrapped on `shown`, joined
+/// without the dialog's borders.
+fn wrapped_in_dialog(shown: &str, start: &str) -> String {
+    shown
+        .lines()
+        .map(|line| line.trim_matches(|c| "\"│┌┐└┘─ ".contains(c)))
+        .skip_while(|line| !line.starts_with(start))
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// A save stopped by NaN says why and what to do, whole, on an 80-column screen, and writes
 /// nothing.
 fn a_save_stopped_by_nan_says_why_in_80_columns(app: &mut App) {
@@ -466,13 +472,7 @@ fn a_save_stopped_by_nan_says_why_in_80_columns(app: &mut App) {
     let output = dir.path().join("demo.int8.safetensors");
     confirm_and_save(app, &output);
     let narrow = screen(app, 80, 24);
-    let message = narrow
-        .lines()
-        .map(|line| line.trim_matches(|c| "\"│┌┐└┘─ ".contains(c)))
-        .skip_while(|line| !line.starts_with("not saved:"))
-        .take(2)
-        .collect::<Vec<_>>()
-        .join(" ");
+    let message = wrapped_in_dialog(&narrow, "not saved:");
     assert!(
         message.contains("holds NaN or Inf") && message.ends_with("(skip such tensors to go on)"),
         "{narrow}"
