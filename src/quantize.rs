@@ -560,8 +560,9 @@ const BLOCK_VALUES: usize = 32 << 10;
 /// Runs a matrix of at least [`ROWS_RUN`] bytes but fewer than this many runs' is cut into
 /// nonetheless, so that more than one thread works on it (the single run of 1 MiB each of a BF16
 /// save's 256 x 2048 projections was read in kept the other threads waiting). Smaller ones are
-/// read in one run, on the calling thread: a model can have millions. A number rather than the threads', so that the runs,
-/// and the order the errors are summed in, are the same on every machine.
+/// read in one run, on the calling thread: a model can have millions. A number rather than the
+/// threads', so that the runs, and the order the errors are summed in, are the same on every
+/// machine.
 const SHARED_RUNS: u64 = 4;
 /// Rows read at a time at most, so that what is kept for each row (its scale) stays small however
 /// narrow the rows are.
@@ -1359,7 +1360,8 @@ fn map_byte_runs<T: Send>(
             scope.spawn(move |_| {
                 let result =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_run(&run)));
-                // The receiver is gone only once this scope has failed, which reports why.
+                // The receiver outlives the scope: a result sent after the caller stopped on an
+                // error is dropped with it.
                 let _ = done.send((index, result));
             });
         };
@@ -1378,10 +1380,8 @@ fn map_byte_runs<T: Send>(
                 .map_err(|_| io::Error::other("a run was lost"))?;
             let result = result.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             waiting[index - consumed] = Some(result?);
-            while let Some(Some(_)) = waiting.front() {
-                let Some(Some((value, bytes))) = waiting.pop_front() else {
-                    break;
-                };
+            while let Some((value, bytes)) = waiting.front_mut().and_then(Option::take) {
+                waiting.pop_front();
                 consume(value)?;
                 control.bytes_done.fetch_add(bytes, Ordering::Relaxed);
                 consumed += 1;
