@@ -1277,10 +1277,10 @@ fn row_runs([rows, columns]: [u64; 2], dtype: Dtype, align: u64) -> Vec<(u64, u6
     let row_bytes = dtype.byte_len(columns).unwrap_or(0).max(1);
     let align = align.max(1);
     let rows_per_run = ((ROWS_RUN / row_bytes).clamp(1, MAX_ROWS) / align).max(1) * align;
-    let shared = rows.div_ceil(SHARED_RUNS).div_ceil(align).max(1) * align;
     let rows_per_run = if rows.saturating_mul(row_bytes) < ROWS_RUN {
         rows_per_run
     } else {
+        let shared = rows.div_ceil(SHARED_RUNS).div_ceil(align).max(1) * align;
         rows_per_run.min(shared)
     };
     (0..rows)
