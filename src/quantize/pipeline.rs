@@ -84,9 +84,8 @@ fn quantize_then(
     let (sharded, targets, files) = prepare(model, output)?;
     let mut choices = super::choose_all(model, &files, options, control, |t| fits(t, options))?;
     let read_first = options.scheme == Scheme::Nvfp4A16 || targets.len() > 1;
-    control
-        .bytes_total
-        .fetch_add(writing(model, &choices), Ordering::Relaxed);
+    let planned = writing(model, &choices);
+    control.bytes_total.fetch_add(planned, Ordering::Relaxed);
     let mut absmax = vec![0.0; model.tensors.len()];
     if read_first {
         read_largest(
@@ -98,6 +97,10 @@ fn quantize_then(
             options,
             control,
         )?;
+        // A weight found holding NaN or Inf is copied rather than quantized and read back.
+        control
+            .bytes_total
+            .fetch_sub(planned - writing(model, &choices), Ordering::Relaxed);
     }
     super::quantizes_some(&choices, options)?;
     let _folder = super::ready_folder(&targets)?;
@@ -1201,7 +1204,8 @@ mod tests {
     /// `f32`'s range, which are finite) stops at each, which is read for them, and the write goes
     /// on from there. Either way the file holds the tensors of the one written when every weight
     /// is read first, byte for byte (its header padded longer when the write went on), nothing is
-    /// written when such a weight stops everything, and the progress ends full.
+    /// written when such a weight stops everything, and the progress ends full. NVFP4, which
+    /// reads every weight first, keeps the same weights and ends its progress full too.
     #[test]
     fn non_finite_weights_found_while_writing() {
         let dir = tempfile::tempdir().unwrap();
@@ -1212,6 +1216,7 @@ mod tests {
             Scheme::W4A16Asym,
             Scheme::Fp8Dynamic,
             Scheme::Fp8Block,
+            Scheme::Nvfp4A16,
         ];
         for scheme in schemes {
             let out = tempfile::tempdir().unwrap();
