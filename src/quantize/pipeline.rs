@@ -7,10 +7,12 @@
 //! reported are those of the file written while the source is read once or twice, not three
 //! times. Without a first pass, the codes' pass watches for NaN and Inf (see [`quantize_then`]).
 //!
-//! The members of a weight are placed apart in the file (by dtype rank, then name), so each is
-//! streamed when the writer reaches it: the small members (scales, zero points) worked out while
-//! streaming a weight's codes are kept for later when they fit in [`KEPT_BYTES`], and worked out
-//! again otherwise, so that memory does not grow with the model.
+//! The members of a weight are placed apart in the file (by dtype rank, then name), and the
+//! writer reaches the first of them first: the pass that makes it makes the weight's later
+//! members too, so that the weight is read once. Those later members are kept for their place
+//! while they fit in [`KEPT_BYTES`], so that memory does not grow with the model, and written
+//! into their places beside the stream otherwise (FP8's and NVFP4's codes, which come after
+//! their scales and are too large to keep).
 
 use super::copying::{Copies, Placement, write_copying_beside};
 use super::digest::Digest;
@@ -20,13 +22,15 @@ use super::{
     largest_magnitudes, map_rows_aligned, output_metadata, prepare,
 };
 use crate::error::{Error, Result};
-use crate::format::writer::{AtomicFile, FileLayout, Metadata, Name, Specs};
+use crate::format::writer::{
+    AtomicFile, FileLayout, Metadata, Name, Specs, WriteBehind, start_disk_write,
+};
 use crate::format::{Dtype, Model, Shape, Tensor};
 use crate::text::escape;
 use fixedbitset::FixedBitSet;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, OnceLock};
@@ -41,7 +45,7 @@ fn kept_cost(len: u64) -> u64 {
 /// Members read back side by side at most.
 const READ_BACK_BATCH: usize = 4096;
 
-/// Bytes of small members kept between the codes' pass and the place they are written.
+/// Bytes of members kept between the pass that makes them and the place they are written.
 const KEPT_BYTES: u64 = 32 << 20;
 
 fn fits(tensor: &Tensor, options: &Options) -> bool {
@@ -58,10 +62,11 @@ pub fn quantize(
     options: &Options,
     control: &Control,
 ) -> Result<Summary> {
-    quantize_then(model, output, options, control, &|_| {})
+    quantize_then(model, output, options, control, (&|_| {}, KEPT_BYTES))
 }
 
-/// [`quantize`], running `before_read_back` on each file written before it is read back.
+/// [`quantize`], running `before_read_back` on each file written before it is read back, with
+/// `kept_room` bytes for members kept ahead of their place (see [`Context::made_beside`]).
 ///
 /// A tensor holding NaN or Inf must be known before a file is written: it is kept or stops
 /// everything, and its place in the file depends on it. NVFP4 reads every weight first anyway,
@@ -79,7 +84,7 @@ fn quantize_then(
     output: &Path,
     options: &Options,
     control: &Control,
-    before_read_back: &(dyn Fn(&Path) + Sync),
+    (before_read_back, kept_room): (&(dyn Fn(&Path) + Sync), u64),
 ) -> Result<Summary> {
     let (sharded, targets, files) = prepare(model, output)?;
     let mut choices = super::choose_all(model, &files, options, control, |t| fits(t, options))?;
@@ -116,6 +121,7 @@ fn quantize_then(
             config: &config,
             control,
             before_read_back,
+            kept_room,
             watch_non_finite,
             non_finite_in: OnceLock::new(),
             found_finite: Mutex::new(FixedBitSet::new()),
@@ -266,6 +272,8 @@ struct Context<'a> {
     config: &'a str,
     control: &'a Control,
     before_read_back: &'a (dyn Fn(&Path) + Sync),
+    /// Bytes of members kept ahead of their place at most: [`KEPT_BYTES`] but in tests.
+    kept_room: u64,
     /// Whether writing stops at a weight holding NaN or Inf (in the codes' pass, a sum of squares
     /// that is not finite, which values beyond `f32`'s squares also give), setting
     /// `non_finite_in` to it.
@@ -368,16 +376,13 @@ impl Writer for Context<'_> {
         let (
             Writing {
                 file,
-                mut kept,
-                mut measured,
+                kept,
+                measured,
             },
             in_place,
             resumed,
         ) = self.start_or_go_on(target, &mut layout, first..end)?;
-        let mut kept_bytes: u64 = kept
-            .values()
-            .map(|bytes| kept_cost(bytes.len() as u64))
-            .sum();
+        let mut keeping = Keeping::new(kept, measured);
         let placement = |spec: usize| {
             if in_place.contains(spec) {
                 return Placement::InPlace;
@@ -388,6 +393,7 @@ impl Writer for Context<'_> {
             }
         };
         let (mut streaming, mut copies_made) = (None, 0);
+        let places = layout.ranges_in_file();
         let streamed = file.write(|out| {
             // A write that goes on after a stop has met NaN or Inf once and may meet them
             // again, which would move the copies made beside it past the first tensor still to
@@ -413,16 +419,12 @@ impl Writer for Context<'_> {
                     let Entry::Member(index, member) = specs.entries[spec] else {
                         return Ok(());
                     };
-                    if let Some(bytes) = kept.remove(&(index, member)) {
-                        kept_bytes -= kept_cost(bytes.len() as u64);
-                        return out.write_all(&bytes);
+                    // The places of the weight's members, which come one after another.
+                    let places = &places[spec - usize::from(member)..];
+                    if keeping.write_made(index, member, places, out)? {
+                        return Ok(());
                     }
-                    let mut keeping = Keeping {
-                        kept: &mut kept,
-                        kept_bytes: &mut kept_bytes,
-                        measured: &mut measured,
-                    };
-                    self.write_member(index, member, out, &mut keeping)
+                    self.write_member(index, member, out, (&mut keeping, places))
                 },
             );
             copies_made = copies;
@@ -434,8 +436,8 @@ impl Writer for Context<'_> {
             {
                 let writing = Writing {
                     file,
-                    kept,
-                    measured,
+                    kept: keeping.kept,
+                    measured: keeping.measured,
                 };
                 self.leave(Partial {
                     writing,
@@ -452,6 +454,7 @@ impl Writer for Context<'_> {
         let mut quantized = Vec::new();
         (self.before_read_back)(file.temporary_path());
         let differs = layout.differences(file.reopen()?, target)?.is_some();
+        let mut measured = keeping.measured;
         measured.sort_unstable_by_key(|&(index, _)| index);
         let written = file.reopen()?;
         let read_back = self.read_back(&layout, &written, target, &measured, &mut quantized)?;
@@ -690,24 +693,107 @@ impl Measured {
     }
 }
 
-/// What the writing of a file keeps from one member to the next: the small members made ahead
-/// (and their bytes), and each weight's measure.
-struct Keeping<'a> {
-    kept: &'a mut HashMap<(u32, u8), Vec<u8>>,
-    kept_bytes: &'a mut u64,
-    measured: &'a mut Vec<(u32, Measured)>,
+/// What the writing of a file keeps from one member to the next: the members made ahead, kept
+/// (and their bytes, in all `kept_bytes`) or written at their places (`ahead`), and each
+/// weight's measure.
+struct Keeping {
+    kept: HashMap<(u32, u8), Vec<u8>>,
+    kept_bytes: u64,
+    ahead: HashSet<(u32, u8)>,
+    measured: Vec<(u32, Measured)>,
+}
+
+impl Keeping {
+    /// What a write that stopped kept (see [`Partial`]); the members it wrote ahead, at their
+    /// places in its own layout, are made again.
+    fn new(kept: HashMap<(u32, u8), Vec<u8>>, measured: Vec<(u32, Measured)>) -> Keeping {
+        let kept_bytes = kept
+            .values()
+            .map(|bytes| kept_cost(bytes.len() as u64))
+            .sum();
+        Keeping {
+            kept,
+            kept_bytes,
+            ahead: HashSet::new(),
+            measured,
+        }
+    }
+
+    /// Writes member `member` of weight `index` (whose members are at `places` in the file) if
+    /// the pass that made another made it: its bytes kept, or passed over where that pass wrote
+    /// them. Whether it was.
+    fn write_made(
+        &mut self,
+        index: u32,
+        member: u8,
+        places: &[(u64, u64)],
+        out: &mut BufWriter<WriteBehind<'_>>,
+    ) -> io::Result<bool> {
+        if let Some(bytes) = self.kept.remove(&(index, member)) {
+            self.kept_bytes -= kept_cost(bytes.len() as u64);
+            out.write_all(&bytes)?;
+            return Ok(true);
+        }
+        if self.ahead.remove(&(index, member)) {
+            out.flush()?;
+            out.get_mut().skip(places[usize::from(member)].1);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Whether member `member` of weight `index` was made by the pass that made another.
+    fn made(&self, index: u32, member: u8) -> bool {
+        self.kept.contains_key(&(index, member)) || self.ahead.contains(&(index, member))
+    }
+
+    /// The members `made` by the pass that made another member of weight `index`, whose
+    /// members are at `places` in the file: kept, or sent on to the disk from their places.
+    fn take(
+        &mut self,
+        index: u32,
+        made: Vec<(u8, Role, Ahead)>,
+        places: &[(u64, u64)],
+        file: &File,
+    ) {
+        for (member, _, ahead) in made {
+            match ahead {
+                Ahead::Kept(bytes) => {
+                    self.kept.insert((index, member), bytes);
+                }
+                Ahead::At(_) => {
+                    // Sent as the stream sends what it writes: left to the stream, the codes of
+                    // every weight went at once when it passed over them.
+                    let (at, len) = places[usize::from(member)];
+                    start_disk_write(file, at, len);
+                    self.ahead.insert((index, member));
+                }
+            }
+        }
+    }
+}
+
+/// A member made ahead of its place in the stream, by the pass that makes another.
+enum Ahead {
+    /// Its bytes, kept until the stream reaches it.
+    Kept(Vec<u8>),
+    /// Written straight into its place, from this offset in the file on.
+    At(u64),
 }
 
 impl Context<'_> {
     /// Writes member `member` of quantized weight `index`, streaming the weight; the other
-    /// streamed members it yields are kept for later while they fit. The pass that makes the
-    /// codes written measures them.
+    /// streamed members it yields that come later in the file are kept for later while they
+    /// fit, and written into their places otherwise: made again when the stream reached them,
+    /// they had cost a second read of every weight whose codes came after its scales (FP8,
+    /// NVFP4) once the room to keep them was full. The pass that makes the codes written
+    /// measures them.
     fn write_member(
         &self,
         index: u32,
         member: u8,
-        out: &mut (impl Write + Send),
-        keeping: &mut Keeping<'_>,
+        out: &mut BufWriter<WriteBehind<'_>>,
+        (keeping, places): (&mut Keeping, &[(u64, u64)]),
     ) -> io::Result<()> {
         let tensor = &self.model.tensors[index as usize];
         let plan = self.plan(index as usize);
@@ -716,27 +802,7 @@ impl Context<'_> {
         if wanted.rows_per_row().is_none() {
             return out.write_all(&plan.whole(wanted.role));
         }
-        // The other streamed members not yet written, kept if they fit.
-        let mut keep: Vec<(u8, Role, Vec<u8>)> = Vec::new();
-        for (m, other) in members.iter().enumerate() {
-            let m = u8::try_from(m).unwrap_or(0);
-            let streamed = other.rows_per_row().is_some();
-            if m == member || !streamed || keeping.kept.contains_key(&(index, m)) {
-                continue;
-            }
-            let len = other.byte_len();
-            // Written already when it comes before this member in the file.
-            if *keeping.kept_bytes + kept_cost(len) <= KEPT_BYTES
-                && self.comes_after(index, member, m)
-            {
-                *keeping.kept_bytes += kept_cost(len);
-                keep.push((
-                    m,
-                    other.role,
-                    Vec::with_capacity(usize::try_from(len).unwrap_or(0)),
-                ));
-            }
-        }
+        let mut keep = self.made_beside(index, member, &members, (keeping, places));
         let role = wanted.role;
         let scales_alone = keep.is_empty() && matches!(role, Role::Scales { .. });
         let makes_codes =
@@ -782,8 +848,15 @@ impl Context<'_> {
                     ));
                 }
                 out.write_all(streams.of(role))?;
-                for (_, role, bytes) in &mut keep {
-                    bytes.extend_from_slice(streams.of(*role));
+                for (_, role, ahead) in &mut keep {
+                    let bytes = streams.of(*role);
+                    match ahead {
+                        Ahead::Kept(kept) => kept.extend_from_slice(bytes),
+                        Ahead::At(at) => {
+                            crate::format::write_all_at(out.get_ref().file(), bytes, *at)?;
+                            *at += bytes.len() as u64;
+                        }
+                    }
                 }
                 if let Some((sums, within)) = checked {
                     measured.add(&streams, &sums, within);
@@ -792,9 +865,7 @@ impl Context<'_> {
                 Ok(())
             },
         )?;
-        for (m, _, bytes) in keep {
-            keeping.kept.insert((index, m), bytes);
-        }
+        keeping.take(index, keep, places, out.get_ref().file());
         if makes_codes {
             keeping.measured.push((index, measured.finish()));
             if self.watch_non_finite {
@@ -807,6 +878,39 @@ impl Context<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The streamed members of weight `index` (`members`, at `places` in the file) that the pass
+    /// making member `member` makes too: those not yet made that come after it in the file, kept
+    /// while they fit in the room for them, written at their places otherwise.
+    fn made_beside(
+        &self,
+        index: u32,
+        member: u8,
+        members: &[Member],
+        (keeping, places): (&mut Keeping, &[(u64, u64)]),
+    ) -> Vec<(u8, Role, Ahead)> {
+        let mut made = Vec::new();
+        for (m, other) in members.iter().enumerate() {
+            let m = u8::try_from(m).unwrap_or(0);
+            let streamed = other.rows_per_row().is_some();
+            if m == member || !streamed || keeping.made(index, m) {
+                continue;
+            }
+            // One before this member in the file is written already.
+            if !self.comes_after(index, member, m) {
+                continue;
+            }
+            let len = other.byte_len();
+            let ahead = if keeping.kept_bytes + kept_cost(len) <= self.kept_room {
+                keeping.kept_bytes += kept_cost(len);
+                Ahead::Kept(Vec::with_capacity(usize::try_from(len).unwrap_or(0)))
+            } else {
+                Ahead::At(places[usize::from(m)].0)
+            };
+            made.push((m, other.role, ahead));
+        }
+        made
     }
 
     /// Whether member `other` of weight `index` is written after member `member` in the file:
@@ -985,7 +1089,13 @@ mod tests {
                 ..Options::default()
             };
             a_failed_sharded_save_leaves_nothing_in_place(member, &|output, hook| {
-                quantize_then(&model, output, &options, &Control::default(), hook)
+                quantize_then(
+                    &model,
+                    output,
+                    &options,
+                    &Control::default(),
+                    (hook, KEPT_BYTES),
+                )
             });
         }
     }
@@ -1010,8 +1120,10 @@ mod tests {
             (Scheme::W8A16, "a.weight_scale"),
             (Scheme::Fp8Block, "b.weight"),
             (Scheme::Nvfp4A16, "a.weight_global_scale"),
+            (Scheme::Nvfp4A16, "a.weight_packed"),
         ];
-        for (scheme, altered) in cases {
+        // Members kept for their place, and written there ahead of the stream.
+        for ((scheme, altered), room) in cases.into_iter().flat_map(|c| [(c, KEPT_BYTES), (c, 0)]) {
             let options = Options {
                 scheme,
                 ..Options::default()
@@ -1019,14 +1131,19 @@ mod tests {
             let output = dir.path().join(format!("{scheme}.safetensors"));
             let unaltered = quantize(&model, &output, &options, &Control::default()).unwrap();
             assert!(unaltered.verified, "{scheme}");
-            let error = quantize_then(&model, &output, &options, &Control::default(), &|path| {
-                flip_a_byte_of(path, altered);
-            })
+            let flip = |path: &Path| flip_a_byte_of(path, altered);
+            let error = quantize_then(
+                &model,
+                &output,
+                &options,
+                &Control::default(),
+                (&flip, room),
+            )
             .unwrap_err()
             .to_string();
             assert!(
                 error.contains(&format!("`{altered}` read back differs")),
-                "{scheme}: {error}"
+                "{scheme} {room}: {error}"
             );
         }
     }
@@ -1277,6 +1394,61 @@ mod tests {
             );
             let left: Vec<_> = std::fs::read_dir(stopped.path()).unwrap().collect();
             assert!(left.is_empty(), "{scheme}: {left:?}");
+        }
+    }
+
+    /// Members written into their places ahead of the stream, as every later member is once
+    /// the room to keep them is full, give the file that members kept give, byte for byte, and
+    /// the same summary: also where a weight holding NaN stops the write after some of them
+    /// were written, and the next write goes on from it.
+    #[test]
+    fn members_written_ahead_are_those_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let models = models_to_watch(dir.path());
+        let schemes = [
+            Scheme::W4A16Asym,
+            Scheme::Fp8Dynamic,
+            Scheme::Fp8Block,
+            Scheme::Nvfp4A16,
+        ];
+        for scheme in schemes {
+            let options = Options {
+                scheme,
+                non_finite: NonFinite::Skip,
+                ..Options::default()
+            };
+            for (number, (model, ..)) in models.iter().enumerate() {
+                let folder = dir.path().join(format!("{scheme}-{number}"));
+                let (kept, ahead) = (folder.join("kept"), folder.join("ahead"));
+                let save = |room: u64, folder: &Path| {
+                    let control = Control::default();
+                    let output = folder.join("model.safetensors");
+                    let summary =
+                        quantize_then(model, &output, &options, &control, (&|_| {}, room));
+                    let progress = [&control.bytes_done, &control.bytes_total]
+                        .map(|count| count.load(Ordering::Relaxed));
+                    (summary, output, progress)
+                };
+                let (kept, kept_file, [kept_done, kept_total]) = save(KEPT_BYTES, &kept);
+                assert_eq!(kept_done, kept_total, "{scheme} {number}: KEPT progress");
+                let (ahead, ahead_file, [done, total]) = save(0, &ahead);
+                let (kept, ahead) = (kept.unwrap(), ahead.unwrap());
+                assert_eq!(kept.verified, ahead.verified, "{scheme} {number}");
+                assert_eq!(kept.choices, ahead.choices, "{scheme} {number}");
+                let errors = |summary: &Summary| {
+                    summary
+                        .quantized
+                        .iter()
+                        .map(|q| (q.tensor, format!("{:?}", q.error)))
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(errors(&kept), errors(&ahead), "{scheme} {number}");
+                assert!(
+                    std::fs::read(&kept_file).unwrap() == std::fs::read(&ahead_file).unwrap(),
+                    "{scheme} {number}"
+                );
+                assert_eq!(done, total, "{scheme} {number}: the progress ends full");
+            }
         }
     }
 }
