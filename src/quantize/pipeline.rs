@@ -882,7 +882,8 @@ impl Context<'_> {
 
     /// The streamed members of weight `index` (`members`, at `places` in the file) that the pass
     /// making member `member` makes too: those not yet made that come after it in the file, kept
-    /// while they fit in the room for them, written at their places otherwise.
+    /// while they fit in the room for them, written at their places otherwise but while the
+    /// write watches for NaN and Inf.
     fn made_beside(
         &self,
         index: u32,
@@ -905,6 +906,12 @@ impl Context<'_> {
             let ahead = if keeping.kept_bytes + kept_cost(len) <= self.kept_room {
                 keeping.kept_bytes += kept_cost(len);
                 Ahead::Kept(Vec::with_capacity(usize::try_from(len).unwrap_or(0)))
+            } else if self.watch_non_finite {
+                // A stop at a weight holding NaN or Inf would move the places of the members
+                // after it, and any written there would be made again: these are made when the
+                // stream reaches them. (Written ahead while watching, an FP8_DYNAMIC save of the
+                // benchmark model, which stops twice, took 20% more CPU time.)
+                continue;
             } else {
                 Ahead::At(places[usize::from(m)].0)
             };
@@ -1398,9 +1405,9 @@ mod tests {
     }
 
     /// Members written into their places ahead of the stream, as every later member is once
-    /// the room to keep them is full, give the file that members kept give, byte for byte, and
-    /// the same summary: also where a weight holding NaN stops the write after some of them
-    /// were written, and the next write goes on from it.
+    /// the room to keep them is full (but while the write watches for NaN and Inf), give the
+    /// file that members kept give, byte for byte, and the same summary: also in a write that
+    /// went on after stops at weights holding NaN.
     #[test]
     fn members_written_ahead_are_those_kept() {
         let dir = tempfile::tempdir().unwrap();
