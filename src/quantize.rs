@@ -2394,7 +2394,8 @@ fn index_reads_back(model: &Model, output: &Path, entries: usize) -> Result<bool
 }
 
 /// Copies `config.json` (with the quantization added) and the small files beside the model into
-/// the output folder, when that is not the model's own folder.
+/// the output folder, when that is not the model's own folder and the model's is a model's folder
+/// ([`is_model_folder`]).
 fn copy_companions(model: &Model, output: &Path, ignore: &[&str], options: &Options) -> Result<()> {
     let Some(source) = model.shards.first().and_then(|s| s.path.parent()) else {
         return Ok(());
@@ -2409,7 +2410,7 @@ fn copy_companions(model: &Model, output: &Path, ignore: &[&str], options: &Opti
     } else {
         source
     };
-    if canonical(source) == canonical(output) {
+    if canonical(source) == canonical(output) || !is_model_folder(source) {
         return Ok(());
     }
     let entries = std::fs::read_dir(source).map_err(|e| Error::io(source, e))?;
@@ -2450,6 +2451,15 @@ fn copy_companions(model: &Model, output: &Path, ignore: &[&str], options: &Opti
         }
     }
     Ok(())
+}
+
+/// Whether `folder` holds a model's own files: a `config.json` (or a PEFT adapter's
+/// `adapter_config.json`) beside the weights. A single file in a folder shared with other things
+/// (a downloads folder) has no companions: the small files there are not the model's.
+fn is_model_folder(folder: &Path) -> bool {
+    ["config.json", "adapter_config.json"]
+        .iter()
+        .any(|name| folder.join(name).is_file())
 }
 
 #[cfg(test)]

@@ -420,6 +420,44 @@ fn a_sharded_model_gives_sharded_output_with_its_index_and_config() {
 }
 
 /// A model whose int8 copy takes about 256 KiB.
+/// A single file's companions are copied only from a model's own folder (its `config.json`
+/// beside it): the small files of a folder shared with other things are not the model's.
+#[test]
+fn a_file_in_a_shared_folder_takes_no_other_files_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("downloads");
+    std::fs::create_dir(&shared).unwrap();
+    model(Dtype::Bf16)
+        .write(&shared.join("model.safetensors"))
+        .unwrap();
+    std::fs::write(shared.join("notes.txt"), "private").unwrap();
+    std::fs::write(shared.join("tokenizer.json"), "{}").unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let summary = run(
+        &shared.join("model.safetensors"),
+        &out.join("model.int8.safetensors"),
+        Granularity::PerChannel,
+    );
+    assert!(summary.verified);
+    let written: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(written, ["model.int8.safetensors"]);
+
+    std::fs::write(shared.join("config.json"), r#"{"model_type": "llama"}"#).unwrap();
+    let summary = run(
+        &shared.join("model.safetensors"),
+        &out.join("model.int8.safetensors"),
+        Granularity::PerChannel,
+    );
+    assert!(summary.verified);
+    for name in ["config.json", "tokenizer.json", "notes.txt"] {
+        assert!(out.join(name).is_file(), "{name}");
+    }
+}
+
 fn model_of_a_quarter_mebibyte(path: &Path) {
     let mut model = SyntheticModel::new(5);
     for layer in 0..4 {
